@@ -1,0 +1,17 @@
+"""``dllm bench ...`` subcommands; each benchmark module registers its own parser."""
+from __future__ import annotations
+
+import argparse
+
+
+def register_bench(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="benchmarks: parallelbench, throughput")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    for register in _benchmarks():
+        register(bench_sub)
+
+
+def _benchmarks():
+    from dllm.bench import parallelbench_cli
+
+    yield parallelbench_cli.register

@@ -1,0 +1,87 @@
+"""``dllm bench parallelbench``: argument parsing for sweeps of runs.
+
+Each ``--policy NAME`` starts a run line; the ``--policy-arg K=V`` that follow belong to it.
+``--tokens-per-step 1 2 4 8`` expands every line into one run per value (steps =
+gen_length / k). ``--runs FILE`` (JSON list of {name, line, options, tokens_per_step}) gives
+full control (caches, strategies, stoppers).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dllm.cli import parse_kv
+
+
+class _PolicyAction(argparse.Action):
+    def __call__(self, parser, namespace, value, option_string=None):
+        lines = getattr(namespace, "lines", None) or []
+        if option_string == "--policy":
+            lines.append({"policy": value, "args": []})
+        else:
+            if not lines:
+                raise argparse.ArgumentError(self, "--policy-arg must follow a --policy")
+            lines[-1]["args"].append(value)
+        namespace.lines = lines
+
+
+def build_runs(args: argparse.Namespace):
+    from dllm.bench.parallelbench import Run
+
+    if args.runs:
+        return [Run(**r) for r in json.loads(Path(args.runs).read_text())]
+    common = {"cache": args.cache, "strategy": args.strategy, "stopper": args.stopper}
+    if args.block_length:
+        common["block_length"] = args.block_length
+    runs = []
+    for line in args.lines or [{"policy": "low_confidence", "args": []}]:
+        policy_args = parse_kv(line["args"])
+        label = line["policy"] + "".join(f" {k}={v}" for k, v in policy_args.items())
+        options = {**common, "policy": line["policy"], "policy_args": policy_args}
+        tps_values = args.tokens_per_step or [None]
+        for tps in tps_values:
+            name = label if tps is None else f"{label} k={tps}"
+            runs.append(Run(name=name.replace(" ", "_"), line=label, options=options, tokens_per_step=tps))
+    return runs
+
+
+def cmd_parallelbench(args: argparse.Namespace) -> int:
+    import dllm
+    from dllm.bench.parallelbench import OFFLINE_TASKS, run_parallelbench
+    from dllm.data.prompts import default_data_dir
+
+    runs = build_runs(args)
+    data_dir = Path(args.data) if args.data else default_data_dir()
+    model = dllm.load(args.model, device=args.device, dtype=args.dtype)
+    summary = run_parallelbench(model, data_dir, runs, tasks=args.tasks or list(OFFLINE_TASKS), shots=args.shots,
+                                limit=args.limit, batch_size=args.batch_size, out_dir=Path(args.out))
+    for e in summary["runs"]:
+        score = "n/a" if e["mean_score"] is None else f"{100 * e['mean_score']:.1f}"
+        print(f"{e['run']:<40} score {score:>5}  TPF {e['tpf']:.2f}  NFE {e['nfe']:.1f}")
+    for line, pb in summary["pb"].items():
+        print(f"{line:<40} " + "  ".join(f"{k} {v:.2f}" for k, v in pb.items()))
+    return 0
+
+
+def register(sub) -> None:
+    from dllm.cli import add_model_options
+
+    p = sub.add_parser("parallelbench", help="ParallelBench quality against TPF",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_model_options(p)
+    p.add_argument("--data", default=None, help="official ParallelBench data dir (default: $DLLM_PARALLELBENCH_DIR or ../shared/data/parallelbench)")
+    p.add_argument("--tasks", nargs="+", default=None, help="tasks like waiting_line/copy (default: every offline-scored task)")
+    p.add_argument("--policy", action=_PolicyAction, dest="lines", help="unmasking rule; starts a run line (repeatable)")
+    p.add_argument("--policy-arg", action=_PolicyAction, dest="lines", metavar="K=V", help="option of the preceding --policy")
+    p.add_argument("--tokens-per-step", type=int, nargs="+", default=None, help="sweep: steps = gen_length / k")
+    p.add_argument("--block-length", type=int, default=None, help="block size (default: the task's gen length)")
+    p.add_argument("--cache", default="none")
+    p.add_argument("--strategy", default="plain")
+    p.add_argument("--stopper", default="none")
+    p.add_argument("--runs", default=None, help="JSON file with a list of runs (overrides --policy)")
+    p.add_argument("--shots", type=int, default=0, choices=[0, 1])
+    p.add_argument("--limit", type=int, default=None, help="samples per task")
+    p.add_argument("--batch-size", type=int, default=50)
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(func=cmd_parallelbench)

@@ -1,0 +1,37 @@
+"""Cache modes: objects that produce the active block's logits for the engine.
+
+Every mode answers one question, ``block_logits(runner, tokens, bs, be, step)``: the logits
+(aligned to positions, logit shift applied) of canvas positions [bs, be) for the given tokens.
+``step`` is the number of forwards already spent on this block (0 = block start, where cached
+modes refresh). ``rows`` / ``count`` pass through to ModelRunner for candidate-state batches.
+Rules never see the cache.
+"""
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+from torch import Tensor
+
+from dllm.runner import ModelRunner
+
+
+class CacheMode(Protocol):
+    def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
+                     rows: Tensor | None = None, count: Tensor | None = None) -> Tensor: ...
+
+
+CACHES: dict[str, Callable[..., CacheMode]] = {}
+
+
+def register_cache(name: str):
+    def wrap(factory):
+        CACHES[name] = factory
+        return factory
+
+    return wrap
+
+
+def make_cache(name: str, **options) -> CacheMode:
+    if name not in CACHES:
+        raise ValueError(f"unknown cache {name!r}; known caches: {sorted(CACHES)}")
+    return CACHES[name](**options)

@@ -1,0 +1,21 @@
+"""No cache: every forward recomputes the whole canvas (the reference behaviour)."""
+from __future__ import annotations
+
+from torch import Tensor
+
+from dllm.cache.base import register_cache
+from dllm.runner import ModelRunner
+
+
+@register_cache("none")
+class NoCache:
+    def __init__(self, **options) -> None:
+        if options:
+            raise ValueError(f"cache 'none' takes no options, got {sorted(options)}")
+
+    def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
+                     rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
+        logits = runner.forward(tokens, 0, rows=rows, count=count)  # (N, L, V)
+        if runner.shift_logits:  # position i reads output i - 1; bs >= 1 (prompts are non-empty)
+            return logits[:, bs - 1 : be - 1]
+        return logits[:, bs:be]

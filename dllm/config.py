@@ -1,0 +1,83 @@
+"""GenerationConfig: every decoding knob in one validated dataclass."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(kw_only=True, slots=True)
+class GenerationConfig:
+    """How to decode. Defaults follow the LLaDA reference (one token per step, one block).
+
+    gen_length: answer tokens (the canvas holds prompt + gen_length masks).
+    block_length: semi-autoregressive block size; None means one block of gen_length.
+    steps: step budget over the whole answer; None means gen_length (one token per step).
+      Split evenly over blocks: steps must be a multiple of the number of blocks.
+    policy / policy_args: the unmasking rule by name (see ``dllm.samplers.RULES``).
+    strategy / strategy_args: how forwards are spent ("plain", or draft-and-verify / lookahead).
+    stopper / stopper_args: early-exit criterion ("none", or a registered stopper).
+    cache / sub_block_length / cache_args: KV-cache mode ("none", "prefix", "dual") and options.
+    temperature: Gumbel-max sampling temperature (0 = argmax); top_p / top_k filter first.
+    cfg_scale: LLaDA classifier-free guidance (unconditional = prompt replaced by masks).
+    stop_at_eos: a row stops once every position before its first end-of-text is committed;
+      the rest of its canvas is filled with end-of-text.
+    """
+
+    gen_length: int = 128
+    block_length: int | None = None
+    steps: int | None = None
+    policy: str = "low_confidence"
+    policy_args: dict[str, Any] = field(default_factory=dict)
+    strategy: str = "plain"
+    strategy_args: dict[str, Any] = field(default_factory=dict)
+    stopper: str = "none"
+    stopper_args: dict[str, Any] = field(default_factory=dict)
+    cache: str = "none"
+    sub_block_length: int | None = None
+    cache_args: dict[str, Any] = field(default_factory=dict)
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    cfg_scale: float = 0.0
+    stop_at_eos: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gen_length <= 0:
+            raise ValueError(f"gen_length must be positive, got {self.gen_length}")
+        if self.block_length is None:
+            self.block_length = self.gen_length
+        if self.block_length <= 0 or self.gen_length % self.block_length:
+            raise ValueError(
+                f"gen_length={self.gen_length} is not a multiple of block_length="
+                f"{self.block_length}; choose a block_length that divides gen_length"
+            )
+        if self.steps is None:
+            self.steps = self.gen_length
+        if self.steps <= 0 or self.steps % self.num_blocks:
+            raise ValueError(
+                f"steps={self.steps} must be a positive multiple of the number of blocks "
+                f"({self.num_blocks} = gen_length / block_length); e.g. steps={self.num_blocks * max(1, self.steps // self.num_blocks)}"
+            )
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k is not None and self.top_k <= 0:
+            raise ValueError(f"top_k must be positive, got {self.top_k}")
+        if self.cfg_scale < 0:
+            raise ValueError(f"cfg_scale must be >= 0, got {self.cfg_scale}")
+        if self.sub_block_length is not None and (
+            self.sub_block_length <= 0 or self.block_length % self.sub_block_length
+        ):
+            raise ValueError(
+                f"sub_block_length={self.sub_block_length} must divide block_length={self.block_length}"
+            )
+
+    @property
+    def num_blocks(self) -> int:
+        return self.gen_length // self.block_length
+
+    @property
+    def steps_per_block(self) -> int:
+        return self.steps // self.num_blocks

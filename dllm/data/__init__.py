@@ -1,0 +1,1 @@
+"""Procedural ParallelBench-style data, prompt building and tokenizer training."""

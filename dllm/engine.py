@@ -1,0 +1,185 @@
+"""The decode loop: canvas -> blocks -> steps, one paragraph per step.
+
+Per step: the strategy asks the cache for the active block's logits (the cache refreshes when
+due) -> one kernel call turns them into statistics -> the rule picks positions -> commit ->
+end-of-text bookkeeping and stats. Rules, strategies, stoppers and caches are looked up by name
+from the GenerationConfig; nothing here branches on the model family.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from dllm.cache import make_cache
+from dllm.canvas import Canvas, build_canvas
+from dllm.config import GenerationConfig
+from dllm.kernels import TokenStats, confidence_stats
+from dllm.runner import ModelRunner
+from dllm.samplers import make_rule, make_stopper, make_strategy
+from dllm.samplers.base import RuleInput
+
+
+@dataclass(kw_only=True, slots=True)
+class DecodeResult:
+    """Per-row outcome of one batched decode. Tensors are on the model's device."""
+
+    answer: Tensor  # (B, G) committed answer tokens (end-of-text filled after a row stopped)
+    order: Tensor  # (B, G) forward index at which each position was committed (-1: auto-filled)
+    nfe: Tensor  # (B,) forwards charged to each row
+    token_forwards: Tensor  # (B,) query tokens processed for each row
+    draft_rows: Tensor  # (B,) rows forwarded for each row (> nfe for FreeDave / LoPA)
+    wall_time: float  # seconds for the whole batch (synchronised on GPU)
+
+
+class DecodeState:
+    """Everything a strategy needs at one step of the active block."""
+
+    def __init__(self, model, canvas: Canvas, config: GenerationConfig) -> None:
+        self.model, self.canvas, self.config = model, canvas, config
+        self.mask_id = model.mask_token_id
+        self.runner = ModelRunner(model, canvas, cfg_scale=config.cfg_scale)
+        self.cache = make_cache(config.cache, **self._cache_options())
+        self.rule = make_rule(config.policy, config.policy_args)
+        self.stopper = make_stopper(config.stopper, config.stopper_args)
+        device = canvas.tokens.device
+        self.excluded = torch.tensor([self.mask_id], device=device)
+        self.eos = torch.tensor(model.eos_token_ids, device=device)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        G = config.gen_length
+        self.order = torch.full((canvas.batch_size, G), -1, dtype=torch.long, device=device)
+        self.bs = self.be = self.step = self.forwards = self.noise_offset = 0
+        self.block_masks = torch.zeros(canvas.batch_size, dtype=torch.long, device=device)
+
+    def _cache_options(self) -> dict:
+        options = dict(self.config.cache_args)
+        if self.config.sub_block_length is not None:
+            options["sub_block_length"] = self.config.sub_block_length
+        return options
+
+    @property
+    def tokens(self) -> Tensor:
+        return self.canvas.tokens
+
+    # --- what strategies call -------------------------------------------------------------
+    def block_logits(self, tokens: Tensor | None = None, rows: Tensor | None = None,
+                     count: Tensor | None = None) -> Tensor:
+        """Logits (N, W, V) of the active block for ``tokens`` (default: the canvas)."""
+        tokens = self.tokens if tokens is None else tokens
+        logits = self.cache.block_logits(self.runner, tokens, self.bs, self.be, self.step, rows, count)
+        self.forwards += 1
+        return logits
+
+    def statistics(self, logits: Tensor) -> TokenStats:
+        """One kernel call: (N, W, V) logits -> TokenStats with (N, W) fields."""
+        N, W, V = logits.shape
+        flat = _filter_logits(logits.reshape(N * W, V), self.config.top_k, self.config.top_p)
+        stats = confidence_stats(flat, temperature=self.config.temperature, seed=self.config.seed,
+                                 offset=self.noise_offset, excluded_ids=self.excluded)
+        self.noise_offset += N * W
+        return stats.reshape(N, W)
+
+    def eligible(self, tokens: Tensor | None = None) -> Tensor:
+        tokens = self.tokens if tokens is None else tokens
+        return tokens[:, self.bs : self.be] == self.mask_id
+
+    def rule_input(self, stats: TokenStats, tokens: Tensor | None = None,
+                   rows: Tensor | None = None, step: int | None = None) -> RuleInput:
+        block_masks = self.block_masks if rows is None else self.block_masks[rows]
+        return RuleInput(stats=stats, eligible=self.eligible(tokens), step=self.step if step is None else step,
+                         num_steps=self.config.steps_per_block, block_masks=block_masks,
+                         generator=self.generator)
+
+    def commit(self, mask: Tensor, token: Tensor) -> None:
+        """Write ``token`` where ``mask`` (B, W) is set, for active rows only."""
+        mask = mask & self.eligible() & self.runner.active[:, None]
+        block = self.tokens[:, self.bs : self.be]
+        block[mask] = token[mask]
+        offset = self.bs - self.canvas.prompt_width
+        self.order[:, offset : offset + mask.shape[1]][mask] = self.forwards
+
+    # --- bookkeeping ------------------------------------------------------------------------
+    def begin_block(self, index: int) -> None:
+        P, size = self.canvas.prompt_width, self.config.block_length
+        self.bs, self.be, self.step = P + index * size, P + (index + 1) * size, 0
+        self.block_masks = self.eligible().sum(-1)
+
+    def block_done(self) -> bool:
+        return not bool((self.eligible() & self.runner.active[:, None]).any())
+
+    def finish_rows(self) -> None:
+        """Rows whose text is final (no mask before the first end-of-text) stop here."""
+        if not self.config.stop_at_eos:
+            return
+        answer = self.tokens[:, self.canvas.prompt_width :]
+        is_eos = torch.isin(answer, self.eos)
+        G = answer.shape[1]
+        first = torch.where(is_eos.any(-1), is_eos.int().argmax(-1), G)  # (B,)
+        idx = torch.arange(G, device=answer.device)
+        masked = answer == self.mask_id
+        done = is_eos.any(-1) & ~(masked & (idx < first[:, None])).any(-1)
+        answer[done[:, None] & masked] = self.eos[0]
+        self.runner.active &= ~done
+
+
+def _filter_logits(logits: Tensor, top_k: int | None, top_p: float | None) -> Tensor:
+    """Top-k / nucleus filtering (only when asked: it materialises sorted logits)."""
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop_sorted = cum - sorted_logits.softmax(-1) > top_p  # keep the token that crosses p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def check_prompts(prompts: list[list[int]], config: GenerationConfig, max_length: int) -> None:
+    """Reject bad input before any model work."""
+    if not prompts:
+        raise ValueError("no prompts given")
+    for i, prompt in enumerate(prompts):
+        if len(prompt) == 0:
+            raise ValueError(f"prompt {i} is empty; every row needs at least one token")
+        if len(prompt) + config.gen_length > max_length:
+            raise ValueError(
+                f"prompt {i} has {len(prompt)} tokens + gen_length {config.gen_length} = "
+                f"{len(prompt) + config.gen_length} > the model's context of {max_length}; "
+                "shorten the prompt or lower gen_length"
+            )
+
+
+@torch.inference_mode()
+def decode(model, prompts: list[list[int]], config: GenerationConfig) -> DecodeResult:
+    """Decode a batch of token-id prompts (ragged lengths allowed) with ``config``."""
+    check_prompts(prompts, config, model.config.max_sequence_length)
+    strategy = make_strategy(config.strategy, config.strategy_args)
+    canvas = build_canvas(prompts, gen_length=config.gen_length, mask_id=model.mask_token_id,
+                          pad_id=model.config.pad_token_id, device=model.device)
+    state = DecodeState(model, canvas, config)
+    _sync(model)
+    start = time.perf_counter()
+    max_steps = config.steps_per_block + 4 * config.block_length
+    for index in range(config.num_blocks):
+        state.begin_block(index)
+        while not state.block_done():
+            if state.step >= max_steps:
+                raise RuntimeError(f"rule {config.policy!r} made no progress in block {index}")
+            strategy.step(state)
+            state.step += 1
+            state.finish_rows()
+        if not bool(state.runner.active.any()):
+            break
+    _sync(model)
+    return DecodeResult(answer=canvas.tokens[:, canvas.prompt_width :].clone(), order=state.order,
+                        nfe=state.runner.nfe, token_forwards=state.runner.token_forwards,
+                        draft_rows=state.runner.draft_rows, wall_time=time.perf_counter() - start)
+
+
+def _sync(model) -> None:
+    if model.device.type == "cuda":
+        torch.cuda.synchronize(model.device)

@@ -1,0 +1,61 @@
+"""Dream-v0-7B: Qwen2 checkpoint names, GQA, q/k/v biases, logits shifted right by one."""
+from __future__ import annotations
+
+from typing import Any
+
+from dllm.models.config import ArchConfig
+
+MODEL_TYPES = ("dream",)
+DEFAULT_MASK_ID = 151666
+
+LAYER_WEIGHTS = {
+    "model.layers.{i}.input_layernorm.weight": "layers.{i}.attn_norm.weight",
+    "model.layers.{i}.self_attn.q_proj.weight": "layers.{i}.attn.q_proj.weight",
+    "model.layers.{i}.self_attn.q_proj.bias": "layers.{i}.attn.q_proj.bias",
+    "model.layers.{i}.self_attn.k_proj.weight": "layers.{i}.attn.k_proj.weight",
+    "model.layers.{i}.self_attn.k_proj.bias": "layers.{i}.attn.k_proj.bias",
+    "model.layers.{i}.self_attn.v_proj.weight": "layers.{i}.attn.v_proj.weight",
+    "model.layers.{i}.self_attn.v_proj.bias": "layers.{i}.attn.v_proj.bias",
+    "model.layers.{i}.self_attn.o_proj.weight": "layers.{i}.attn.o_proj.weight",
+    "model.layers.{i}.post_attention_layernorm.weight": "layers.{i}.mlp_norm.weight",
+    "model.layers.{i}.mlp.gate_proj.weight": "layers.{i}.mlp.gate_proj.weight",
+    "model.layers.{i}.mlp.up_proj.weight": "layers.{i}.mlp.up_proj.weight",
+    "model.layers.{i}.mlp.down_proj.weight": "layers.{i}.mlp.down_proj.weight",
+}
+GLOBAL_WEIGHTS = {
+    "model.embed_tokens.weight": "embed.weight",
+    "model.norm.weight": "norm.weight",
+    "lm_head.weight": "lm_head.weight",
+}
+
+
+def parse_qwen2_config(raw: dict[str, Any], *, family: str, default_mask_id: int) -> ArchConfig:
+    """Qwen2-style config keys (Dream, Fast-dLLM v2) -> ArchConfig, bidirectional, shifted."""
+    eos = raw.get("eos_token_id", 151643)
+    eos_ids = tuple(eos) if isinstance(eos, list) else (eos,)
+    n_heads = raw["num_attention_heads"]
+    return ArchConfig(
+        family=family,
+        d_model=raw["hidden_size"],
+        n_layers=raw["num_hidden_layers"],
+        n_heads=n_heads,
+        n_kv_heads=raw.get("num_key_value_heads") or n_heads,
+        head_dim=raw.get("head_dim") or raw["hidden_size"] // n_heads,
+        mlp_hidden_size=raw["intermediate_size"],
+        vocab_size=raw["vocab_size"],
+        rope_theta=float(raw.get("rope_theta", 10000.0)),
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        max_sequence_length=raw.get("max_position_embeddings", 32768),
+        mask_token_id=raw.get("mask_token_id", default_mask_id),
+        eos_token_ids=eos_ids,
+        pad_token_id=raw.get("pad_token_id") if raw.get("pad_token_id") is not None else eos_ids[0],
+        qkv_bias=True,
+        rope_full_precision=False,
+        tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        shift_logits=True,
+    )
+
+
+def parse_config(raw: dict[str, Any]) -> ArchConfig:
+    """config.json of a Dream checkpoint -> ArchConfig."""
+    return parse_qwen2_config(raw, family="dream", default_mask_id=DEFAULT_MASK_ID)

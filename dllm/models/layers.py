@@ -1,0 +1,128 @@
+"""Building blocks shared by every model family: RMSNorm, RoPE, attention, SwiGLU MLP.
+
+The families (LLaDA, Dream, block-diffusion Qwen2) differ only in weight names, config keys and
+the attributes the engine reads; the math lives here once.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dllm.models.config import ArchConfig
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm computed in float32, cast back, then scaled (LLaDA and Qwen2 order)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+def rope_cos_sin(position_ids: Tensor, head_dim: int, theta: float) -> tuple[Tensor, Tensor]:
+    """Half-split (NeoX / HF) rotary tables in float32 for explicit per-row positions.
+
+    position_ids: (B, T) -> cos, sin: (B, 1, T, head_dim)
+    """
+    inv_freq = 1.0 / theta ** (
+        torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim
+    )
+    freqs = position_ids.float()[..., None] * inv_freq  # (B, T, head_dim / 2)
+    emb = torch.cat([freqs, freqs], dim=-1)[:, None]  # (B, 1, T, head_dim)
+    return emb.cos(), emb.sin()
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, full_precision: bool) -> Tensor:
+    """Rotate x (B, H, T, D). LLaDA rotates in fp32; Dream casts the tables to x's dtype."""
+    if full_precision:
+        x32 = x.float()
+        return (x32 * cos + _rotate_half(x32) * sin).to(x.dtype)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return x * cos + _rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    """Multi-head / grouped-query attention with one entry point for cached and uncached use.
+
+    Without a cache the window attends to itself. With a layer cache ``(k_buf, v_buf)`` of shape
+    (B, H_kv, S, D), the window's keys and values are written in place at ``write_at`` and the
+    queries attend to the whole static-shaped buffer; ``attn_mask`` (B, 1, T, S) says which
+    slots are visible. Static shapes keep the door open for CUDA graphs and torch.compile.
+    """
+
+    def __init__(self, cfg: ArchConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.rope_full_precision = cfg.rope_full_precision
+        q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        self.q_proj = nn.Linear(cfg.d_model, q_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(q_dim, cfg.d_model, bias=False)
+
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        attn_mask: Tensor | None,
+        layer_cache: tuple[Tensor, Tensor] | None = None,
+        write_at: int = 0,
+    ) -> Tensor:
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q = apply_rope(q, cos, sin, self.rope_full_precision)
+        k = apply_rope(k, cos, sin, self.rope_full_precision)
+        if layer_cache is not None:
+            k_buf, v_buf = layer_cache  # (B, H_kv, S, D), keys stored after RoPE
+            k_buf[:, :, write_at : write_at + T] = k
+            v_buf[:, :, write_at : write_at + T] = v
+            k, v = k_buf, v_buf
+        if self.n_kv_heads != self.n_heads:
+            groups = self.n_heads // self.n_kv_heads
+            k = k.repeat_interleave(groups, dim=1)  # (B, H, S, D)
+            v = v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, H, T, D)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ArchConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.mlp_hidden_size, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.mlp_hidden_size, bias=False)
+        self.down_proj = nn.Linear(cfg.mlp_hidden_size, cfg.d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ArchConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
+        self.mlp = SwiGLU(cfg)
+
+    def forward(self, x, cos, sin, attn_mask, layer_cache=None, write_at: int = 0) -> Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, attn_mask, layer_cache, write_at)
+        return x + self.mlp(self.mlp_norm(x))

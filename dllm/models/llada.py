@@ -1,0 +1,54 @@
+"""LLaDA-8B / LLaDA-1.5: config keys and checkpoint names (OLMo-derived layout)."""
+from __future__ import annotations
+
+from typing import Any
+
+from dllm.models.config import ArchConfig
+
+MODEL_TYPES = ("llada",)
+DEFAULT_MASK_ID = 126336
+
+# checkpoint name -> module name; "{i}" is the layer index. Block-level ff_out is the DOWN
+# projection, ff_proj the GATE; the top-level transformer.ff_out is the LM head.
+LAYER_WEIGHTS = {
+    "model.transformer.blocks.{i}.attn_norm.weight": "layers.{i}.attn_norm.weight",
+    "model.transformer.blocks.{i}.q_proj.weight": "layers.{i}.attn.q_proj.weight",
+    "model.transformer.blocks.{i}.k_proj.weight": "layers.{i}.attn.k_proj.weight",
+    "model.transformer.blocks.{i}.v_proj.weight": "layers.{i}.attn.v_proj.weight",
+    "model.transformer.blocks.{i}.attn_out.weight": "layers.{i}.attn.o_proj.weight",
+    "model.transformer.blocks.{i}.ff_norm.weight": "layers.{i}.mlp_norm.weight",
+    "model.transformer.blocks.{i}.ff_proj.weight": "layers.{i}.mlp.gate_proj.weight",
+    "model.transformer.blocks.{i}.up_proj.weight": "layers.{i}.mlp.up_proj.weight",
+    "model.transformer.blocks.{i}.ff_out.weight": "layers.{i}.mlp.down_proj.weight",
+}
+GLOBAL_WEIGHTS = {
+    "model.transformer.wte.weight": "embed.weight",
+    "model.transformer.ln_f.weight": "norm.weight",
+    "model.transformer.ff_out.weight": "lm_head.weight",
+}
+
+
+def parse_config(raw: dict[str, Any]) -> ArchConfig:
+    """config.json of a LLaDA checkpoint -> ArchConfig."""
+    eos = raw.get("eos_token_id", 126081)
+    eos_ids = tuple(eos) if isinstance(eos, list) else (eos,)
+    n_heads = raw["n_heads"]
+    return ArchConfig(
+        family="llada",
+        d_model=raw["d_model"],
+        n_layers=raw["n_layers"],
+        n_heads=n_heads,
+        n_kv_heads=raw.get("n_kv_heads") or n_heads,
+        mlp_hidden_size=raw["mlp_hidden_size"],
+        vocab_size=raw.get("embedding_size") or raw["vocab_size"],
+        rope_theta=float(raw.get("rope_theta", 10000.0)),
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
+        max_sequence_length=raw.get("max_sequence_length", 4096),
+        mask_token_id=raw.get("mask_token_id", DEFAULT_MASK_ID),
+        eos_token_ids=eos_ids,
+        pad_token_id=raw.get("pad_token_id") if raw.get("pad_token_id") is not None else eos_ids[0],
+        qkv_bias=bool(raw.get("include_qkv_bias", False) or raw.get("include_bias", False)),
+        rope_full_precision=bool(raw.get("rope_full_precision", True)),
+        tie_embeddings=bool(raw.get("weight_tying", False)),
+        shift_logits=False,
+    )

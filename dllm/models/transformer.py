@@ -1,0 +1,77 @@
+"""The one transformer every family builds: embeddings, blocks, final norm, LM head.
+
+Implements the model contract the engine relies on:
+``forward(input_ids, position_ids, attn_mask=None, cache=None, cache_write=0) -> logits`` plus
+the attributes ``mask_token_id``, ``eos_token_ids``, ``shift_logits``, ``attention``.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from dllm.models.config import ArchConfig
+from dllm.models.layers import Block, RMSNorm, rope_cos_sin
+
+
+class LayerCaches(Protocol):
+    """Anything holding one preallocated (k_buf, v_buf) pair per layer."""
+
+    layers: Sequence[tuple[Tensor, Tensor]]
+
+
+class DiffusionTransformer(nn.Module):
+    def __init__(self, cfg: ArchConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    # attributes the engine reads; nothing else in the runtime looks at the family
+    @property
+    def mask_token_id(self) -> int:
+        return self.config.mask_token_id
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return self.config.eos_token_ids
+
+    @property
+    def shift_logits(self) -> bool:
+        return self.config.shift_logits
+
+    @property
+    def attention(self) -> str:
+        return self.config.attention
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.weight.dtype
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        attn_mask: Tensor | None = None,
+        cache: LayerCaches | None = None,
+        cache_write: int = 0,
+    ) -> Tensor:
+        """input_ids, position_ids: (B, T); attn_mask: bool (B, 1, T, S), True = visible.
+
+        With ``cache``, the window's K/V are written at ``cache_write`` of each layer's buffer
+        and S is the buffer length; without it S == T. Returns logits (B, T, vocab) unshifted:
+        the engine applies the family's logit shift.
+        """
+        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
+        x = self.embed(input_ids)  # (B, T, d_model)
+        for i, layer in enumerate(self.layers):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x = layer(x, cos, sin, attn_mask, layer_cache, cache_write)
+        return self.lm_head(self.norm(x))

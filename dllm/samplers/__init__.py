@@ -1,0 +1,13 @@
+"""Unmasking rules, decoding strategies and stopping criteria, each registered by name.
+
+A new rule is one file here plus its import below.
+"""
+from dllm.samplers import dream_topk, llada_topk, plain  # noqa: F401  (registers)
+from dllm.samplers.base import (
+    RULES, STOPPERS, STRATEGIES, RuleInput, make_rule, make_stopper, make_strategy, topk_mask,
+)
+
+__all__ = [
+    "RULES", "STOPPERS", "STRATEGIES", "RuleInput", "make_rule", "make_stopper",
+    "make_strategy", "topk_mask",
+]

@@ -1,0 +1,87 @@
+"""What an unmasking rule sees and returns, top-k selection, and the rule registry.
+
+A rule is a pure function of (state, statistics) -> commit mask over the active window, so
+strategies (FreeDave, LoPA) can apply it to candidate states. Statistics arrive precomputed
+from one kernel call per forward (argmax token, probability, margins, entropy).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import torch
+from torch import Tensor
+
+from dllm.kernels import TokenStats
+
+
+@dataclass(kw_only=True, slots=True)
+class RuleInput:
+    """The active window of every row at one step. All tensors are (B, W) unless noted."""
+
+    stats: TokenStats
+    eligible: Tensor  # bool: still masked and inside the active block
+    step: int  # steps already taken in this block
+    num_steps: int  # the block's step budget (schedules divide the block's masks over it)
+    block_masks: Tensor  # (B,) masks in the block when the block started
+    generator: torch.Generator | None = None
+
+
+class UnmaskingRule(Protocol):
+    def __call__(self, inp: RuleInput) -> Tensor:
+        """Return a bool (B, W) mask of positions to commit, a subset of ``inp.eligible``."""
+
+
+def topk_mask(scores: Tensor, k: Tensor, eligible: Tensor) -> Tensor:
+    """Per-row top-k of ``scores`` among eligible positions; k is (B,) and may differ per row.
+
+    Ties go to the lower index (stable sort), so a row's choice never depends on its batch.
+    """
+    scores = scores.masked_fill(~eligible, float("-inf"))
+    order = scores.argsort(dim=-1, descending=True, stable=True)  # (B, W)
+    ranks = torch.empty_like(order).scatter_(-1, order, torch.arange(order.shape[-1], device=order.device).expand_as(order))
+    return (ranks < k[:, None]) & eligible
+
+
+
+
+def _registry(kind: str):
+    table: dict[str, type] = {}
+
+    def register(name: str) -> Callable[[type], type]:
+        def wrap(cls: type) -> type:
+            table[name] = cls
+            return cls
+
+        return wrap
+
+    def make(name: str, options: dict | None = None):
+        if name not in table:
+            raise ValueError(f"unknown {kind} {name!r}; known: {sorted(table)}")
+        cls = table[name]
+        options = dict(options or {})
+        known = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"{kind} {name!r} has no option(s) {unknown}; its options: {sorted(known)}")
+        return cls(**options)
+
+    return table, register, make
+
+
+# Strategies: ``step(state)`` spends forwards and commits (plain, FreeDave, LoPA).
+STRATEGIES, register_strategy, make_strategy = _registry("decoding strategy")
+# Stoppers: ``__call__(state, stats, commit) -> commit``; may commit more to end early.
+STOPPERS, register_stopper, make_stopper = _registry("stopping criterion")
+
+
+@register_stopper("none")
+@dataclass(kw_only=True, slots=True)
+class NoStopper:
+    def __call__(self, state, stats: TokenStats, commit: Tensor) -> Tensor:
+        return commit
+
+
+# Unmasking rules: ``__call__(RuleInput) -> commit mask``.
+RULES, register_rule, make_rule = _registry("unmasking rule")

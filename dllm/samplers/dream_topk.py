@@ -1,0 +1,82 @@
+"""Dream's reference rules on the ``linspace(1, eps, steps + 1)`` schedule.
+
+``origin``: each masked position is revealed independently with probability 1 - s/t.
+``maskgit_plus`` / ``topk_margin`` / ``entropy``: reveal k = floor(n (1 - s/t)) positions (all at
+the last step), ranked by probability, top-2 probability margin or negative entropy; with
+``alg_temp`` > 0 they are drawn without replacement from softmax(score / alg_temp) (Gumbel top-k).
+The official loop averages n over the batch (a bug); here n is each row's own mask count.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from dllm.samplers.base import RuleInput, register_rule, topk_mask
+
+
+def _t_s(inp: RuleInput, eps: float) -> tuple[float, float]:
+    ts = torch.linspace(1, eps, inp.num_steps + 1, dtype=torch.float64)
+    return ts[inp.step].item(), ts[inp.step + 1].item()
+
+
+def _last_step(inp: RuleInput) -> bool:
+    return inp.step >= inp.num_steps - 1
+
+
+@register_rule("origin")
+@dataclass(kw_only=True, slots=True)
+class DreamOrigin:
+    eps: float = 1e-3
+
+    def __call__(self, inp: RuleInput) -> Tensor:
+        if _last_step(inp):
+            return inp.eligible.clone()
+        t, s = _t_s(inp, self.eps)
+        draws = torch.rand(inp.eligible.shape, generator=inp.generator, device="cpu")
+        return (draws.to(inp.eligible.device) < 1 - s / t) & inp.eligible
+
+
+@dataclass(kw_only=True, slots=True)
+class _DreamScored:
+    eps: float = 1e-3
+    alg_temp: float = 0.0
+
+    def score(self, inp: RuleInput) -> Tensor:
+        raise NotImplementedError
+
+    def __call__(self, inp: RuleInput) -> Tensor:
+        n = inp.eligible.sum(-1)  # (B,) per-row, not the batch average
+        if _last_step(inp):
+            k = n
+        else:
+            t, s = _t_s(inp, self.eps)
+            k = (n.double() * (1 - s / t)).long()  # int() truncation, as the official loop
+        scores = self.score(inp).float()
+        if self.alg_temp > 0:
+            u = torch.rand(scores.shape, generator=inp.generator, device="cpu").to(scores.device)
+            gumbel = -torch.log(-torch.log(u.clamp_min(1e-20)))
+            scores = scores / self.alg_temp + gumbel
+        return topk_mask(scores, k, inp.eligible)
+
+
+@register_rule("maskgit_plus")
+@dataclass(kw_only=True, slots=True)
+class DreamMaskgitPlus(_DreamScored):
+    def score(self, inp: RuleInput) -> Tensor:
+        return inp.stats.prob
+
+
+@register_rule("topk_margin")
+@dataclass(kw_only=True, slots=True)
+class DreamTopkMargin(_DreamScored):
+    def score(self, inp: RuleInput) -> Tensor:
+        return inp.stats.margin_prob
+
+
+@register_rule("entropy")
+@dataclass(kw_only=True, slots=True)
+class DreamEntropy(_DreamScored):
+    def score(self, inp: RuleInput) -> Tensor:
+        return -inp.stats.entropy

@@ -1,0 +1,17 @@
+"""The plain strategy: one forward, one rule step (then the stopper may commit more)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dllm.samplers.base import register_strategy
+
+
+@register_strategy("plain")
+@dataclass(kw_only=True, slots=True)
+class Plain:
+    def step(self, state) -> None:
+        logits = state.block_logits()
+        stats = state.statistics(logits)
+        commit = state.rule(state.rule_input(stats))
+        commit = state.stopper(state, stats, commit)
+        state.commit(commit, stats.token)
