@@ -73,11 +73,26 @@ class GenerationConfig:
             raise ValueError(
                 f"sub_block_length={self.sub_block_length} must divide block_length={self.block_length}"
             )
+        if self.steps % self.num_windows:
+            raise ValueError(
+                f"steps={self.steps} must be a multiple of the number of sub-blocks ({self.num_windows}); "
+                f"e.g. steps={self.num_windows * max(1, self.steps // self.num_windows)}"
+            )
 
     @property
     def num_blocks(self) -> int:
         return self.gen_length // self.block_length
 
     @property
+    def window_length(self) -> int:
+        """The decision window: the sub-block when sub_block_length is set, else the block."""
+        return self.sub_block_length or self.block_length
+
+    @property
+    def num_windows(self) -> int:
+        return self.gen_length // self.window_length
+
+    @property
     def steps_per_block(self) -> int:
-        return self.steps // self.num_blocks
+        """Step budget of one decision window (a block, or a sub-block)."""
+        return self.steps // self.num_windows

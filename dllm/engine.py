@@ -54,7 +54,7 @@ class DecodeState:
         self.block_masks = torch.zeros(canvas.batch_size, dtype=torch.long, device=device)
 
     def _cache_options(self) -> dict:
-        options = dict(self.config.cache_args)
+        options = {**self.config.cache_args, "block_length": self.config.block_length}
         if self.config.sub_block_length is not None:
             options["sub_block_length"] = self.config.sub_block_length
         return options
@@ -102,7 +102,8 @@ class DecodeState:
 
     # --- bookkeeping ------------------------------------------------------------------------
     def begin_block(self, index: int) -> None:
-        P, size = self.canvas.prompt_width, self.config.block_length
+        """Make decision window ``index`` (a block, or a sub-block) active."""
+        P, size = self.canvas.prompt_width, self.config.window_length
         self.bs, self.be, self.step = P + index * size, P + (index + 1) * size, 0
         self.block_masks = self.eligible().sum(-1)
 
@@ -163,8 +164,8 @@ def decode(model, prompts: list[list[int]], config: GenerationConfig) -> DecodeR
     state = DecodeState(model, canvas, config)
     _sync(model)
     start = time.perf_counter()
-    max_steps = config.steps_per_block + 4 * config.block_length
-    for index in range(config.num_blocks):
+    max_steps = config.steps_per_block + 4 * config.window_length
+    for index in range(config.num_windows):
         state.begin_block(index)
         while not state.block_done():
             if state.step >= max_steps:

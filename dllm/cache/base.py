@@ -34,4 +34,7 @@ def register_cache(name: str):
 def make_cache(name: str, **options) -> CacheMode:
     if name not in CACHES:
         raise ValueError(f"unknown cache {name!r}; known caches: {sorted(CACHES)}")
-    return CACHES[name](**options)
+    try:
+        return CACHES[name](**options)
+    except TypeError as err:  # an option the mode does not take
+        raise ValueError(f"cache {name!r}: {err}; check cache_args") from err

@@ -9,9 +9,8 @@ from dllm.runner import ModelRunner
 
 @register_cache("none")
 class NoCache:
-    def __init__(self, **options) -> None:
-        if options:
-            raise ValueError(f"cache 'none' takes no options, got {sorted(options)}")
+    def __init__(self, *, block_length: int, sub_block_length: int | None = None) -> None:
+        """Block geometry is accepted for a uniform factory call; nothing is stored."""
 
     def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
                      rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dllm.models import dream, llada
+from dllm.models import dream, fast_dllm_v2, llada
 from dllm.models.config import ArchConfig
 
 
@@ -20,6 +20,8 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "llada": Family("llada", llada.MODEL_TYPES, llada.parse_config, llada.LAYER_WEIGHTS, llada.GLOBAL_WEIGHTS),
     "dream": Family("dream", dream.MODEL_TYPES, dream.parse_config, dream.LAYER_WEIGHTS, dream.GLOBAL_WEIGHTS),
+    "fast_dllm_v2": Family("fast_dllm_v2", fast_dllm_v2.MODEL_TYPES, fast_dllm_v2.parse_config,
+                           fast_dllm_v2.LAYER_WEIGHTS, fast_dllm_v2.GLOBAL_WEIGHTS),
 }
 
 

@@ -97,20 +97,24 @@ def write_tiny_checkpoint(
     num_shards: int = 1,
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
+    block_size: int = 8,
 ) -> Path:
     """Write a random ``family`` checkpoint (config.json, safetensors, tokenizer) to out_dir."""
-    if family not in ("llada", "dream"):
-        raise ValueError(f"tiny checkpoints exist for 'llada' and 'dream', not {family!r}")
+    if family not in ("llada", "dream", "fast_dllm_v2"):
+        raise ValueError(f"tiny checkpoints exist for 'llada', 'dream' and 'fast_dllm_v2', not {family!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if n_kv_heads is None:
         n_kv_heads = n_heads if family == "llada" else max(1, n_heads // 2)
-    tok, special = _tokenizer(family, out)
-    raw = _config(family, tok, special, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+    qwen = family != "llada"
+    tok, special = _tokenizer("dream" if qwen else "llada", out)
+    raw = _config("dream" if qwen else "llada", tok, special, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
                   n_kv_heads=n_kv_heads, mlp_hidden=mlp_hidden, vocab_size=vocab_size,
                   max_len=max_len)
+    if family == "fast_dllm_v2":
+        raw.update(model_type="Fast_dLLM_Qwen", architectures=["Fast_dLLM_QwenForCausalLM"], bd_size=block_size)
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
-    fam = FAMILIES["llada" if family == "llada" else "dream"]
+    fam = FAMILIES[family]
     cfg = fam.parse_config(raw)
     from dllm.models.transformer import DiffusionTransformer
 

@@ -1,0 +1,81 @@
+"""Block-level KV caches (Fast-dLLM prefix / dual) with optional sub-block refresh (v2).
+
+At a block start one refresh forward over the canvas fills every layer's buffer; its logits
+serve that step. Later steps forward only a window against the cached K/V:
+  prefix: the window is [bs, L): only the K/V before the block is reused;
+  dual:   the window is [bs, be): prefix and suffix K/V are both reused.
+``refresh_every=N`` refreshes every N steps as well (N = 1 reproduces the uncached decode).
+With ``sub_block_length`` the engine decodes sub-block by sub-block; at each sub-block start the
+whole block (plus the suffix in prefix mode) is recomputed, then only the sub-block.
+
+Dream's logit shift: the window starts one position early (bs - 1), so the block's first logit
+is the fresh output of the position before it.
+
+Block-causal models (Fast-dLLM v2): earlier blocks never see later ones, so their K/V is exact
+once written. The refresh forwards only [end of exact K/V, be): the just-finished block (whose
+last output gives this block's first token) plus the active block; the cached decode equals
+the uncached one.
+"""
+from __future__ import annotations
+
+from torch import Tensor
+
+from dllm.cache.base import register_cache
+from dllm.cache.kv import KVBuffers
+from dllm.runner import ModelRunner
+
+
+class BlockCache:
+    def __init__(self, mode: str, *, block_length: int, refresh_every: int | None = None,
+                 sub_block_length: int | None = None) -> None:
+        if refresh_every is not None and refresh_every <= 0:
+            raise ValueError(f"refresh_every must be a positive number of steps, got {refresh_every}")
+        self.mode, self.block_length = mode, block_length
+        self.refresh_every, self.sub_block_length = refresh_every, sub_block_length
+        self.kv: KVBuffers | None = None
+        self.exact_end = 0  # block-causal: K/V of [0, exact_end) is final
+
+    def _outer_block(self, runner: ModelRunner, bs: int) -> tuple[int, int]:
+        P = runner.canvas.prompt_width
+        start = P + (bs - P) // self.block_length * self.block_length
+        return start, start + self.block_length
+
+    def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
+                     rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
+        if self.kv is None:
+            self.kv = KVBuffers.allocate(runner.model, runner.canvas.batch_size, runner.canvas.length)
+        shift = int(runner.shift_logits)
+        W = be - bs
+        outer_bs, outer_be = self._outer_block(runner, bs)
+        refresh = step == 0 and bs == outer_bs
+        if self.refresh_every and step % self.refresh_every == 0:
+            refresh = True
+        kv = self.kv if rows is None else self.kv.select(rows)
+        if refresh:
+            start = self.exact_end if runner.model.attention == "block_causal" else 0
+            start = min(start, outer_bs - shift)
+            end = outer_be if runner.model.attention == "block_causal" else runner.canvas.length
+            logits = runner.forward(tokens[:, start:end], start, cache=kv, rows=rows, count=count)
+            if runner.model.attention == "block_causal" and rows is None:
+                self.exact_end = outer_bs
+            first = bs - shift - start
+            return logits[:, first : first + W]
+        if step == 0 and self.sub_block_length:  # a new sub-block: rebuild the block's K/V
+            q_start = outer_bs - shift
+            q_end = outer_be if self.mode == "dual" else runner.canvas.length
+        else:
+            q_start = bs - shift
+            q_end = be if self.mode == "dual" else runner.canvas.length
+        logits = runner.forward(tokens[:, q_start:q_end], q_start, cache=kv, rows=rows, count=count)
+        first = bs - shift - q_start
+        return logits[:, first : first + W]
+
+
+@register_cache("prefix")
+def prefix_cache(**options) -> BlockCache:
+    return BlockCache("prefix", **options)
+
+
+@register_cache("dual")
+def dual_cache(**options) -> BlockCache:
+    return BlockCache("dual", **options)

@@ -1,0 +1,29 @@
+"""Preallocated per-layer KV buffers, written in place with static shapes."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class KVBuffers:
+    """``layers[i] = (k, v)``, each (B, H_kv, L, D): one slot per canvas position."""
+
+    def __init__(self, layers: list[tuple[Tensor, Tensor]]) -> None:
+        self.layers = layers
+
+    @classmethod
+    def allocate(cls, model, batch: int, length: int) -> "KVBuffers":
+        cfg = model.config
+        shape = (batch, cfg.n_kv_heads, length, cfg.head_dim)
+        make = lambda: torch.zeros(shape, dtype=model.dtype, device=model.device)  # noqa: E731
+        return cls([(make(), make()) for _ in range(cfg.n_layers)])
+
+    def select(self, rows: Tensor) -> "KVBuffers":
+        """A copy holding row ``rows[j]`` at j: candidate states share their row's cache."""
+        return KVBuffers([(k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.layers])
+
+    def copy_rows_from(self, other: "KVBuffers", src: Tensor, dst: Tensor) -> None:
+        """Overwrite rows ``dst`` with ``other``'s rows ``src`` (a winning candidate's cache)."""
+        for (k, v), (ok, ov) in zip(self.layers, other.layers):
+            k[dst] = ok[src]
+            v[dst] = ov[src]

@@ -1,0 +1,74 @@
+"""Caches are exact where they must be, save real compute, and keep batch == single."""
+from __future__ import annotations
+
+import pytest
+
+import dllm
+from dllm import GenerationConfig
+from dllm.engine import decode
+from dllm.models.tiny import write_tiny_checkpoint
+
+PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]
+CACHED = [dict(cache="prefix"), dict(cache="dual"), dict(cache="dual", sub_block_length=4),
+          dict(cache="prefix", sub_block_length=4)]
+
+
+@pytest.fixture(scope="module")
+def block_causal(tmp_path_factory):
+    path = write_tiny_checkpoint(tmp_path_factory.mktemp("bd"), "fast_dllm_v2", seed=5, block_size=8)
+    return dllm.load(path).model
+
+
+def _answers(model, prompts, **options):
+    cfg = GenerationConfig(gen_length=16, block_length=8, steps=16, stop_at_eos=False, **options)
+    return decode(model, prompts, cfg)
+
+
+def test_block_causal_family_loads(block_causal):
+    assert block_causal.attention == "block_causal" and block_causal.config.block_size == 8
+    assert block_causal.shift_logits
+
+
+@pytest.mark.parametrize("options", CACHED[:2])  # sub-block reuse of the block's own K/V is approximate
+@pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["batch1", "batch4"])
+def test_block_causal_cache_is_exact(block_causal, options, prompts):
+    plain = _answers(block_causal, prompts)
+    cached = _answers(block_causal, prompts, **options)
+    assert cached.answer.tolist() == plain.answer.tolist()
+    if options["cache"] == "dual":
+        assert (cached.token_forwards < plain.token_forwards).all()
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+@pytest.mark.parametrize("options", CACHED)
+@pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["batch1", "batch4"])
+def test_refresh_every_step_equals_no_cache(tiny_models, family, options, prompts):
+    model = tiny_models[family].model
+    plain = _answers(model, prompts, sub_block_length=options.get("sub_block_length"))
+    cached = _answers(model, prompts, cache_args={"refresh_every": 1}, **options)
+    assert cached.answer.tolist() == plain.answer.tolist()
+
+
+@pytest.mark.parametrize("family,policy", [("llada", "low_confidence"), ("dream", "entropy")])
+@pytest.mark.parametrize("options", CACHED)
+def test_cached_batch_equals_single_runs(tiny_models, family, policy, options):
+    model = tiny_models[family].model
+    batch = _answers(model, PROMPTS, policy=policy, **options)
+    for row, prompt in enumerate(PROMPTS):
+        single = _answers(model, [prompt], policy=policy, **options)
+        assert batch.answer[row].tolist() == single.answer[0].tolist()
+        assert int(batch.nfe[row]) == int(single.nfe[0])  # token-forwards include the batch's padding
+
+
+@pytest.mark.parametrize("options", CACHED)
+def test_cache_saves_token_forwards(tiny_models, options):
+    model = tiny_models["llada"].model
+    plain = _answers(model, PROMPTS[:1], sub_block_length=options.get("sub_block_length"))
+    cached = _answers(model, PROMPTS[:1], **options)
+    assert int(cached.nfe[0]) == int(plain.nfe[0])
+    assert int(cached.token_forwards[0]) < int(plain.token_forwards[0])
+
+
+def test_unknown_cache_option(tiny_models):
+    with pytest.raises(ValueError, match="cache 'dual'.*check cache_args"):
+        tiny_models["llada"].generate("hi", gen_length=8, cache="dual", cache_args={"bogus": 1})
