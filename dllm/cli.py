@@ -101,8 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_commands():
     """Subcommands contributed by other modules (bench, training of filters)."""
     from dllm.bench.cli import register_bench
+    from dllm.train.filter_cli import register as register_train_filter
 
     yield register_bench
+    yield register_train_filter
 
 
 def main(argv: Sequence[str] | None = None) -> int:

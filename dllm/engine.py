@@ -52,6 +52,16 @@ class DecodeState:
         self.order = torch.full((canvas.batch_size, G), -1, dtype=torch.long, device=device)
         self.bs = self.be = self.step = self.forwards = self.noise_offset = 0
         self.block_masks = torch.zeros(canvas.batch_size, dtype=torch.long, device=device)
+        # EoTP: each row's answer ends before canvas position end[row]; forwards stop at the
+        # furthest end over active rows (recomputed lazily: one host sync per change).
+        self.end = torch.full((canvas.batch_size,), canvas.length, dtype=torch.long, device=device)
+        self._truncated = self._ends_moved = False
+        # SchED / Prophet / EoTP read statistics of the whole answer, not only the window
+        self.runner.keep_last = bool(getattr(self.stopper, "needs_answer_stats", False))
+        for part in (self.rule, self.stopper):  # e.g. a Learn2PD filter's width vs the window
+            check = getattr(part, "check_config", None)
+            if check is not None:
+                check(config)
 
     def _cache_options(self) -> dict:
         options = {**self.config.cache_args, "block_length": self.config.block_length}
@@ -66,8 +76,18 @@ class DecodeState:
     # --- what strategies call -------------------------------------------------------------
     def block_logits(self, tokens: Tensor | None = None, rows: Tensor | None = None,
                      count: Tensor | None = None) -> Tensor:
-        """Logits (N, W, V) of the active block for ``tokens`` (default: the canvas)."""
+        """Logits (N, W, V) of the active block for ``tokens`` (default: the canvas).
+
+        By default the forward is charged only to active rows that still have masks in the
+        window: a row waiting for the rest of the batch to finish a block spends nothing, so a
+        batch's NFE equals its rows' single-run NFE under adaptive rules too."""
         tokens = self.tokens if tokens is None else tokens
+        if count is None:
+            count = self.eligible().any(-1)
+        if self._ends_moved:
+            ends = torch.where(self.runner.active, self.end, 0)
+            self.runner.live_end = max(self.be, int(ends.max()))
+            self._ends_moved = False
         logits = self.cache.block_logits(self.runner, tokens, self.bs, self.be, self.step, rows, count)
         self.forwards += 1
         return logits
@@ -100,11 +120,35 @@ class DecodeState:
         offset = self.bs - self.canvas.prompt_width
         self.order[:, offset : offset + mask.shape[1]][mask] = self.forwards
 
+    def commit_answer(self, mask: Tensor, token: Tensor) -> None:
+        """Write ``token`` where ``mask`` (B, G) is set over the whole answer (stoppers that
+        commit outside the window, e.g. SchED's all-in fill), for active rows' masks only."""
+        answer = self.tokens[:, self.canvas.prompt_width :]
+        mask = mask & (answer == self.mask_id) & self.runner.active[:, None]
+        answer[mask] = token[mask]
+        self.order[mask] = self.forwards
+
+    def truncate(self, end: Tensor) -> None:
+        """EoTP: end each row's answer before canvas position ``end`` (B,) (>= the row's
+        current end: no change). Later positions become end-of-text and invisible keys, so the
+        row decodes exactly as if its canvas were shorter; forwards stop at the furthest end
+        over active rows (max with the window end) and blocks past every end cost nothing."""
+        end = torch.minimum(self.end, end)
+        idx = torch.arange(self.canvas.length, device=end.device)
+        after = idx[None, :] >= end[:, None]  # (B, L)
+        after[:, : self.canvas.prompt_width] = False
+        self.tokens[after] = self.eos[0]
+        self.canvas.valid &= ~after
+        self.order[after[:, self.canvas.prompt_width :]] = -1
+        self.end = end
+        self._truncated = self._ends_moved = True
+
     # --- bookkeeping ------------------------------------------------------------------------
     def begin_block(self, index: int) -> None:
         """Make decision window ``index`` (a block, or a sub-block) active."""
         P, size = self.canvas.prompt_width, self.config.window_length
         self.bs, self.be, self.step = P + index * size, P + (index + 1) * size, 0
+        self._ends_moved = self._ends_moved or self._truncated  # the window end moved
         self.block_masks = self.eligible().sum(-1)
 
     def block_done(self) -> bool:

@@ -6,10 +6,21 @@ token-forwards per row.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
 from dllm.canvas import Canvas
+
+
+class LastForward(NamedTuple):
+    """Raw logits (B, T, V) of the latest canvas forward, its first query position, and the
+    rows (B,) it was charged to. Read by stoppers that need the whole answer span."""
+
+    logits: Tensor
+    q_start: int
+    charged: Tensor
 
 
 class ModelRunner:
@@ -22,6 +33,9 @@ class ModelRunner:
         self.token_forwards = torch.zeros_like(self.nfe)
         self.draft_rows = torch.zeros_like(self.nfe)
         self.active = torch.ones(B, dtype=torch.bool, device=canvas.tokens.device)
+        self.live_end = canvas.length  # forwards never need positions past this (EoTP)
+        self.keep_last = False  # keep the last canvas forward's logits (answer-wide stoppers)
+        self.last: LastForward | None = None
 
     @property
     def shift_logits(self) -> bool:
@@ -59,7 +73,9 @@ class ModelRunner:
             logits = self._guided(tokens, positions, mask, q_start, cache, rows)
         else:
             logits = self.model(tokens, positions, mask, cache, q_start)
-        self._count(T, tokens.shape[0], rows, count)
+        charged = self._count(T, tokens.shape[0], rows, count)
+        if self.keep_last:  # candidate-state forwards (rows) do not describe the canvas
+            self.last = None if rows is not None else LastForward(logits, q_start, charged)
         return logits
 
     def _guided(self, tokens, positions, mask, q_start, cache, rows) -> Tensor:
@@ -72,12 +88,13 @@ class ModelRunner:
         cond, unc = both.chunk(2)
         return unc + (self.cfg_scale + 1) * (cond - unc)
 
-    def _count(self, T: int, N: int, rows: Tensor | None, count: Tensor | None) -> None:
+    def _count(self, T: int, N: int, rows: Tensor | None, count: Tensor | None) -> Tensor:
         charged = self.active if count is None else count & self.active
         self.nfe += charged.long()
         width = torch.ones_like(self.nfe) if rows is None else torch.bincount(rows, minlength=self.nfe.shape[0])
         self.draft_rows += charged.long() * width
         self.token_forwards += charged.long() * width * T
+        return charged
 
 
 def shift_right(logits: Tensor, previous: Tensor | None = None) -> Tensor:

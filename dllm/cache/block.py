@@ -34,6 +34,7 @@ class BlockCache:
         self.refresh_every, self.sub_block_length = refresh_every, sub_block_length
         self.kv: KVBuffers | None = None
         self.exact_end = 0  # block-causal: K/V of [0, exact_end) is final
+        self.done: set[tuple] = set()  # (kind, window start, step) of refreshes already made
 
     def _outer_block(self, runner: ModelRunner, bs: int) -> tuple[int, int]:
         P = runner.canvas.prompt_width
@@ -47,28 +48,37 @@ class BlockCache:
         shift = int(runner.shift_logits)
         W = be - bs
         outer_bs, outer_be = self._outer_block(runner, bs)
-        refresh = step == 0 and bs == outer_bs
-        if self.refresh_every and step % self.refresh_every == 0:
-            refresh = True
+        # Each refresh happens once, on the canvas' own forward: candidate batches (FreeDave,
+        # LoPA) evaluated at the same step reuse it.
+        refresh = self._due(("block", outer_bs, 0), step == 0 and bs == outer_bs, rows)
+        refresh |= self._due(("every", bs, step), bool(self.refresh_every) and step % (self.refresh_every or 1) == 0, rows)
+        rebuild = self._due(("sub", bs, 0), step == 0 and bool(self.sub_block_length), rows)
         kv = self.kv if rows is None else self.kv.select(rows)
         if refresh:
             start = self.exact_end if runner.model.attention == "block_causal" else 0
             start = min(start, outer_bs - shift)
-            end = outer_be if runner.model.attention == "block_causal" else runner.canvas.length
+            end = outer_be if runner.model.attention == "block_causal" else runner.live_end
             logits = runner.forward(tokens[:, start:end], start, cache=kv, rows=rows, count=count)
             if runner.model.attention == "block_causal" and rows is None:
                 self.exact_end = outer_bs
             first = bs - shift - start
             return logits[:, first : first + W]
-        if step == 0 and self.sub_block_length:  # a new sub-block: rebuild the block's K/V
+        if rebuild:  # a new sub-block: rebuild the block's K/V
             q_start = outer_bs - shift
-            q_end = outer_be if self.mode == "dual" else runner.canvas.length
+            q_end = outer_be if self.mode == "dual" else runner.live_end
         else:
             q_start = bs - shift
-            q_end = be if self.mode == "dual" else runner.canvas.length
+            q_end = be if self.mode == "dual" else runner.live_end
         logits = runner.forward(tokens[:, q_start:q_end], q_start, cache=kv, rows=rows, count=count)
         first = bs - shift - q_start
         return logits[:, first : first + W]
+
+
+    def _due(self, key: tuple, condition: bool, rows: Tensor | None) -> bool:
+        if not condition or rows is not None or key in self.done:
+            return False
+        self.done.add(key)
+        return True
 
 
 @register_cache("prefix")

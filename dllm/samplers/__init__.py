@@ -2,7 +2,10 @@
 
 A new rule is one file here plus its import below.
 """
-from dllm.samplers import dream_topk, llada_topk, plain  # noqa: F401  (registers)
+from dllm.samplers import (  # noqa: F401  (registers)
+    dream_topk, early_exit, entropy_rules, eotp, factor, freedave, learn2pd, llada_topk, lopa, plain,
+    threshold,
+)
 from dllm.samplers.base import (
     RULES, STOPPERS, STRATEGIES, RuleInput, make_rule, make_stopper, make_strategy, topk_mask,
 )

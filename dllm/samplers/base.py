@@ -22,7 +22,7 @@ class RuleInput:
 
     stats: TokenStats
     eligible: Tensor  # bool: still masked and inside the active block
-    step: int  # steps already taken in this block
+    step: int | Tensor  # steps already taken in this block (per row (B,) under FreeDave)
     num_steps: int  # the block's step budget (schedules divide the block's masks over it)
     block_masks: Tensor  # (B,) masks in the block when the block started
     generator: torch.Generator | None = None

@@ -16,13 +16,12 @@ from torch import Tensor
 from dllm.samplers.base import RuleInput, register_rule, topk_mask
 
 
-def _t_s(inp: RuleInput, eps: float) -> tuple[float, float]:
-    ts = torch.linspace(1, eps, inp.num_steps + 1, dtype=torch.float64)
-    return ts[inp.step].item(), ts[inp.step + 1].item()
-
-
-def _last_step(inp: RuleInput) -> bool:
-    return inp.step >= inp.num_steps - 1
+def _reveal_ratio(inp: RuleInput, eps: float) -> tuple[Tensor, Tensor]:
+    """Per row: 1 - s/t at this step (float32, as the official schedule) and "last step"."""
+    B = inp.eligible.shape[0]
+    step = torch.as_tensor(inp.step, device=inp.eligible.device).expand(B).clamp_max(inp.num_steps - 1)
+    ts = torch.linspace(1, eps, inp.num_steps + 1, device=step.device)
+    return 1 - ts[step + 1] / ts[step], step >= inp.num_steps - 1
 
 
 @register_rule("origin")
@@ -31,11 +30,9 @@ class DreamOrigin:
     eps: float = 1e-3
 
     def __call__(self, inp: RuleInput) -> Tensor:
-        if _last_step(inp):
-            return inp.eligible.clone()
-        t, s = _t_s(inp, self.eps)
-        draws = torch.rand(inp.eligible.shape, generator=inp.generator, device="cpu")
-        return (draws.to(inp.eligible.device) < 1 - s / t) & inp.eligible
+        ratio, last = _reveal_ratio(inp, self.eps)
+        draws = torch.rand(inp.eligible.shape, generator=inp.generator, device="cpu").to(inp.eligible.device)
+        return ((draws < ratio[:, None]) | last[:, None]) & inp.eligible
 
 
 @dataclass(kw_only=True, slots=True)
@@ -48,11 +45,8 @@ class _DreamScored:
 
     def __call__(self, inp: RuleInput) -> Tensor:
         n = inp.eligible.sum(-1)  # (B,) per-row, not the batch average
-        if _last_step(inp):
-            k = n
-        else:
-            t, s = _t_s(inp, self.eps)
-            k = (n.double() * (1 - s / t)).long()  # int() truncation, as the official loop
+        ratio, last = _reveal_ratio(inp, self.eps)
+        k = torch.where(last, n, (n * ratio).long())  # int() truncation, as the official loop
         scores = self.score(inp).float()
         if self.alg_temp > 0:
             u = torch.rand(scores.shape, generator=inp.generator, device="cpu").to(scores.device)

@@ -1,0 +1,60 @@
+"""FreeDave is lossless with respect to its base rule; LoPA composes and keeps batch == single."""
+from __future__ import annotations
+
+import pytest
+
+from dllm import GenerationConfig
+from dllm.engine import decode
+
+PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]
+CACHES = [dict(cache="none"), dict(cache="prefix"), dict(cache="dual")]
+
+
+def _cfg(**kw):
+    return GenerationConfig(gen_length=16, block_length=8, steps=16, stop_at_eos=False, **kw)
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+@pytest.mark.parametrize("cache", CACHES, ids=lambda c: c["cache"])
+@pytest.mark.parametrize("K", [2, 4, 8])
+@pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["batch1", "batch4"])
+def test_freedave_equals_static_decoding(tiny_models, family, cache, K, prompts):
+    model = tiny_models[family].model
+    base = decode(model, prompts, _cfg(**cache))
+    fast = decode(model, prompts, _cfg(strategy="freedave", strategy_args={"num_drafts": K}, **cache))
+    assert fast.answer.tolist() == base.answer.tolist()
+    assert (fast.nfe <= base.nfe).all()
+    assert (fast.draft_rows >= fast.nfe).all()
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_freedave_plus_plus_equals_threshold_decoding(tiny_models, family):
+    model = tiny_models[family].model
+    kw = dict(policy="threshold", policy_args={"tau": 0.3})
+    base = decode(model, PROMPTS, _cfg(**kw))
+    fast = decode(model, PROMPTS, _cfg(strategy="freedave", strategy_args={"num_drafts": 4}, **kw))
+    assert fast.answer.tolist() == base.answer.tolist()
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+@pytest.mark.parametrize("cache", CACHES, ids=lambda c: c["cache"])
+@pytest.mark.parametrize("branches", [1, 3])
+def test_lopa_batch_equals_single(tiny_models, family, cache, branches):
+    model = tiny_models[family].model
+    cfg = _cfg(policy="threshold", policy_args={"tau": 0.5}, strategy="lopa",
+               strategy_args={"branches": branches}, **cache)
+    batch = decode(model, PROMPTS, cfg)
+    for row, prompt in enumerate(PROMPTS):
+        single = decode(model, [prompt], cfg)
+        assert batch.answer[row].tolist() == single.answer[0].tolist()
+        assert int(batch.nfe[row]) == int(single.nfe[0])
+    assert (batch.draft_rows >= batch.nfe).all()
+
+
+def test_lopa_without_branches_is_its_rule(tiny_models):
+    """k = 0 branches: the anchor alone, i.e. the wrapped rule's own trajectory."""
+    model = tiny_models["llada"].model
+    kw = dict(policy="threshold", policy_args={"tau": 0.5})
+    base = decode(model, PROMPTS, _cfg(**kw))
+    lopa = decode(model, PROMPTS, _cfg(strategy="lopa", strategy_args={"branches": 0}, **kw))
+    assert lopa.answer.tolist() == base.answer.tolist()
