@@ -20,6 +20,7 @@ from dllm.kernels import TokenStats, confidence_stats
 from dllm.runner import ModelRunner
 from dllm.samplers import make_rule, make_stopper, make_strategy
 from dllm.samplers.base import RuleInput
+from dllm.samplers.span import AnswerStats, AnswerView
 
 
 @dataclass(kw_only=True, slots=True)
@@ -53,11 +54,13 @@ class DecodeState:
         self.bs = self.be = self.step = self.forwards = self.noise_offset = 0
         self.block_masks = torch.zeros(canvas.batch_size, dtype=torch.long, device=device)
         # EoTP: each row's answer ends before canvas position end[row]; forwards stop at the
-        # furthest end over active rows (recomputed lazily: one host sync per change).
+        # furthest end over active rows (recomputed before the next forward after a truncate()).
         self.end = torch.full((canvas.batch_size,), canvas.length, dtype=torch.long, device=device)
         self._truncated = self._ends_moved = False
         # SchED / Prophet / EoTP read statistics of the whole answer, not only the window
         self.runner.keep_last = bool(getattr(self.stopper, "needs_answer_stats", False))
+        self.answer_view = (AnswerView(canvas.batch_size, G, self.mask_id, device)
+                            if self.runner.keep_last else None)
         for part in (self.rule, self.stopper):  # e.g. a Learn2PD filter's width vs the window
             check = getattr(part, "check_config", None)
             if check is not None:
@@ -119,6 +122,14 @@ class DecodeState:
         block[mask] = token[mask]
         offset = self.bs - self.canvas.prompt_width
         self.order[:, offset : offset + mask.shape[1]][mask] = self.forwards
+
+    def answer_statistics(self, stats: TokenStats) -> AnswerStats:
+        """(B, G) statistics of every answer position, this step's ``stats`` in the window;
+        for stoppers that set ``needs_answer_stats`` (see dllm/samplers/span.py)."""
+        if self.answer_view is None:
+            raise RuntimeError(f"stopper {self.config.stopper!r} reads answer statistics; "
+                               "give its class needs_answer_stats = True")
+        return self.answer_view.update(self, stats)
 
     def commit_answer(self, mask: Tensor, token: Tensor) -> None:
         """Write ``token`` where ``mask`` (B, G) is set over the whole answer (stoppers that

@@ -12,6 +12,7 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _benchmarks():
-    from dllm.bench import parallelbench_cli
+    from dllm.bench import parallelbench_cli, throughput
 
     yield parallelbench_cli.register
+    yield throughput.register

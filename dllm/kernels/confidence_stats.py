@@ -1,11 +1,20 @@
-"""Fused per-row confidence statistics: the one pass every unmasking rule reads.
+"""Fused per-row confidence statistics: the one pass over the logits every unmasking rule reads.
 
-Per row of logits (R, V): the chosen token (argmax, or a Gumbel-max sample at temperature T),
-its probability under the un-tempered softmax, the top-2 margin in probability and in logit,
-and the entropy. ``excluded_ids`` (e.g. the mask token) count as -inf everywhere.
+Per row of logits (R, V) it returns the chosen token (argmax at temperature 0, a Gumbel-max
+sample at temperature T > 0), the token's probability under the un-tempered softmax, the top-1
+minus top-2 margin in probability and in logit, and the entropy. No rule computes a softmax of
+its own, so the (R, V) tensor is read once per decoding step.
 
-Noise is counter-based: u = hash(seed, offset + row, col), the same integer hash in torch and in
-Triton, so the kernel and its reference choose the same tokens at T > 0 too.
+Two implementations with one contract:
+
+* ``confidence_stats_torch``: the reference and the CPU path.
+* ``confidence_stats_triton``: one Triton program per row, a single pass over the vocabulary with
+  an online softmax. On CPU tensors it runs under the Triton interpreter (``TRITON_INTERPRET=1``
+  set before this module is imported), which is how the tests check it without a GPU.
+
+Noise is counter-based, so both give the same tokens at T > 0 and a decode is reproducible from
+(seed, offset) alone: u = hash(seed, offset + row, col), the same 32-bit integer hash
+(``lowbias32``, uint32 arithmetic; emulated on int64 masked to 32 bits in torch) on both sides.
 """
 from __future__ import annotations
 
@@ -14,61 +23,306 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-_MASK32 = 0xFFFFFFFF
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the torch reference needs no triton
+    triton = None
+    tl = None
+
+_M32 = 0xFFFFFFFF
+_M64 = 0xFFFFFFFFFFFFFFFF
+# lowbias32 (Chris Wellons' hash-prospector): two multiply-xorshift rounds on uint32.
+_LB_MUL1 = 0x7FEB352D
+_LB_MUL2 = 0x846CA68B
+# Odd constants that decorrelate the row counter and the column before hashing.
+_ROW_SALT = 0x9E3779B9
+_COL_MUL = 0x85EBCA6B
+# u = ((h >> 9) + 0.5) / 2**23: 23 bits keep u exactly representable in float32 and strictly
+# inside (0, 1), so -log(-log(u)) is finite (24 bits would round the top value up to 1.0).
+_U_SHIFT = 9
+_U_SCALE = 1.0 / 8388608.0
+MAX_EXCLUDED = 8
+
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 class TokenStats(NamedTuple):
-    token: Tensor  # int64 (...,)
-    prob: Tensor  # float32: softmax probability of ``token``
+    """Per-position statistics of one decoding step; every field has the same shape."""
+
+    token: Tensor  # int64: argmax, or the Gumbel-max sample at temperature > 0
+    prob: Tensor  # float32: un-tempered softmax probability of ``token``
     margin_prob: Tensor  # float32: top-1 minus top-2 probability
     margin_logit: Tensor  # float32: top-1 minus top-2 logit
-    entropy: Tensor  # float32: -sum p log p (nats)
+    entropy: Tensor  # float32: -sum p log p in nats (0 log 0 = 0)
 
     def reshape(self, *shape: int) -> "TokenStats":
+        """Every field reshaped alike, e.g. (N * W,) -> (N, W)."""
         return TokenStats(*(f.reshape(*shape) for f in self))
 
-    def index(self, idx) -> "TokenStats":
-        return TokenStats(*(f[idx] for f in self))
+    def index(self, mask_or_idx) -> "TokenStats":
+        """Every field indexed alike (boolean mask, index tensor, slice)."""
+        return TokenStats(*(f[mask_or_idx] for f in self))
+
+
+# ---------------------------------------------------------------------------------------------
+# Counter-based noise, torch side (int64 carrying uint32 values)
+# ---------------------------------------------------------------------------------------------
+
+
+def fold_seed(seed: int) -> int:
+    """Any Python int -> the 32-bit seed both implementations hash (high half xored in)."""
+    s = int(seed) & _M64
+    return (s ^ (s >> 32)) & _M32
+
+
+def _mulmod32(x: Tensor, c: int) -> Tensor:
+    """(x * c) mod 2**32 for x < 2**32 held in int64, split in 16-bit halves so no product
+    overflows int64 (a plain x * c can exceed 2**63)."""
+    lo = x * (c & 0xFFFF)
+    hi = ((x * (c >> 16)) & 0xFFFF) << 16
+    return (lo + hi) & _M32
+
+
+def _lowbias32_torch(x: Tensor) -> Tensor:
+    x = x ^ (x >> 16)
+    x = _mulmod32(x, _LB_MUL1)
+    x = x ^ (x >> 15)
+    x = _mulmod32(x, _LB_MUL2)
+    return x ^ (x >> 16)
+
+
+def row_keys_torch(seed: int, rows: Tensor) -> Tensor:
+    """Per-row key: lowbias32(seed32 ^ lowbias32(row32 ^ salt)); rows int64 (non-negative)."""
+    r32 = (rows ^ (rows >> 32)) & _M32
+    return _lowbias32_torch(fold_seed(seed) ^ _lowbias32_torch(r32 ^ _ROW_SALT))
 
 
 def hash_uniform_torch(seed: int, rows: Tensor, cols: Tensor) -> Tensor:
-    """Uniform in (0, 1) from a 32-bit integer hash (lowbias32) of (seed, row, col).
+    """Uniform noise in (0, 1): rows (R, 1) and cols (1, V) int64 -> (R, V) float32.
 
-    rows (R, 1), cols (1, V) int64 -> (R, V) float32. Arithmetic is done in int64 and masked to
-    32 bits, matching the kernel's uint32 wrap-around exactly.
+    bits = lowbias32(row_key ^ (col * _COL_MUL mod 2**32)); u = ((bits >> 9) + 0.5) / 2**23.
+    Bit-identical to ``_hash_uniform`` in the kernel.
     """
-    x = (rows * 0x9E3779B1 + cols * 0x85EBCA77 + seed * 0xC2B2AE3D) & _MASK32
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & _MASK32
-    x = x ^ (x >> 15)
-    x = (x * 0x846CA68B) & _MASK32
-    x = x ^ (x >> 16)
-    return ((x >> 8).float() + 0.5) * (1.0 / 16777216.0)  # 24 bits -> (0, 1)
+    bits = _lowbias32_torch(row_keys_torch(seed, rows) ^ _mulmod32(cols & _M32, _COL_MUL))  # (R, V)
+    return ((bits >> _U_SHIFT).to(torch.float32) + 0.5) * _U_SCALE
+
+
+def _resolve_seed(seed: int | None, temperature: float) -> int:
+    """An explicit seed, or (temperature > 0 without one) a draw from torch's global generator."""
+    if seed is not None:
+        return int(seed)
+    if temperature > 0:
+        return int(torch.randint(0, 2**62, (1,)).item())
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference
+# ---------------------------------------------------------------------------------------------
 
 
 def confidence_stats_torch(logits: Tensor, *, temperature: float = 0.0, seed: int | None = None,
                            offset: int = 0, excluded_ids: Tensor | None = None) -> TokenStats:
-    """Reference implementation (and the CPU path). logits: (R, V), any float dtype."""
+    """Reference implementation and CPU path.
+
+    logits: (R, V) float32 / bfloat16 / float16; computed in float32 whatever the input dtype.
+    Entries may be -inf (e.g. after top-k / top-p filtering); ``excluded_ids`` (e.g. the mask
+    token, ids in [0, V)) are set to -inf, so they are never chosen and count nowhere. A row whose
+    every remaining entry is -inf is invalid input (its statistics are undefined).
+
+    token: ``argmax(logits)`` (first index on ties) at temperature 0, else the Gumbel-max sample
+    ``argmax(logits + T * g)`` with g = -log(-log(u)), u = hash(seed, offset + row, col); a sample
+    from softmax(logits / T). ``seed=None`` at T > 0 draws one from torch's global generator.
+    prob, margin_prob and entropy are those of the un-tempered softmax(logits).
+    """
     if logits.dim() != 2:
         raise ValueError(f"confidence_stats expects (rows, vocab) logits, got shape {tuple(logits.shape)}")
-    x = logits.float()
+    if logits.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"confidence_stats expects float32/bfloat16/float16 logits, got {logits.dtype}")
+    R, V = logits.shape
+    x = logits.float()  # (R, V) float32
     if excluded_ids is not None and excluded_ids.numel():
-        x = x.index_fill(1, excluded_ids.to(x.device), float("-inf"))
-    logp = x.log_softmax(-1)  # (R, V)
+        x = x.index_fill(1, excluded_ids.to(x.device, torch.int64).reshape(-1), float("-inf"))
+    lse = x.logsumexp(-1)  # (R,)
+    logp = x - lse[:, None]  # (R, V)
     p = logp.exp()
-    top2 = x.topk(2, dim=-1).values  # (R, 2)
-    m = top2[:, :1]
-    z = (x - m).exp().sum(-1)  # (R,)
-    p1, p2 = 1.0 / z, (top2[:, 1] - m[:, 0]).exp() / z
-    entropy = -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)
+    entropy = -torch.where(p > 0, p * logp, 0.0).sum(-1)
+    if V >= 2:
+        top2 = x.topk(2, dim=-1).values  # (R, 2)
+    else:
+        top2 = torch.cat([x, torch.full_like(x, float("-inf"))], dim=1)  # (R, 1) -> (R, 2)
+    p_top2 = (top2 - lse[:, None]).exp()  # (R, 2)
     if temperature > 0:
-        R, V = x.shape
-        rows = torch.arange(offset, offset + R, device=x.device)[:, None]
-        cols = torch.arange(V, device=x.device)[None, :]
-        u = hash_uniform_torch(seed or 0, rows, cols)
+        rows = torch.arange(offset, offset + R, device=x.device, dtype=torch.int64)[:, None]  # (R, 1)
+        cols = torch.arange(V, device=x.device, dtype=torch.int64)[None, :]  # (1, V)
+        u = hash_uniform_torch(_resolve_seed(seed, temperature), rows, cols)  # (R, V)
         gumbel = -torch.log(-torch.log(u))
         token = (x + temperature * gumbel).argmax(-1)
     else:
         token = x.argmax(-1)
-    prob = p.gather(-1, token[:, None])[:, 0]
-    return TokenStats(token, prob, p1 - p2, top2[:, 0] - top2[:, 1], entropy)
+    prob = p.gather(-1, token[:, None])[:, 0]  # (R, 1) -> (R,)
+    return TokenStats(token, prob, p_top2[:, 0] - p_top2[:, 1], top2[:, 0] - top2[:, 1], entropy)
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton kernel
+# ---------------------------------------------------------------------------------------------
+
+if triton is not None:
+
+    @triton.jit
+    def _lowbias32(x):
+        """lowbias32 on uint32 (wrap-around multiply, logical shifts): as ``_lowbias32_torch``."""
+        x = x ^ (x >> 16)
+        x = x * 0x7FEB352D
+        x = x ^ (x >> 15)
+        x = x * 0x846CA68B
+        return x ^ (x >> 16)
+
+    @triton.jit
+    def _hash_uniform(key, cols):
+        """Uniform (0, 1) float32 for one row's key (uint32) and int32 column indices."""
+        bits = _lowbias32(key ^ (cols.to(tl.uint32) * 0x85EBCA6B))
+        return ((bits >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
+
+    @triton.jit(do_not_specialize=["seed32", "offset"])
+    def _confidence_stats_kernel(
+        logits_ptr, stride_row, V, excluded_ptr, temperature, seed32, offset,
+        token_ptr, prob_ptr, margin_prob_ptr, margin_logit_ptr, entropy_ptr,
+        BLOCK_V: tl.constexpr, N_EX: tl.constexpr, NOISE: tl.constexpr,
+    ):
+        """One program per row, one pass over the vocabulary in BLOCK_V chunks.
+
+        Running state: m (max logit = top-1), second (top-2 logit), s = sum exp(x - m),
+        t = sum exp(x - m) (x - m); on a new max m' both are rescaled by exp(m - m'), t after
+        shifting by (m - m') s. Then log Z = m + log s and H = log s - t / s. The chosen token is
+        the first index of the max of x (+ T * Gumbel noise), merged across chunks with a strict
+        '>' so earlier chunks win ties; its raw logit is read back once at the end.
+        """
+        row = tl.program_id(0)
+        base = logits_ptr + row.to(tl.int64) * stride_row
+        neg_inf = float("-inf")
+        lane = tl.arange(0, BLOCK_V)
+        if NOISE:
+            r = offset.to(tl.int64) + row
+            r32 = ((r ^ (r >> 32)) & 0xFFFFFFFF).to(tl.uint32)
+            seed_u = (seed32.to(tl.int64) & 0xFFFFFFFF).to(tl.uint32)
+            key = _lowbias32(seed_u ^ _lowbias32(r32 ^ 0x9E3779B9))
+        m = tl.full([], neg_inf, tl.float32)
+        second = tl.full([], neg_inf, tl.float32)
+        s = tl.full([], 0.0, tl.float32)
+        t = tl.full([], 0.0, tl.float32)
+        best_score = tl.full([], neg_inf, tl.float32)
+        best_idx = tl.full([], 0, tl.int32)
+        for start in range(0, V, BLOCK_V):
+            cols = start + lane
+            x = tl.load(base + cols, mask=cols < V, other=neg_inf).to(tl.float32)
+            for j in tl.static_range(N_EX):
+                x = tl.where(cols == tl.load(excluded_ptr + j), neg_inf, x)
+            c_max, c_arg = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=True)
+            c_second = tl.max(tl.where(lane == c_arg, neg_inf, x), axis=0)
+            # online softmax and entropy numerator
+            # (m_ref: m_new, or 0 while the row has seen only -inf, so no -inf - -inf is formed)
+            m_new = tl.maximum(m, c_max)
+            m_ref = tl.where(m_new == neg_inf, 0.0, m_new)
+            alpha = tl.exp(m - m_ref)
+            shift = tl.where(m == neg_inf, 0.0, m - m_ref)
+            t = alpha * (t + shift * s)
+            s = alpha * s
+            finite = x > neg_inf
+            d = tl.where(finite, x - m_ref, 0.0)
+            e = tl.where(finite, tl.exp(d), 0.0)
+            s += tl.sum(e, axis=0)
+            t += tl.sum(e * d, axis=0)
+            # top-2 of {m, second} and {c_max, c_second}
+            second = tl.maximum(tl.minimum(m, c_max), tl.maximum(second, c_second))
+            m = m_new
+            # chosen token
+            if NOISE:
+                g = -tl.log(-tl.log(_hash_uniform(key, cols)))
+                score = tl.where(finite, x + temperature * g, neg_inf)
+                k_val, k_arg = tl.max(score, axis=0, return_indices=True, return_indices_tie_break_left=True)
+            else:
+                k_val = c_max
+                k_arg = c_arg
+            better = k_val > best_score
+            best_idx = tl.where(better, start + k_arg, best_idx)
+            best_score = tl.where(better, k_val, best_score)
+        x_tok = tl.load(base + best_idx).to(tl.float32)
+        tl.store(token_ptr + row, best_idx.to(tl.int64))
+        tl.store(prob_ptr + row, tl.exp(x_tok - m) / s)
+        tl.store(margin_prob_ptr + row, (1.0 - tl.exp(second - m)) / s)
+        tl.store(margin_logit_ptr + row, m - second)
+        tl.store(entropy_ptr + row, tl.log(s) - t / s)
+
+else:
+    _confidence_stats_kernel = None
+
+
+def triton_available() -> bool:
+    """Whether triton imported (the kernel exists)."""
+    return _confidence_stats_kernel is not None
+
+
+def triton_interpreted() -> bool:
+    """Whether the kernel was built for the Triton interpreter (TRITON_INTERPRET=1 at import)."""
+    if _confidence_stats_kernel is None:
+        return False
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(_confidence_stats_kernel, InterpretedFunction)
+
+
+def _default_block_v(V: int, interpreted: bool) -> int:
+    """Chunk width: 4096 on GPU (a 16 KiB fp32 tile per iteration, enough loads in flight);
+    larger under the interpreter, whose cost is per operation, not per element."""
+    return min(16384 if interpreted else 4096, triton.next_power_of_2(V))
+
+
+def confidence_stats_triton(logits: Tensor, *, temperature: float = 0.0, seed: int | None = None,
+                            offset: int = 0, excluded_ids: Tensor | None = None,
+                            block_v: int | None = None) -> TokenStats:
+    """Launch ``_confidence_stats_kernel``; same contract as ``confidence_stats_torch``.
+
+    logits: (R, V) float32 / bfloat16 / float16 on CUDA (or on CPU under TRITON_INTERPRET=1).
+    A row stride is supported; a non-unit column stride is copied to contiguous first.
+    excluded_ids: at most MAX_EXCLUDED ids in [0, V) (not range-checked: that would synchronise).
+    """
+    if _confidence_stats_kernel is None:
+        raise RuntimeError("confidence_stats_triton needs triton; pip install triton or use DLLM_KERNELS=torch")
+    if logits.dim() != 2:
+        raise ValueError(f"confidence_stats expects (rows, vocab) logits, got shape {tuple(logits.shape)}")
+    if logits.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"confidence_stats expects float32/bfloat16/float16 logits, got {logits.dtype}")
+    interpreted = triton_interpreted()
+    if logits.device.type != "cuda" and not interpreted:
+        raise RuntimeError(
+            f"the Triton kernel got a {logits.device.type} tensor: set TRITON_INTERPRET=1 before importing "
+            "dllm to run it on CPU, or use DLLM_KERNELS=torch")
+    R, V = logits.shape
+    if V == 0:
+        raise ValueError("confidence_stats needs a non-empty vocabulary")
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    dev = logits.device
+    n_ex = 0 if excluded_ids is None else excluded_ids.numel()
+    if n_ex > MAX_EXCLUDED:
+        raise ValueError(f"the kernel takes at most {MAX_EXCLUDED} excluded ids, got {n_ex}")
+    if n_ex:
+        ex = excluded_ids.to(dev, torch.int32).reshape(-1)  # (n_ex,)
+    else:
+        ex = torch.zeros(1, dtype=torch.int32, device=dev)  # never read (N_EX = 0)
+    token = torch.empty(R, dtype=torch.int64, device=dev)
+    prob, margin_prob, margin_logit, entropy = (torch.empty(R, dtype=torch.float32, device=dev) for _ in range(4))
+    if R == 0:
+        return TokenStats(token, prob, margin_prob, margin_logit, entropy)
+    block = block_v or _default_block_v(V, interpreted)
+    noise = temperature > 0
+    _confidence_stats_kernel[(R,)](
+        logits, logits.stride(0), V, ex, float(temperature),
+        fold_seed(_resolve_seed(seed, temperature)), int(offset),
+        token, prob, margin_prob, margin_logit, entropy,
+        BLOCK_V=block, N_EX=n_ex, NOISE=noise, num_warps=8 if block >= 2048 else 4,
+    )
+    return TokenStats(token, prob, margin_prob, margin_logit, entropy)

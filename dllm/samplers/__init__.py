@@ -3,8 +3,8 @@
 A new rule is one file here plus its import below.
 """
 from dllm.samplers import (  # noqa: F401  (registers)
-    dream_topk, early_exit, entropy_rules, eotp, factor, freedave, learn2pd, llada_topk, lopa, plain,
-    threshold,
+    dream_topk, eb_sampler, entropy_threshold, eotp, factor, freedave, learn2pd, llada_topk, lopa,
+    plain, prophet, sched, threshold,
 )
 from dllm.samplers.base import (
     RULES, STOPPERS, STRATEGIES, RuleInput, make_rule, make_stopper, make_strategy, topk_mask,

@@ -61,7 +61,7 @@ def _registry(kind: str):
             raise ValueError(f"unknown {kind} {name!r}; known: {sorted(table)}")
         cls = table[name]
         options = dict(options or {})
-        known = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+        known = {f.name for f in dataclasses.fields(cls) if f.init} if dataclasses.is_dataclass(cls) else set()
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"{kind} {name!r} has no option(s) {unknown}; its options: {sorted(known)}")

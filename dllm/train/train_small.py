@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tokenizers import AddedToken
 from tqdm import tqdm
 
 from dllm.bench.metrics import score
@@ -37,8 +38,23 @@ SPECIALS = ["<|endoftext|>", "<|mdm_mask|>", "<|startoftext|>", "<|start_header_
             "<|end_header_id|>", "<|eot_id|>"]
 
 
+def template_fragments(corpus: TaskCorpus) -> list[str]:
+    """The fixed text between placeholders of every training task's prompt template (and its
+    whitespace-trimmed forms, since chat templates trim messages): each becomes one token, so
+    the long boilerplate costs a few positions instead of ~60."""
+    import re
+
+    pieces = set()
+    for task in TRAIN_TASKS:
+        text = corpus.specs[task].prompt.replace("\\n", "\n")
+        for frag in re.split(r"\{[a-z_]+\}", text):
+            pieces |= {frag, frag.strip(), frag.lstrip(), frag.rstrip()}
+    return sorted((p for p in pieces if len(p) > 1), key=len, reverse=True)
+
+
 def build_tokenizer(corpus: TaskCorpus, out: Path, vocab_size: int):
-    """Byte-level BPE over generated prompts and answers plus every name."""
+    """Byte-level BPE over generated prompts and answers plus every name, with each template
+    fragment added as a whole token."""
     texts = []
     for task in TRAIN_TASKS:
         for _ in range(300):
@@ -46,6 +62,7 @@ def build_tokenizer(corpus: TaskCorpus, out: Path, vocab_size: int):
             texts += [m["content"] for m in ex.messages] + [ex.answer]
     texts += [f'["{n}"]' for n in corpus.names] * 3 + [f'"{n}"' for n in corpus.names] * 3
     tok = train_bpe(texts, vocab_size=vocab_size, special_tokens=SPECIALS)
+    tok.add_tokens([AddedToken(f, normalized=False) for f in template_fragments(corpus)])
     special = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
                "pad_token": "<|endoftext|>", "mask_token": "<|mdm_mask|>"}
     save_tokenizer_dir(tok, out, special=special, chat_template=LLADA_CHAT_TEMPLATE)

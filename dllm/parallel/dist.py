@@ -1,0 +1,41 @@
+"""Process-group set-up and teardown for torchrun (gloo on CPU, NCCL on GPUs)."""
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(kw_only=True, slots=True)
+class DistContext:
+    rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: str = "cpu", timeout_s: float = 120.0) -> DistContext:
+    """Join the torchrun group (a no-op context when not launched by torchrun)."""
+    if "RANK" not in os.environ:
+        return DistContext(rank=0, world_size=1, device=torch.device(device))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if device.startswith("cuda"):
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local)
+        dev, backend = torch.device("cuda", local), "nccl"
+    else:
+        dev, backend = torch.device("cpu"), "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return DistContext(rank=rank, world_size=world, device=dev)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,74 @@
+"""torchrun with 2 processes (gloo, CPU) gives exactly the single-process tokens, and a failing
+rank ends the whole run with its error."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import dllm
+from dllm import GenerationConfig
+
+PROMPTS = ["copy the list [a, b, c]", "reverse", "sort these names please", "x y z w v u", "one more prompt here"]
+GEN = ["--gen-length", "16", "--block-length", "8", "--steps", "16", "--no-stop-at-eos"]
+
+
+def _torchrun(model_dir, prompts_file, out_dir, extra, env=None, nproc=2, timeout=600):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", "dllm", "bench", "throughput", "--model", str(model_dir), "--prompts", str(prompts_file),
+           "--out", str(out_dir), "--timeout", "60", *GEN, *extra]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd(), **(env or {})}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_dirs, tmp_path_factory):
+    root = tmp_path_factory.mktemp("tr")
+    prompts = root / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n")
+    return tiny_dirs["llada"], prompts, root
+
+
+def _single(model_dir, prompts, **options):
+    model = dllm.load(model_dir)
+    cfg = GenerationConfig(gen_length=16, block_length=8, steps=16, stop_at_eos=False, **options)
+    return model.generate(prompts, cfg).token_ids
+
+
+def test_data_parallel_matches_single_process_in_order(setup):
+    model_dir, prompts, root = setup
+    done = _torchrun(model_dir, prompts, root / "dp", ["--batch-size", "2"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((root / "dp" / "throughput.json").read_text())
+    assert summary["world_size"] == 2 and [o["index"] for o in summary["outputs"]] == list(range(len(PROMPTS)))
+    assert [o["token_ids"] for o in summary["outputs"]] == _single(model_dir, PROMPTS)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_branch_parallel_lopa_matches_single_process(setup, batch):
+    model_dir, prompts, root = setup
+    lopa = ["--policy", "threshold", "--policy-arg", "tau=0.5", "--strategy", "lopa", "--strategy-arg", "branches=3"]
+    out = root / f"bp{batch}"
+    done = _torchrun(model_dir, prompts, out, ["--branch-parallel", "--batch-size", str(batch), *lopa])
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "throughput.json").read_text())
+    expected = []
+    for i in range(0, len(PROMPTS), batch):
+        expected += _single(model_dir, PROMPTS[i : i + batch], policy="threshold", policy_args={"tau": 0.5},
+                            strategy="lopa", strategy_args={"branches": 3})
+    assert [o["token_ids"] for o in summary["outputs"]] == expected
+    assert summary["comm_bytes_per_round"] > 0
+
+
+def test_a_failing_rank_ends_the_run_with_its_error(setup):
+    model_dir, prompts, root = setup
+    start = time.monotonic()
+    done = _torchrun(model_dir, prompts, root / "fail", [], env={"DLLM_FAIL_RANK": "1"}, timeout=300)
+    assert done.returncode != 0
+    assert "rank 1 failed: injected failure on rank 1" in done.stderr
+    assert time.monotonic() - start < 240
+    assert not (root / "fail" / "throughput.json").exists()
