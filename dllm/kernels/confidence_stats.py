@@ -319,10 +319,12 @@ def confidence_stats_triton(logits: Tensor, *, temperature: float = 0.0, seed: i
         return TokenStats(token, prob, margin_prob, margin_logit, entropy)
     block = block_v or _default_block_v(V, interpreted)
     noise = temperature > 0
+    # enable_fp_fusion=False: x + T * g rounded as torch rounds it (no FMA), so the noised scores,
+    # and hence the sampled tokens, match the reference bit for bit up to the log's last ulp.
     _confidence_stats_kernel[(R,)](
         logits, logits.stride(0), V, ex, float(temperature),
         fold_seed(_resolve_seed(seed, temperature)), int(offset),
         token, prob, margin_prob, margin_logit, entropy,
-        BLOCK_V=block, N_EX=n_ex, NOISE=noise, num_warps=8 if block >= 2048 else 4,
+        BLOCK_V=block, N_EX=n_ex, NOISE=noise, num_warps=8 if block >= 2048 else 4, enable_fp_fusion=False,
     )
     return TokenStats(token, prob, margin_prob, margin_logit, entropy)
