@@ -1,6 +1,8 @@
-"""Procedural 4x4 Latin squares in the official ParallelBench record shape (independent code).
+"""Procedural Latin squares in the official ParallelBench record shape (independent code).
 
-Symbols are drawn from A-Z and 0-9; a cyclic square is shuffled by rows and then by columns.
+``size`` distinct symbols are drawn from A-Z and 0-9; a cyclic square over them is shuffled by
+rows and then by columns. With ``random.Random(51291)`` (the official seed) consecutive calls
+reproduce puzzle/latin_square_n4.jsonl, and the next 100 calls its one-shot examples.
 """
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ SYMBOLS = string.ascii_uppercase + string.digits
 
 
 def generate_latin_square(rng: random.Random, size: int = 4) -> dict:
+    """``{"input": {"size", "symbols": "[H, 4, C, A]"}, "answer": {"symbols": [...],
+    "example": "H,4,A,C\\n..."}, "metadata": {"length": size}}``; the example is one valid
+    square (the metric accepts any)."""
     symbols = rng.sample(SYMBOLS, size)
     rows = [[symbols[(i + j) % size] for j in range(size)] for i in range(size)]
     rng.shuffle(rows)

@@ -1,8 +1,9 @@
-"""ParallelBench task specs and prompts, built exactly as the benchmark (v0) builds them.
+"""ParallelBench task specs and chat prompts, built exactly as the benchmark (v0) builds them.
 
-User message = ``prompt.format(**sample["input"]).replace("\\n", "\n")``; with one shot, the
-example is a prior user turn plus an assistant turn (``answer`` if a string, else
-``answer["example"]``).
+User message = ``prompt.format(**sample["input"]).replace("\\n", "\n")`` (the sudoku template
+spells its newlines as literal backslash-n). A one-shot example is a prior user turn plus an
+assistant turn holding ``answer`` if a string, else ``answer["example"]``. The official files
+are read from a directory given by the caller; nothing of them ships with dllm.
 """
 from __future__ import annotations
 
@@ -13,69 +14,75 @@ from pathlib import Path
 
 import yaml
 
-# ParallelBench's max_tokens per task family
-MAX_TOKENS = {"waiting_line": 32, "puzzle": 64, "words_to_sentence": 64, "paraphrase_summarize": 64}
+# The repository checkout this package lives in (dllm/data/prompts.py -> repo root).
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# ParallelBench's max_tokens per task folder (the n=15 waiting-line runs used 128).
+MAX_TOKENS = {"waiting_line": 32, "waiting_line_n15": 128, "puzzle": 64,
+              "words_to_sentence": 64, "paraphrase_summarize": 64}
 
 
 def default_data_dir() -> Path:
-    """$DLLM_PARALLELBENCH_DIR, else ../shared/data/parallelbench beside the repository."""
-    env = os.environ.get("DLLM_PARALLELBENCH_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "parallelbench"
+    """$DLLM_PARALLELBENCH_DIR if set, else ``../shared/data/parallelbench`` beside the repo."""
+    return Path(os.environ.get("DLLM_PARALLELBENCH_DIR") or _REPO_ROOT.parent / "shared" / "data" / "parallelbench")
 
 
 @dataclass(kw_only=True, slots=True)
 class TaskSpec:
-    name: str  # e.g. "waiting_line/copy"
-    prompt: str
-    metric: str
-    max_tokens: int
+    """One benchmark task as its task_config.yaml entry describes it."""
+
+    name: str  # the config key, e.g. "waiting_line/copy" or "puzzle/sudoku_n4_12"
+    prompt: str  # str.format template over sample["input"]
+    metric: str  # a name known to dllm.bench.metrics.score
+    max_tokens: int  # generation length the benchmark used
     path: Path  # the task's JSONL file
 
 
-def _jsonl_name(folder: str, key: str, entry: dict) -> str:
-    """waiting_line/copy -> copy.jsonl; puzzle/sudoku_n4_12 -> sudoku_n4_12.jsonl."""
-    return key.split("/", 1)[1] + ".jsonl"
-
-
 def load_task_configs(data_dir: Path) -> dict[str, TaskSpec]:
-    """Every task of every task_config.yaml under data_dir."""
+    """Every task of every ``*/task_config.yaml`` under ``data_dir`` whose JSONL is present.
+
+    Tasks are named by their config key (the ``name`` field is unreliable: sudoku_n4_12 says
+    ``puzzle/sudoku_4x4_4``); configs listing unshipped variants (W2S ``_n3`` ...) are skipped.
+    """
     specs: dict[str, TaskSpec] = {}
     for cfg_file in sorted(Path(data_dir).glob("*/task_config.yaml")):
         folder = cfg_file.parent.name
-        for key, entry in yaml.safe_load(cfg_file.read_text()).items():
-            path = cfg_file.parent / _jsonl_name(folder, key, entry)
+        for key, entry in (yaml.safe_load(cfg_file.read_text()) or {}).items():
+            path = cfg_file.parent / f"{key.split('/', 1)[1]}.jsonl"
             if path.is_file():
                 specs[key] = TaskSpec(name=key, prompt=entry["prompt"], metric=entry["metric"],
                                       max_tokens=MAX_TOKENS.get(folder, 64), path=path)
     if not specs:
-        raise FileNotFoundError(f"no ParallelBench task_config.yaml files under {data_dir}; pass the official data dir")
+        raise FileNotFoundError(f"no ParallelBench task_config.yaml with data under {data_dir}; "
+                                "pass the official data directory or set DLLM_PARALLELBENCH_DIR")
     return specs
 
 
 def load_samples(data_dir: Path, task: str) -> list[dict]:
-    spec = load_task_configs(data_dir)[task]
-    return [json.loads(line) for line in spec.path.read_text().splitlines() if line.strip()]
+    """The official samples of ``task`` (e.g. "waiting_line/copy"), in file order."""
+    specs = load_task_configs(data_dir)
+    if task not in specs:
+        raise ValueError(f"unknown task {task!r}; known: {sorted(specs)}")
+    return [json.loads(line) for line in specs[task].path.read_text().splitlines() if line.strip()]
 
 
 def user_message(spec: TaskSpec, inputs: dict) -> str:
-    fields = {k: v for k, v in inputs.items() if k != "icl_examples"}
-    return spec.prompt.format(**fields).replace("\\n", "\n")
+    """The user turn for one sample's ``input`` dict (unused keys such as icl_examples ignored)."""
+    return spec.prompt.format(**inputs).replace("\\n", "\n")
 
 
 def build_messages(spec: TaskSpec, sample: dict, shots: int = 0) -> list[dict]:
-    """Chat messages for one sample, with ``shots`` (0 or 1) example turns first."""
-    if shots not in (0, 1):
-        raise ValueError(f"shots must be 0 or 1, got {shots}")
+    """Chat messages for one sample, preceded by up to ``shots`` example exchanges.
+
+    Examples come from ``sample["input"]["icl_examples"]``; tasks that ship none (Text Writing,
+    zero-shot in the benchmark) get none, so ``shots=1`` mirrors the paper's setting.
+    """
+    if shots < 0:
+        raise ValueError(f"shots must be >= 0, got {shots}")
     messages: list[dict] = []
-    if shots:
-        examples = sample["input"].get("icl_examples") or []
-        if not examples:
-            raise ValueError(f"task {spec.name} has no one-shot example; use shots=0")
-        ex = examples[0]
-        answer = ex["answer"] if isinstance(ex["answer"], str) else ex["answer"]["example"]
-        messages += [{"role": "user", "content": user_message(spec, ex["input"])},
-                     {"role": "assistant", "content": answer}]
+    for example in (sample["input"].get("icl_examples") or [])[:shots]:
+        answer = example["answer"]
+        messages += [{"role": "user", "content": user_message(spec, example["input"])},
+                     {"role": "assistant", "content": answer if isinstance(answer, str) else answer["example"]}]
     messages.append({"role": "user", "content": user_message(spec, sample["input"])})
     return messages
