@@ -43,3 +43,16 @@ def test_batch_equals_single_runs(tiny_models, family, policy, stop_at_eos):
         single = decode(model, [prompt], cfg)
         assert batch.answer[row].tolist() == single.answer[0].tolist()
         assert int(batch.nfe[row]) == int(single.nfe[0])
+
+
+def test_classifier_free_guidance_batches_like_single_runs(tiny_models):
+    """cfg_scale > 0 doubles the batch with the prompt masked out; rows stay independent."""
+    model = tiny_models["llada"].model
+    cfg = GenerationConfig(gen_length=8, steps=8, cfg_scale=1.5, stop_at_eos=False)
+    plain = decode(model, PROMPTS[:2], GenerationConfig(gen_length=8, steps=8, stop_at_eos=False))
+    guided = decode(model, PROMPTS[:2], cfg)
+    assert guided.answer.tolist() != plain.answer.tolist()
+    for row, prompt in enumerate(PROMPTS[:2]):
+        assert decode(model, [prompt], cfg).answer[0].tolist() == guided.answer[row].tolist()
+    with pytest.raises(ValueError, match="cache='none' only"):
+        decode(model, PROMPTS[:1], GenerationConfig(gen_length=8, cfg_scale=1.0, cache="dual"))
