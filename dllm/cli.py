@@ -32,6 +32,8 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stopper-arg", action="append", metavar="K=V", help="stopper option, repeatable")
     g.add_argument("--cache", default="none", help="KV cache: none | prefix | dual (default: %(default)s)")
     g.add_argument("--sub-block-length", type=int, default=None, help="sub-block cache size (default: off)")
+    g.add_argument("--cache-arg", action="append", metavar="K=V",
+                   help="cache option, repeatable (e.g. refresh_every=4)")
     g.add_argument("--gen-length", type=int, default=128, help="answer tokens (default: %(default)s)")
     g.add_argument("--block-length", type=int, default=None, help="block size (default: gen-length)")
     g.add_argument("--steps", type=int, default=None, help="step budget (default: gen-length)")
@@ -51,7 +53,7 @@ def generation_config(args: argparse.Namespace):
         policy=args.policy, policy_args=parse_kv(args.policy_arg),
         strategy=args.strategy, strategy_args=parse_kv(args.strategy_arg),
         stopper=args.stopper, stopper_args=parse_kv(args.stopper_arg),
-        cache=args.cache, sub_block_length=args.sub_block_length,
+        cache=args.cache, sub_block_length=args.sub_block_length, cache_args=parse_kv(args.cache_arg),
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
         cfg_scale=args.cfg_scale, stop_at_eos=not args.no_stop_at_eos, seed=args.seed,
     )

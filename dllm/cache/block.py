@@ -12,9 +12,10 @@ Dream's logit shift: the window starts one position early (bs - 1), so the block
 is the fresh output of the position before it.
 
 Block-causal models (Fast-dLLM v2): earlier blocks never see later ones, so their K/V is exact
-once written. The refresh forwards only [end of exact K/V, be): the just-finished block (whose
-last output gives this block's first token) plus the active block; the cached decode equals
-the uncached one.
+once written. The refresh forwards only [end of exact K/V, be): the just-finished block (its
+final K/V, and its last output gives this block's first token) plus the active block, so the
+block commit costs no forward of its own; later steps forward only the block (prefix and dual
+coincide). Without sub-blocks the cached decode equals the uncached one.
 """
 from __future__ import annotations
 
@@ -63,16 +64,17 @@ class BlockCache:
                 self.exact_end = outer_bs
             first = bs - shift - start
             return logits[:, first : first + W]
+        # block-causal: later blocks never reach this one, so prefix needs no suffix either
+        narrow = self.mode == "dual" or runner.model.attention == "block_causal"
         if rebuild:  # a new sub-block: rebuild the block's K/V
             q_start = outer_bs - shift
-            q_end = outer_be if self.mode == "dual" else runner.live_end
+            q_end = outer_be if narrow else runner.live_end
         else:
             q_start = bs - shift
-            q_end = be if self.mode == "dual" else runner.live_end
+            q_end = be if narrow else runner.live_end
         logits = runner.forward(tokens[:, q_start:q_end], q_start, cache=kv, rows=rows, count=count)
         first = bs - shift - q_start
         return logits[:, first : first + W]
-
 
     def _due(self, key: tuple, condition: bool, rows: Tensor | None) -> bool:
         if not condition or rows is not None or key in self.done:

@@ -37,5 +37,7 @@ def init_distributed(device: str = "cpu", timeout_s: float = 120.0) -> DistConte
 
 
 def shutdown() -> None:
+    """Leave together: a rank that tears gloo down while a peer is still working can abort it."""
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()

@@ -35,8 +35,15 @@ def test_block_causal_cache_is_exact(block_causal, options, prompts):
     plain = _answers(block_causal, prompts)
     cached = _answers(block_causal, prompts, **options)
     assert cached.answer.tolist() == plain.answer.tolist()
-    if options["cache"] == "dual":
-        assert (cached.token_forwards < plain.token_forwards).all()
+    assert (cached.nfe == plain.nfe).all()  # the block commit rides on the next block's refresh
+    assert (cached.token_forwards < plain.token_forwards).all()
+
+
+@pytest.mark.parametrize("options", CACHED[2:])
+def test_block_causal_sub_blocks_refreshed_every_step_are_exact(block_causal, options):
+    plain = _answers(block_causal, PROMPTS, sub_block_length=4)
+    cached = _answers(block_causal, PROMPTS, cache_args={"refresh_every": 1}, **options)
+    assert cached.answer.tolist() == plain.answer.tolist()
 
 
 @pytest.mark.parametrize("family", ["llada", "dream"])
@@ -72,3 +79,13 @@ def test_cache_saves_token_forwards(tiny_models, options):
 def test_unknown_cache_option(tiny_models):
     with pytest.raises(ValueError, match="cache 'dual'.*check cache_args"):
         tiny_models["llada"].generate("hi", gen_length=8, cache="dual", cache_args={"bogus": 1})
+
+
+def test_cli_cache_args_reach_the_config():
+    from dllm.cli import build_parser, generation_config
+
+    args = build_parser().parse_args(["generate", "hi", "--cache", "dual", "--sub-block-length", "4",
+                                      "--block-length", "8", "--gen-length", "16",
+                                      "--cache-arg", "refresh_every=2"])
+    config = generation_config(args)
+    assert (config.cache, config.sub_block_length, config.cache_args) == ("dual", 4, {"refresh_every": 2})
