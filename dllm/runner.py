@@ -95,13 +95,3 @@ class ModelRunner:
         self.draft_rows += charged.long() * width
         self.token_forwards += charged.long() * width * T
         return charged
-
-
-def shift_right(logits: Tensor, previous: Tensor | None = None) -> Tensor:
-    """Dream's alignment: the logit for position i is the output at i - 1.
-
-    logits (N, T, V); ``previous`` (N, V) is the output just before the window, if known;
-    otherwise position 0 reuses its own output (it is always prompt, so never read).
-    """
-    first = logits[:, :1] if previous is None else previous[:, None]
-    return torch.cat([first, logits[:, :-1]], dim=1)

@@ -21,9 +21,3 @@ class KVBuffers:
     def select(self, rows: Tensor) -> "KVBuffers":
         """A copy holding row ``rows[j]`` at j: candidate states share their row's cache."""
         return KVBuffers([(k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.layers])
-
-    def copy_rows_from(self, other: "KVBuffers", src: Tensor, dst: Tensor) -> None:
-        """Overwrite rows ``dst`` with ``other``'s rows ``src`` (a winning candidate's cache)."""
-        for (k, v), (ok, ov) in zip(self.layers, other.layers):
-            k[dst] = ok[src]
-            v[dst] = ov[src]
