@@ -187,8 +187,8 @@ def _filter_logits(logits: Tensor, top_k: int | None, top_p: float | None) -> Te
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and top_p < 1:
         sorted_logits, order = logits.sort(dim=-1, descending=True)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        drop_sorted = cum - sorted_logits.softmax(-1) > top_p  # keep the token that crosses p
+        probs = sorted_logits.softmax(-1)
+        drop_sorted = probs.cumsum(-1) - probs > top_p  # keep the token that crosses p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
