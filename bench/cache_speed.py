@@ -53,16 +53,19 @@ def main() -> None:
                 rows.append({"gen_length": G, "mode": name, "nfe": out.stats[0]["nfe"],
                              "token_forwards": out.stats[0]["token_forwards"], "seconds": wall,
                              "speedup": base["wall"] / wall, "token_forward_ratio": base["tf"] / out.stats[0]["token_forwards"],
-                             "tokens_differing_from_none": sum(a != b for a, b in zip(ids, base["ids"]))})
+                             "tokens_differing_from_none": sum(a != b for a, b in zip(ids, base["ids"])),
+                             "kv_cache_peak_mib": out.memory["kv_cache_peak_bytes"] / 2**20,
+                             "model_mib": out.memory["model_bytes"] / 2**20})
                 print(rows[-1], flush=True)
     machine = f"{platform.machine()} CPU, {torch.get_num_threads()} threads, torch {torch.__version__}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps({"params": params, "machine": machine, "rows": rows}, indent=1) + "\n")
     md = [f"{params / 1e6:.0f}M-parameter random LLaDA, {args.tokens_per_step} tokens/step, block {args.block_length}, {machine}.", "",
-          "| gen | cache | NFE | token-forwards | seconds | speedup | compute saved | tokens differing from none |",
-          "|---|---|---|---|---|---|---|---|"]
+          "| gen | cache | NFE | token-forwards | seconds | speedup | compute saved | tokens differing from none | KV cache MiB (model MiB) |",
+          "|---|---|---|---|---|---|---|---|---|"]
     md += [f"| {r['gen_length']} | {r['mode']} | {r['nfe']} | {r['token_forwards']} | {r['seconds']:.1f} | "
-           f"{r['speedup']:.2f}x | {r['token_forward_ratio']:.1f}x | {r['tokens_differing_from_none']} |" for r in rows]
+           f"{r['speedup']:.2f}x | {r['token_forward_ratio']:.1f}x | {r['tokens_differing_from_none']} | "
+           f"{r['kv_cache_peak_mib']:.1f} ({r['model_mib']:.0f}) |" for r in rows]
     args.out.with_suffix(".md").write_text("\n".join(md) + "\n")
 
 

@@ -27,6 +27,7 @@ class GenerationOutput:
     token_ids: list[list[int]]  # answer ids up to and including the first end-of-text
     stats: list[dict[str, Any]]  # per row: nfe, tpf, token_forwards, draft_rows, tokens, seconds
     decode_order: list[list[int]] = field(default_factory=list)  # forward index per answer token
+    memory: dict[str, int] = field(default_factory=dict)  # dllm.memory plan + kv_cache_peak_bytes
 
 
 class DiffusionLM:
@@ -77,7 +78,8 @@ class DiffusionLM:
                 "token_forwards": int(result.token_forwards[row]),
                 "draft_rows": int(result.draft_rows[row]), "seconds": result.wall_time,
             })
-        return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, decode_order=orders)
+        return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, decode_order=orders,
+                                memory=result.memory)
 
 
 def _is_messages(value: Any) -> bool:

@@ -43,6 +43,8 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cfg-scale", type=float, default=0.0, help="classifier-free guidance (default: %(default)s)")
     g.add_argument("--no-stop-at-eos", action="store_true", help="decode every position even after end-of-text")
     g.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
+    g.add_argument("--memory-budget-mb", type=float, default=None,
+                   help="refuse a decode whose weights + KV cache + logits exceed this (default: no check)")
 
 
 def generation_config(args: argparse.Namespace):
@@ -56,6 +58,7 @@ def generation_config(args: argparse.Namespace):
         cache=args.cache, sub_block_length=args.sub_block_length, cache_args=parse_kv(args.cache_arg),
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
         cfg_scale=args.cfg_scale, stop_at_eos=not args.no_stop_at_eos, seed=args.seed,
+        memory_budget_mb=args.memory_budget_mb,
     )
 
 

@@ -21,6 +21,8 @@ class GenerationConfig:
     cfg_scale: LLaDA classifier-free guidance (unconditional = prompt replaced by masks).
     stop_at_eos: a row stops once every position before its first end-of-text is committed;
       the rest of its canvas is filled with end-of-text.
+    memory_budget_mb: refuse (before any model work) a decode whose planned weights + KV cache +
+      logits exceed this many MiB (dllm.memory); None = no check.
     """
 
     gen_length: int = 128
@@ -41,6 +43,7 @@ class GenerationConfig:
     cfg_scale: float = 0.0
     stop_at_eos: bool = True
     seed: int = 0
+    memory_budget_mb: float | None = None
 
     def __post_init__(self) -> None:
         if self.gen_length <= 0:
@@ -65,6 +68,8 @@ class GenerationConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k is not None and self.top_k <= 0:
             raise ValueError(f"top_k must be positive, got {self.top_k}")
+        if self.memory_budget_mb is not None and self.memory_budget_mb <= 0:
+            raise ValueError(f"memory_budget_mb must be positive, got {self.memory_budget_mb}")
         if self.cfg_scale < 0:
             raise ValueError(f"cfg_scale must be >= 0, got {self.cfg_scale}")
         if self.sub_block_length is not None and (

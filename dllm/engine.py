@@ -17,6 +17,7 @@ from dllm.cache import make_cache
 from dllm.canvas import Canvas, build_canvas
 from dllm.config import GenerationConfig
 from dllm.kernels import TokenStats, confidence_stats
+from dllm.memory import check_memory_budget, plan_memory
 from dllm.runner import ModelRunner
 from dllm.samplers import make_rule, make_stopper, make_strategy
 from dllm.samplers.base import RuleInput
@@ -33,6 +34,7 @@ class DecodeResult:
     token_forwards: Tensor  # (B,) query tokens processed for each row
     draft_rows: Tensor  # (B,) rows forwarded for each row (> nfe for FreeDave / LoPA)
     wall_time: float  # seconds for the whole batch (synchronised on GPU)
+    memory: dict[str, int]  # the MemoryPlan's bytes plus kv_cache_peak_bytes really allocated
 
 
 class DecodeState:
@@ -213,6 +215,9 @@ def check_prompts(prompts: list[list[int]], config: GenerationConfig, max_length
 def decode(model, prompts: list[list[int]], config: GenerationConfig) -> DecodeResult:
     """Decode a batch of token-id prompts (ragged lengths allowed) with ``config``."""
     check_prompts(prompts, config, model.config.max_sequence_length)
+    canvas_length = max(len(p) for p in prompts) + config.gen_length
+    plan = plan_memory(model, len(prompts), canvas_length, config)
+    check_memory_budget(plan, config, len(prompts), canvas_length)
     strategy = make_strategy(config.strategy, config.strategy_args)
     canvas = build_canvas(prompts, gen_length=config.gen_length, mask_id=model.mask_token_id,
                           pad_id=model.config.pad_token_id, device=model.device)
@@ -233,7 +238,8 @@ def decode(model, prompts: list[list[int]], config: GenerationConfig) -> DecodeR
     _sync(model)
     return DecodeResult(answer=canvas.tokens[:, canvas.prompt_width :].clone(), order=state.order,
                         nfe=state.runner.nfe, token_forwards=state.runner.token_forwards,
-                        draft_rows=state.runner.draft_rows, wall_time=time.perf_counter() - start)
+                        draft_rows=state.runner.draft_rows, wall_time=time.perf_counter() - start,
+                        memory={**plan.as_dict(), "kv_cache_peak_bytes": state.cache.peak_bytes})
 
 
 def _sync(model) -> None:

@@ -36,6 +36,7 @@ class BlockCache:
         self.kv: KVBuffers | None = None
         self.exact_end = 0  # block-causal: K/V of [0, exact_end) is final
         self.done: set[tuple] = set()  # (kind, window start, step) of refreshes already made
+        self.peak_bytes = 0  # largest K/V footprint held at once (base buffers + candidate copy)
 
     def _outer_block(self, runner: ModelRunner, bs: int) -> tuple[int, int]:
         P = runner.canvas.prompt_width
@@ -55,6 +56,7 @@ class BlockCache:
         refresh |= self._due(("every", bs, step), bool(self.refresh_every) and step % (self.refresh_every or 1) == 0, rows)
         rebuild = self._due(("sub", bs, 0), step == 0 and bool(self.sub_block_length), rows)
         kv = self.kv if rows is None else self.kv.select(rows)
+        self.peak_bytes = max(self.peak_bytes, self.kv.nbytes + (kv.nbytes if rows is not None else 0))
         if refresh:
             start = self.exact_end if runner.model.attention == "block_causal" else 0
             start = min(start, outer_bs - shift)

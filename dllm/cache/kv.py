@@ -18,6 +18,10 @@ class KVBuffers:
         make = lambda: torch.zeros(shape, dtype=model.dtype, device=model.device)  # noqa: E731
         return cls([(make(), make()) for _ in range(cfg.n_layers)])
 
+    @property
+    def nbytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.layers)
+
     def select(self, rows: Tensor) -> "KVBuffers":
         """A copy holding row ``rows[j]`` at j: candidate states share their row's cache."""
         return KVBuffers([(k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.layers])

@@ -9,6 +9,8 @@ from dllm.runner import ModelRunner
 
 @register_cache("none")
 class NoCache:
+    peak_bytes = 0  # no buffers
+
     def __init__(self, *, block_length: int, sub_block_length: int | None = None) -> None:
         """Block geometry is accepted for a uniform factory call; nothing is stored."""
 
