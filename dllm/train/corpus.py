@@ -37,7 +37,12 @@ def answer_text(sample: dict) -> str:
 class TaskCorpus:
     """An endless, seeded stream of training examples over TRAIN_TASKS."""
 
-    def __init__(self, data_dir: Path, *, seed: int, min_length: int = 3, max_length: int = 6) -> None:
+    def __init__(self, data_dir: Path, *, seed: int, min_length: int = 3, max_length: int = 6,
+                 tasks: tuple[str, ...] = TRAIN_TASKS) -> None:
+        unknown = sorted(set(tasks) - set(TRAIN_TASKS))
+        if unknown:
+            raise ValueError(f"unknown training tasks {unknown}; choose from {list(TRAIN_TASKS)}")
+        self.tasks = tuple(tasks)
         self.names = load_names(data_dir)
         self.specs = load_task_configs(data_dir)
         self.excluded = official_test_contexts(data_dir)
@@ -45,7 +50,7 @@ class TaskCorpus:
         self.min_length, self.max_length = min_length, max_length
 
     def sample(self, task: str | None = None) -> Example:
-        task = task or self.rng.choice(TRAIN_TASKS)
+        task = task or self.rng.choice(self.tasks)
         spec = self.specs[task]
         while True:
             if task == LATIN:

@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from dllm.data.bpe import save_tokenizer_dir, train_bpe
 from dllm.data.prompts import default_data_dir
 from dllm.engine import decode
 from dllm.models.llada import parse_config
+from dllm.models.loading import load_model
 from dllm.models.tiny import LLADA_CHAT_TEMPLATE
 from dllm.models.tokenizer import load_tokenizer
 from dllm.models.transformer import DiffusionTransformer
@@ -52,9 +54,19 @@ def template_fragments(corpus: TaskCorpus) -> list[str]:
     return sorted((p for p in pieces if len(p) > 1), key=len, reverse=True)
 
 
+def name_tokens(corpus: TaskCorpus) -> list[AddedToken]:
+    """One token per first name and one per " Last" name, so every list item is the same number
+    of tokens and item i of the answer sits at a fixed offset from item i of the prompt: with
+    names split into a varying number of BPE pieces three models never learned to copy."""
+    firsts = sorted({n.split(" ")[0] for n in corpus.names})
+    lasts = sorted({" " + n.split(" ", 1)[1] for n in corpus.names})
+    return ([AddedToken(f, single_word=True, normalized=False) for f in firsts]
+            + [AddedToken(l, normalized=False) for l in lasts])
+
+
 def build_tokenizer(corpus: TaskCorpus, out: Path, vocab_size: int):
     """Byte-level BPE over generated prompts and answers plus every name, with each template
-    fragment added as a whole token."""
+    fragment and each first / last name added as a whole token."""
     texts = []
     for task in TRAIN_TASKS:
         for _ in range(300):
@@ -63,6 +75,7 @@ def build_tokenizer(corpus: TaskCorpus, out: Path, vocab_size: int):
     texts += [f'["{n}"]' for n in corpus.names] * 3 + [f'"{n}"' for n in corpus.names] * 3
     tok = train_bpe(texts, vocab_size=vocab_size, special_tokens=SPECIALS)
     tok.add_tokens([AddedToken(f, normalized=False) for f in template_fragments(corpus)])
+    tok.add_tokens(name_tokens(corpus))
     special = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
                "pad_token": "<|endoftext|>", "mask_token": "<|mdm_mask|>"}
     save_tokenizer_dir(tok, out, special=special, chat_template=LLADA_CHAT_TEMPLATE)
@@ -120,7 +133,7 @@ def evaluate(model, tokenizer, heldout: list, specs: dict) -> dict:
     """Exact decode at one token per step (low_confidence) on the held-out split, scored."""
     model.eval()
     scores: dict[str, list[float]] = {}
-    for task in TRAIN_TASKS:
+    for task in dict.fromkeys(ex.task for ex in heldout):
         exs = [ex for ex in heldout if ex.task == task]
         prompts = [encode(tokenizer, ex)[0] for ex in exs]
         G = specs[task].max_tokens
@@ -151,6 +164,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--heldout-per-task", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", type=Path, default=None,
+                    help="checkpoint directory to continue from (its tokenizer and weights)")
+    ap.add_argument("--tasks", nargs="+", default=None,
+                    help="train on these tasks only (e.g. waiting_line/copy); default: all of TRAIN_TASKS")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
     if args.threads:
@@ -159,16 +176,24 @@ def main(argv: list[str] | None = None) -> None:
     data_dir = args.data or default_data_dir()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    corpus = TaskCorpus(data_dir, seed=args.seed)
-    tokenizer = build_tokenizer(corpus, out, args.vocab_size)
-    raw = model_config(tokenizer, args)
-    model = DiffusionTransformer(parse_config(raw))
-    for name, p in model.named_parameters():
-        if p.dim() == 2:
-            torch.nn.init.normal_(p, std=0.02 if name != "embed.weight" else 1.0 / math.sqrt(args.d_model))
+    tasks = tuple(args.tasks) if args.tasks else TRAIN_TASKS
+    corpus = TaskCorpus(data_dir, seed=args.seed, tasks=tasks)
+    if args.init:  # continue from a checkpoint (e.g. a curriculum stage): its tokenizer and weights
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(args.init / name, out / name)
+        tokenizer = load_tokenizer(out)
+        model = load_model(args.init, dtype=torch.float32).requires_grad_(True)
+        raw = json.loads((args.init / "config.json").read_text())
+    else:
+        tokenizer = build_tokenizer(corpus, out, args.vocab_size)
+        raw = model_config(tokenizer, args)
+        model = DiffusionTransformer(parse_config(raw))
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                torch.nn.init.normal_(p, std=0.02 if name != "embed.weight" else 1.0 / math.sqrt(args.d_model))
     n_params = sum(p.numel() for p in model.parameters())
     heldout_corpus = TaskCorpus(data_dir, seed=args.seed + 10_000)
-    heldout = [heldout_corpus.sample(task) for task in TRAIN_TASKS for _ in range(args.heldout_per_task)]
+    heldout = [heldout_corpus.sample(task) for task in tasks for _ in range(args.heldout_per_task)]
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup) * (
         0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))))
