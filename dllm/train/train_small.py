@@ -28,16 +28,25 @@ from dllm.config import GenerationConfig
 from dllm.data.bpe import save_tokenizer_dir, train_bpe
 from dllm.data.prompts import default_data_dir
 from dllm.engine import decode
-from dllm.models.llada import parse_config
 from dllm.models.loading import load_model
-from dllm.models.tiny import LLADA_CHAT_TEMPLATE
+from dllm.models.registry import family_for
+from dllm.models.tiny import CHATML_TEMPLATE, LLADA_CHAT_TEMPLATE
 from dllm.models.tokenizer import load_tokenizer
 from dllm.models.transformer import DiffusionTransformer
 from dllm.train.corpus import TRAIN_TASKS, TaskCorpus
 from dllm.train.save import save_checkpoint
 
-SPECIALS = ["<|endoftext|>", "<|mdm_mask|>", "<|startoftext|>", "<|start_header_id|>",
-            "<|end_header_id|>", "<|eot_id|>"]
+# Per layout: special tokens (in vocabulary order), their roles and the chat template, as in
+# LLaDA-8B-Instruct and Dream-7B-Instruct.
+LAYOUTS = {
+    "llada": (["<|endoftext|>", "<|mdm_mask|>", "<|startoftext|>", "<|start_header_id|>",
+               "<|end_header_id|>", "<|eot_id|>"],
+              {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
+               "pad_token": "<|endoftext|>", "mask_token": "<|mdm_mask|>"}, LLADA_CHAT_TEMPLATE),
+    "dream": (["<|endoftext|>", "<|mask|>", "<|beginoftext|>", "<|im_start|>", "<|im_end|>"],
+              {"bos_token": "<|beginoftext|>", "eos_token": "<|endoftext|>",
+               "pad_token": "<|endoftext|>", "mask_token": "<|mask|>"}, CHATML_TEMPLATE),
+}
 
 
 def template_fragments(corpus: TaskCorpus) -> list[str]:
@@ -64,7 +73,7 @@ def name_tokens(corpus: TaskCorpus) -> list[AddedToken]:
             + [AddedToken(l, normalized=False) for l in lasts])
 
 
-def build_tokenizer(corpus: TaskCorpus, out: Path, vocab_size: int):
+def build_tokenizer(corpus: TaskCorpus, out: Path, vocab_size: int, family: str = "llada"):
     """Byte-level BPE over generated prompts and answers plus every name, with each template
     fragment and each first / last name added as a whole token."""
     texts = []
@@ -73,17 +82,28 @@ def build_tokenizer(corpus: TaskCorpus, out: Path, vocab_size: int):
             ex = corpus.sample(task)
             texts += [m["content"] for m in ex.messages] + [ex.answer]
     texts += [f'["{n}"]' for n in corpus.names] * 3 + [f'"{n}"' for n in corpus.names] * 3
-    tok = train_bpe(texts, vocab_size=vocab_size, special_tokens=SPECIALS)
+    specials, special, template = LAYOUTS[family]
+    tok = train_bpe(texts, vocab_size=vocab_size, special_tokens=specials)
     tok.add_tokens([AddedToken(f, normalized=False) for f in template_fragments(corpus)])
     tok.add_tokens(name_tokens(corpus))
-    special = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
-               "pad_token": "<|endoftext|>", "mask_token": "<|mdm_mask|>"}
-    save_tokenizer_dir(tok, out, special=special, chat_template=LLADA_CHAT_TEMPLATE)
+    save_tokenizer_dir(tok, out, special=special, chat_template=template)
     return load_tokenizer(out)
 
 
 def model_config(tokenizer, args) -> dict:
+    """config.json in the original layout of the chosen family (Dream: Qwen2 names, logit shift)."""
     vocab = len(tokenizer)
+    ids = {"mask_token_id": tokenizer.mask_token_id, "eos_token_id": tokenizer.eos_token_id,
+           "pad_token_id": tokenizer.pad_token_id}
+    if args.family == "dream":
+        return {
+            "model_type": "Dream", "architectures": ["DreamModel"],
+            "hidden_size": args.d_model, "num_hidden_layers": args.n_layers,
+            "num_attention_heads": args.n_heads, "num_key_value_heads": args.n_heads,
+            "intermediate_size": args.mlp_hidden, "hidden_act": "silu", "vocab_size": vocab,
+            "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 512,
+            "tie_word_embeddings": False, "bos_token_id": tokenizer.bos_token_id, **ids,
+        }
     return {
         "model_type": "llada", "architectures": ["LLaDAModelLM"],
         "d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads,
@@ -91,10 +111,7 @@ def model_config(tokenizer, args) -> dict:
         "embedding_size": vocab, "rope_theta": 10000.0, "rope_full_precision": True,
         "rms_norm_eps": 1e-5, "max_sequence_length": 512, "weight_tying": False,
         "include_bias": False, "include_qkv_bias": False, "block_type": "llama",
-        "activation_type": "silu", "layer_norm_type": "rms",
-        "mask_token_id": tokenizer.convert_tokens_to_ids("<|mdm_mask|>"),
-        "eos_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-        "pad_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        "activation_type": "silu", "layer_norm_type": "rms", **ids,
     }
 
 
@@ -164,6 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--heldout-per-task", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--family", choices=sorted(LAYOUTS), default="llada",
+                    help="checkpoint layout: llada, or dream (Qwen2 names, logit shift)")
     ap.add_argument("--init", type=Path, default=None,
                     help="checkpoint directory to continue from (its tokenizer and weights)")
     ap.add_argument("--tasks", nargs="+", default=None,
@@ -185,9 +204,9 @@ def main(argv: list[str] | None = None) -> None:
         model = load_model(args.init, dtype=torch.float32).requires_grad_(True)
         raw = json.loads((args.init / "config.json").read_text())
     else:
-        tokenizer = build_tokenizer(corpus, out, args.vocab_size)
+        tokenizer = build_tokenizer(corpus, out, args.vocab_size, args.family)
         raw = model_config(tokenizer, args)
-        model = DiffusionTransformer(parse_config(raw))
+        model = DiffusionTransformer(family_for(raw["model_type"]).parse_config(raw))
         for name, p in model.named_parameters():
             if p.dim() == 2:
                 torch.nn.init.normal_(p, std=0.02 if name != "embed.weight" else 1.0 / math.sqrt(args.d_model))
@@ -207,6 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     for step in bar:
         noisy, positions, attn, target, masked = make_batch(tokenizer, corpus, args.batch_size, gen, raw["mask_token_id"])
         logits = model(noisy, positions, attn)
+        if model.config.shift_logits:  # Dream: position i - 1 predicts token i
+            logits, target, masked = logits[:, :-1], target[:, 1:], masked[:, 1:]
         loss = F.cross_entropy(logits[masked], target[masked])
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -64,6 +64,45 @@ def test_branch_parallel_lopa_matches_single_process(setup, batch):
     assert summary["comm_bytes_per_round"] > 0
 
 
+@pytest.fixture(scope="module")
+def trained_setup(tmp_path_factory):
+    """The bundled trained model and five generated waiting-line prompts (official templates)."""
+    from dllm.api import default_model_path
+    from dllm.train.corpus import TaskCorpus
+    from tests.pb_data import require_data
+
+    if not (default_model_path() / "config.json").is_file():
+        pytest.skip("the bundled trained model is not in this checkout")
+    corpus = TaskCorpus(require_data(), seed=321)
+    messages = [corpus.sample(task).messages for task in
+                ("waiting_line/copy", "waiting_line/reverse", "waiting_line/shuffle", "waiting_line/sort",
+                 "waiting_line/replace_random")]
+    root = tmp_path_factory.mktemp("trained")
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"messages": m}) + "\n" for m in messages))
+    return default_model_path(), prompts, messages, root
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_branch_parallel_lopa_on_the_trained_model(trained_setup, batch):
+    model_dir, prompts, messages, root = trained_setup
+    lopa = ["--gen-length", "32", "--block-length", "32", "--steps", "32",
+            "--policy", "threshold", "--policy-arg", "tau=0.9", "--strategy", "lopa", "--strategy-arg", "branches=3"]
+    out = root / f"bp{batch}"
+    done = _torchrun(model_dir, prompts, out, ["--branch-parallel", "--batch-size", str(batch), *lopa])
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "throughput.json").read_text())
+    model = dllm.load(model_dir)
+    cfg = GenerationConfig(gen_length=32, steps=32, policy="threshold", policy_args={"tau": 0.9},
+                           strategy="lopa", strategy_args={"branches": 3}, stop_at_eos=False)  # as GEN
+    expected = []
+    for i in range(0, len(messages), batch):
+        expected += model.generate(messages[i : i + batch], cfg).token_ids
+    got = [o["token_ids"] for o in summary["outputs"]]
+    assert got == expected
+    assert any(len(set(ids)) > 3 for ids in got)  # real answers, not end-of-text only
+
+
 def test_a_failing_rank_ends_the_run_with_its_error(setup):
     model_dir, prompts, root = setup
     start = time.monotonic()
