@@ -1,10 +1,7 @@
 """``make demo``: a real generation with the bundled trained model, and its stats line."""
 from __future__ import annotations
 
-import tempfile
-
 import dllm
-from dllm.api import default_model_path
 
 PROMPT = (
     "You are managing a waiting line at a customer service desk.\n"
@@ -16,17 +13,13 @@ PROMPT = (
 
 
 def main() -> None:
-    path = default_model_path()
-    if not path.exists():
-        from dllm.models.tiny import write_tiny_checkpoint
-
-        path = write_tiny_checkpoint(tempfile.mkdtemp(), "llada")
-        print(f"(no bundled model yet: generating with a random tiny checkpoint at {path})")
-    model = dllm.load(path)
+    model = dllm.load()  # the bundled model: dllm/assets/models/dllm-waitingline-llada
     print(f"model: {model.path.name}  prompt:\n{PROMPT}")
     for label, options in [
         ("one token per step (low_confidence)", dict(gen_length=32, steps=32)),
         ("4 tokens per step (low_confidence)", dict(gen_length=32, steps=8)),
+        ("threshold 0.9 + dual cache, block 8", dict(gen_length=32, block_length=8, policy="threshold",
+                                                     policy_args={"tau": 0.9}, cache="dual")),
     ]:
         out = model.generate(PROMPT, **options)
         s = out.stats[0]

@@ -134,18 +134,20 @@ def plot_pareto(summary: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
     lines: dict[str, list[tuple[float, float]]] = {}
     for e in summary["runs"]:
         if e["mean_score"] is not None:
             lines.setdefault(e["line"], []).append((e["tpf"], 100 * e["mean_score"]))
-    for line, pts in sorted(lines.items()):
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    colors = plt.get_cmap("tab20").colors
+    for i, (line, pts) in enumerate(sorted(lines.items())):
         pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=line)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="osD^v<>"[i % 7], color=colors[i % 20],
+                linestyle="--" if i % 2 else "-", label=line)
     ax.set_xlabel("tokens per forward (TPF)")
     ax.set_ylabel("mean ParallelBench score (%)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

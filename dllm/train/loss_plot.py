@@ -38,7 +38,7 @@ def plot_stages(logs: list[Path], out: Path, labels: list[str] | None = None) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(7, 5.2))
     ax2 = ax.twinx()
     offset = 0
     for i, path in enumerate(logs):
@@ -55,7 +55,8 @@ def plot_stages(logs: list[Path], out: Path, labels: list[str] | None = None) ->
     ax2.set_ylim(-2, 102)
     handles = ax.get_legend_handles_labels()
     handles2 = ax2.get_legend_handles_labels()
-    ax.legend(handles[0] + handles2[0], handles[1] + handles2[1], fontsize=8, loc="center right")
+    ax.legend(handles[0] + handles2[0], handles[1] + handles2[1], fontsize=7, ncol=2,
+              loc="upper center", bbox_to_anchor=(0.5, -0.14))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

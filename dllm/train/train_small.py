@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--init", type=Path, default=None,
                     help="checkpoint directory to continue from (its tokenizer and weights)")
     ap.add_argument("--tasks", nargs="+", default=None,
-                    help="train on these tasks only (e.g. waiting_line/copy); default: all of TRAIN_TASKS")
+                    help="train on these tasks only (e.g. waiting_line/copy; a task named twice is drawn twice "
+                         "as often); default: all of TRAIN_TASKS")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
     if args.threads:
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
                 torch.nn.init.normal_(p, std=0.02 if name != "embed.weight" else 1.0 / math.sqrt(args.d_model))
     n_params = sum(p.numel() for p in model.parameters())
     heldout_corpus = TaskCorpus(data_dir, seed=args.seed + 10_000)
-    heldout = [heldout_corpus.sample(task) for task in tasks for _ in range(args.heldout_per_task)]
+    heldout = [heldout_corpus.sample(task) for task in dict.fromkeys(tasks) for _ in range(args.heldout_per_task)]
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup) * (
         0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))))

@@ -33,6 +33,9 @@ def test_end_to_end(tiny_dirs, tmp_path):
     assert len(rows) == 4
     assert (tmp_path / "pareto.png").stat().st_size > 0
     assert set(summary["pb"]["confidence top-k"]) == {"PB80", "PB75", "PB70"}
+    if model.path == default_model_path():  # the trained model copies exactly at one token per step
+        k1 = next(e for e in summary["runs"] if e["run"] == "conf_k1")
+        assert k1["tasks"]["waiting_line/copy"]["score"] == 1.0
 
 
 def test_pbx_and_unknown_task(tiny_dirs, tmp_path):

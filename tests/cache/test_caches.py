@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 import dllm
 from dllm import GenerationConfig
@@ -89,3 +90,27 @@ def test_cli_cache_args_reach_the_config():
                                       "--cache-arg", "refresh_every=2"])
     config = generation_config(args)
     assert (config.cache, config.sub_block_length, config.cache_args) == ("dual", 4, {"refresh_every": 2})
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+@pytest.mark.parametrize("mode", ["prefix", "dual"])
+def test_window_forward_over_an_unchanged_canvas_equals_the_full_forward(tiny_models, family, mode):
+    """The cached window path (a non-refresh step) reads the K/V written by the refresh at the right
+    positions: with nothing committed in between, its logits equal an uncached forward's."""
+    from dllm.cache import make_cache
+    from dllm.canvas import build_canvas
+    from dllm.runner import ModelRunner
+
+    model = tiny_models[family].model
+    canvas = build_canvas([[5, 6, 7, 8, 9], [10, 11]], gen_length=16, mask_id=model.mask_token_id,
+                          pad_id=model.config.pad_token_id, device=model.device)
+    runner, cache = ModelRunner(model, canvas), make_cache(mode, block_length=8)
+    P = canvas.prompt_width
+    canvas.tokens[:, P : P + 8] = torch.arange(20, 28)  # a committed first block
+    full = runner.forward(canvas.tokens, 0)
+    shift = int(runner.shift_logits)
+    expected = full[:, P + 8 - shift : P + 16 - shift]
+    refresh = cache.block_logits(runner, canvas.tokens, P + 8, P + 16, 0)
+    window = cache.block_logits(runner, canvas.tokens, P + 8, P + 16, 1)
+    torch.testing.assert_close(refresh, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(window, expected, rtol=1e-5, atol=1e-5)
