@@ -7,7 +7,8 @@
 # 1. the Learn2PD filter for 8-position windows, shipped next to the model (issue: schedules);
 # 2. top-k at 1, 2, 4, 8 tokens per step, confidence and random order, all 100 samples per task
 #    (issue: trained model + harness);
-# 3. caches, schedules and strategies on the first SWEEP_LIMIT samples per task (bench/runs/*.json).
+# 3. caches, schedules (+ a SchED tau calibration) and strategies on the first SWEEP_LIMIT samples
+#    per task (bench/runs/*.json).
 # The tasks are the eleven the model was trained for (ten waiting-line tasks and the 4x4 Latin
 # square); Sudoku is offline-scored too but not in the training set.
 set -euo pipefail
@@ -32,7 +33,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 "$PY" -m dllm bench parallelbench --model "$MODEL" --tasks "${TASKS[@]}" "${limit_all[@]}" \
   --policy low_confidence --policy random --tokens-per-step 1 2 4 8 --out "$OUT/pb_topk" &
 topk=$!
-for sweep in caches schedules strategies; do
+for sweep in caches schedules sched_calibration strategies; do
   "$PY" -m dllm bench parallelbench --model "$MODEL" --tasks "${TASKS[@]}" --limit "$SWEEP_LIMIT" \
     --runs "bench/runs/$sweep.json" --out "$OUT/pb_$sweep"
 done
