@@ -215,10 +215,10 @@ def check_prompts(prompts: list[list[int]], config: GenerationConfig, max_length
 def decode(model, prompts: list[list[int]], config: GenerationConfig) -> DecodeResult:
     """Decode a batch of token-id prompts (ragged lengths allowed) with ``config``."""
     check_prompts(prompts, config, model.config.max_sequence_length)
-    canvas_length = max(len(p) for p in prompts) + config.gen_length
-    plan = plan_memory(model, len(prompts), canvas_length, config)
-    check_memory_budget(plan, config, len(prompts), canvas_length)
     strategy = make_strategy(config.strategy, config.strategy_args)
+    canvas_length = max(len(p) for p in prompts) + config.gen_length
+    plan = plan_memory(model, len(prompts), canvas_length, config, strategy)
+    check_memory_budget(plan, config, len(prompts), canvas_length)
     canvas = build_canvas(prompts, gen_length=config.gen_length, mask_id=model.mask_token_id,
                           pad_id=model.config.pad_token_id, device=model.device)
     state = DecodeState(model, canvas, config)

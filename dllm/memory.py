@@ -7,11 +7,14 @@ instead of crashing out of memory half-way. Cache modes report the bytes they re
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import torch
 
+from dllm.cache.kv import KVBuffers
 from dllm.config import GenerationConfig
+from dllm.samplers import make_strategy
 
 MIB = 1 << 20
 
@@ -41,24 +44,16 @@ def model_bytes(model: torch.nn.Module) -> int:
 
 def kv_cache_bytes(model, batch: int, length: int) -> int:
     """Bytes of the K and V buffers of every layer for ``batch`` rows of ``length`` positions."""
-    cfg = model.config
     itemsize = torch.empty((), dtype=model.dtype).element_size()
-    return 2 * cfg.n_layers * batch * cfg.n_kv_heads * length * cfg.head_dim * itemsize
+    return 2 * model.config.n_layers * math.prod(KVBuffers.shape(model, batch, length)) * itemsize
 
 
-def candidates_per_row(config: GenerationConfig) -> int:
-    """Rows one canvas row expands to in a forward: FreeDave drafts, LoPA anchor + branches."""
-    if config.strategy == "freedave":
-        return int(config.strategy_args.get("num_drafts", 4))
-    if config.strategy == "lopa":
-        return 1 + int(config.strategy_args.get("branches", 2))
-    return 1
-
-
-def plan_memory(model, batch: int, canvas_length: int, config: GenerationConfig) -> MemoryPlan:
+def plan_memory(model, batch: int, canvas_length: int, config: GenerationConfig, strategy=None) -> MemoryPlan:
     """Upper-bound plan: the base cache plus one candidate copy of it, and float32 logits of a
-    whole-canvas forward for every candidate row (CFG doubles the rows)."""
-    rows = batch * candidates_per_row(config) * (2 if config.cfg_scale > 0 else 1)
+    whole-canvas forward for every candidate row (the strategy's ``candidate_rows``; CFG doubles
+    the rows). ``strategy`` defaults to the one ``config`` names."""
+    strategy = strategy or make_strategy(config.strategy, config.strategy_args)
+    rows = batch * strategy.candidate_rows * (2 if config.cfg_scale > 0 else 1)
     kv = 0
     if config.cache != "none":
         kv = kv_cache_bytes(model, batch, canvas_length)

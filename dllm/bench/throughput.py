@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     import dllm
     from dllm.cli import generation_config
-    from dllm.parallel.dist import init_distributed, shutdown
+    from dllm.parallel.dist import init_distributed, leave_together
 
     config = generation_config(args)
     ctx = init_distributed(args.device, timeout_s=args.timeout)
@@ -78,16 +78,7 @@ def run(args: argparse.Namespace) -> int:
         os._exit(1)
     if ctx.is_main:
         report(everything, args, config)
-    if ctx.world_size > 1:
-        # Every rank has its result written once it passes this barrier. gloo's teardown can still
-        # abort a rank at interpreter exit ("terminate called without an active exception", about
-        # one run in five here), which would turn a complete run into a failed one: leave without
-        # running C++ destructors instead.
-        dist.barrier()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    shutdown()
+    leave_together()
     return 0
 
 

@@ -11,12 +11,16 @@ class KVBuffers:
     def __init__(self, layers: list[tuple[Tensor, Tensor]]) -> None:
         self.layers = layers
 
+    @staticmethod
+    def shape(model, batch: int, length: int) -> tuple[int, int, int, int]:
+        """Shape of one layer's K (or V) buffer."""
+        return (batch, model.config.n_kv_heads, length, model.config.head_dim)
+
     @classmethod
     def allocate(cls, model, batch: int, length: int) -> "KVBuffers":
-        cfg = model.config
-        shape = (batch, cfg.n_kv_heads, length, cfg.head_dim)
+        shape = cls.shape(model, batch, length)
         make = lambda: torch.zeros(shape, dtype=model.dtype, device=model.device)  # noqa: E731
-        return cls([(make(), make()) for _ in range(cfg.n_layers)])
+        return cls([(make(), make()) for _ in range(model.config.n_layers)])
 
     @property
     def nbytes(self) -> int:

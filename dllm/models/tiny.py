@@ -37,18 +37,21 @@ _SPECIALS = {
 }
 
 
+# Roles of the special tokens and the chat template of each tokenizer layout, as in
+# LLaDA-8B-Instruct and Dream-7B-Instruct (also used by dllm.train.train_small).
+SPECIAL_ROLES = {
+    "llada": {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
+              "pad_token": "<|endoftext|>", "mask_token": "<|mdm_mask|>"},
+    "dream": {"bos_token": "<|beginoftext|>", "eos_token": "<|endoftext|>",
+              "pad_token": "<|endoftext|>", "mask_token": "<|mask|>"},
+}
+CHAT_TEMPLATES = {"llada": LLADA_CHAT_TEMPLATE, "dream": CHATML_TEMPLATE}
+
+
 def _tokenizer(family: str, out: Path):
-    specials = _SPECIALS[family]
-    tok = train_bpe(_CORPUS * 4, vocab_size=300, special_tokens=specials)
-    if family == "llada":
-        special = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
-                   "pad_token": "<|endoftext|>", "mask_token": "<|mdm_mask|>"}
-        template = LLADA_CHAT_TEMPLATE
-    else:
-        special = {"bos_token": "<|beginoftext|>", "eos_token": "<|endoftext|>",
-                   "pad_token": "<|endoftext|>", "mask_token": "<|mask|>"}
-        template = CHATML_TEMPLATE
-    save_tokenizer_dir(tok, out, special=special, chat_template=template)
+    tok = train_bpe(_CORPUS * 4, vocab_size=300, special_tokens=_SPECIALS[family])
+    special = SPECIAL_ROLES[family]
+    save_tokenizer_dir(tok, out, special=special, chat_template=CHAT_TEMPLATES[family])
     return tok, special
 
 

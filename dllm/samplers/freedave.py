@@ -44,6 +44,11 @@ class FreeDave:
     row_step: Tensor | None = field(default=None, repr=False)  # (B,) base steps taken in the block
     block_start: int = field(default=-1, repr=False)
 
+    @property
+    def candidate_rows(self) -> int:
+        """Rows one canvas row occupies in a forward: its K drafts (dllm.memory)."""
+        return self.num_drafts
+
     def __post_init__(self) -> None:
         if self.num_drafts < 1:
             raise ValueError(f"num_drafts must be >= 1, got {self.num_drafts}")

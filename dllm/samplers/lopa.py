@@ -30,6 +30,11 @@ class LoPA:
     pending: TokenStats | None = field(default=None, repr=False)
     block_start: int = field(default=-1, repr=False)
 
+    @property
+    def candidate_rows(self) -> int:
+        """Rows one canvas row occupies in a forward: the anchor and its branches (dllm.memory)."""
+        return self.branches + 1
+
     def __post_init__(self) -> None:
         if self.branches < 0:
             raise ValueError(f"branches must be >= 0, got {self.branches}")

@@ -9,6 +9,8 @@ from dllm.samplers.base import register_strategy
 @register_strategy("plain")
 @dataclass(kw_only=True, slots=True)
 class Plain:
+    candidate_rows = 1  # rows one canvas row occupies in a forward (dllm.memory)
+
     def step(self, state) -> None:
         logits = state.block_logits()
         stats = state.statistics(logits)

@@ -30,22 +30,18 @@ from dllm.data.prompts import default_data_dir
 from dllm.engine import decode
 from dllm.models.loading import load_model
 from dllm.models.registry import family_for
-from dllm.models.tiny import CHATML_TEMPLATE, LLADA_CHAT_TEMPLATE
+from dllm.models.tiny import CHAT_TEMPLATES, SPECIAL_ROLES
 from dllm.models.tokenizer import load_tokenizer
 from dllm.models.transformer import DiffusionTransformer
 from dllm.train.corpus import TRAIN_TASKS, TaskCorpus
 from dllm.train.save import save_checkpoint
 
-# Per layout: special tokens (in vocabulary order), their roles and the chat template, as in
-# LLaDA-8B-Instruct and Dream-7B-Instruct.
-LAYOUTS = {
-    "llada": (["<|endoftext|>", "<|mdm_mask|>", "<|startoftext|>", "<|start_header_id|>",
-               "<|end_header_id|>", "<|eot_id|>"],
-              {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
-               "pad_token": "<|endoftext|>", "mask_token": "<|mdm_mask|>"}, LLADA_CHAT_TEMPLATE),
-    "dream": (["<|endoftext|>", "<|mask|>", "<|beginoftext|>", "<|im_start|>", "<|im_end|>"],
-              {"bos_token": "<|beginoftext|>", "eos_token": "<|endoftext|>",
-               "pad_token": "<|endoftext|>", "mask_token": "<|mask|>"}, CHATML_TEMPLATE),
+# Special tokens per layout, in vocabulary order (this order fixes the shipped tokenizer's ids);
+# their roles and chat templates are dllm.models.tiny's.
+SPECIALS = {
+    "llada": ["<|endoftext|>", "<|mdm_mask|>", "<|startoftext|>", "<|start_header_id|>",
+              "<|end_header_id|>", "<|eot_id|>"],
+    "dream": ["<|endoftext|>", "<|mask|>", "<|beginoftext|>", "<|im_start|>", "<|im_end|>"],
 }
 
 
@@ -60,7 +56,9 @@ def template_fragments(corpus: TaskCorpus) -> list[str]:
         text = corpus.specs[task].prompt.replace("\\n", "\n")
         for frag in re.split(r"\{[a-z_]+\}", text):
             pieces |= {frag, frag.strip(), frag.lstrip(), frag.rstrip()}
-    return sorted((p for p in pieces if len(p) > 1), key=len, reverse=True)
+    # longest first, ties by text: a set's order follows the per-process string hash seed, and
+    # the added-token ids must not
+    return sorted((p for p in pieces if len(p) > 1), key=lambda p: (-len(p), p))
 
 
 def name_tokens(corpus: TaskCorpus) -> list[AddedToken]:
@@ -82,11 +80,10 @@ def build_tokenizer(corpus: TaskCorpus, out: Path, vocab_size: int, family: str 
             ex = corpus.sample(task)
             texts += [m["content"] for m in ex.messages] + [ex.answer]
     texts += [f'["{n}"]' for n in corpus.names] * 3 + [f'"{n}"' for n in corpus.names] * 3
-    specials, special, template = LAYOUTS[family]
-    tok = train_bpe(texts, vocab_size=vocab_size, special_tokens=specials)
+    tok = train_bpe(texts, vocab_size=vocab_size, special_tokens=SPECIALS[family])
     tok.add_tokens([AddedToken(f, normalized=False) for f in template_fragments(corpus)])
     tok.add_tokens(name_tokens(corpus))
-    save_tokenizer_dir(tok, out, special=special, chat_template=template)
+    save_tokenizer_dir(tok, out, special=SPECIAL_ROLES[family], chat_template=CHAT_TEMPLATES[family])
     return load_tokenizer(out)
 
 
@@ -181,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--heldout-per-task", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--family", choices=sorted(LAYOUTS), default="llada",
+    ap.add_argument("--family", choices=sorted(SPECIALS), default="llada",
                     help="checkpoint layout: llada, or dream (Qwen2 names, logit shift)")
     ap.add_argument("--init", type=Path, default=None,
                     help="checkpoint directory to continue from (its tokenizer and weights)")
