@@ -21,7 +21,7 @@ from dllm.memory import check_memory_budget, plan_memory
 from dllm.runner import ModelRunner
 from dllm.samplers import make_rule, make_stopper, make_strategy
 from dllm.samplers.base import RuleInput
-from dllm.samplers.span import AnswerStats, AnswerView
+from dllm.samplers.stoppers.span import AnswerStats, AnswerView
 
 
 @dataclass(kw_only=True, slots=True)
@@ -127,7 +127,7 @@ class DecodeState:
 
     def answer_statistics(self, stats: TokenStats) -> AnswerStats:
         """(B, G) statistics of every answer position, this step's ``stats`` in the window;
-        for stoppers that set ``needs_answer_stats`` (see dllm/samplers/span.py)."""
+        for stoppers that set ``needs_answer_stats`` (see dllm/samplers/stoppers/span.py)."""
         if self.answer_view is None:
             raise RuntimeError(f"stopper {self.config.stopper!r} reads answer statistics; "
                                "give its class needs_answer_stats = True")

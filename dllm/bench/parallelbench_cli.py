@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dllm.cli import parse_kv
+from dllm.cli_options import parse_kv
 
 
 class _PolicyAction(argparse.Action):
@@ -65,7 +65,7 @@ def cmd_parallelbench(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from dllm.cli import add_model_options
+    from dllm.cli_options import add_model_options
 
     p = sub.add_parser("parallelbench", help="ParallelBench quality against TPF",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     import dllm
-    from dllm.cli import generation_config
+    from dllm.cli_options import generation_config
     from dllm.parallel.dist import init_distributed, leave_together
 
     config = generation_config(args)
@@ -109,7 +109,7 @@ def report(everything: list[dict], args: argparse.Namespace, config) -> None:
 
 
 def register(sub) -> None:
-    from dllm.cli import add_generation_options, add_model_options
+    from dllm.cli_options import add_generation_options, add_model_options
 
     p = sub.add_parser("throughput", help="multi-process throughput (run under torchrun)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from dllm.kernels import TokenStats
-from dllm.samplers.candidates import set_candidate_evaluator
+from dllm.samplers.strategies.candidates import set_candidate_evaluator
 
 
 class BranchParallelEvaluator:

@@ -24,7 +24,7 @@ from torch import Tensor
 from dllm.canvas import build_canvas
 from dllm.config import GenerationConfig
 from dllm.engine import DecodeState, decode
-from dllm.samplers.learn2pd import ConfidenceFilter
+from dllm.samplers.rules.learn2pd import ConfidenceFilter
 
 
 @dataclass(kw_only=True, slots=True)

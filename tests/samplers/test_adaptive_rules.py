@@ -11,9 +11,9 @@ from dllm import GenerationConfig
 from dllm.engine import decode
 from dllm.kernels import TokenStats
 from dllm.samplers import RuleInput, make_rule, make_stopper
-from dllm.samplers.learn2pd import ConfidenceFilter
-from dllm.samplers.prophet import prophet_threshold
-from dllm.samplers.sched import sched_threshold
+from dllm.samplers.rules.learn2pd import ConfidenceFilter
+from dllm.samplers.stoppers.prophet import prophet_threshold
+from dllm.samplers.stoppers.sched import sched_threshold
 
 ALL = [True] * 4
 

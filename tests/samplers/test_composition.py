@@ -9,7 +9,7 @@ import torch
 from dllm import GenerationConfig
 from dllm.cache import CACHES
 from dllm.engine import decode
-from dllm.samplers.learn2pd import ConfidenceFilter
+from dllm.samplers.rules.learn2pd import ConfidenceFilter
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]
 CACHE_MODES = [dict(cache="none"), dict(cache="prefix"), dict(cache="dual"), dict(cache="dual", sub_block_length=4)]

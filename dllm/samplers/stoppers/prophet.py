@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from dllm.samplers.base import register_stopper
-from dllm.samplers.sched import MarginExit, progress
-from dllm.samplers.span import AnswerStats
+from dllm.samplers.stoppers.sched import MarginExit, progress
+from dllm.samplers.stoppers.span import AnswerStats
 
 
 def prophet_threshold(progress: Tensor | float, thresholds: tuple[float, float, float] = (7.5, 5.0, 2.5)) -> Tensor:

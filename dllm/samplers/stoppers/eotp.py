@@ -8,7 +8,7 @@ positions past the end become end-of-text and invisible keys, so the row decodes
 canvas were shorter, and later forwards stop at the furthest end over active rows; blocks past
 every row's end cost nothing. In a batch, rows truncate independently and give the tokens they
 give alone. Predictions outside the window come from the latest forward that covered them (see
-dllm/samplers/span.py); with a cache, the cached K/V past the end is simply never attended.
+dllm/samplers/stoppers/span.py); with a cache, the cached K/V past the end is simply never attended.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from torch import Tensor
 
 from dllm.kernels import TokenStats
 from dllm.samplers.base import register_stopper
-from dllm.samplers.span import answer_region
+from dllm.samplers.stoppers.span import answer_region
 
 
 def first_true(mask: Tensor) -> Tensor:

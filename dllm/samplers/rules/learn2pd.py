@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from dllm.samplers.base import RuleInput, register_rule
-from dllm.samplers.threshold import most_confident
+from dllm.samplers.rules.threshold import most_confident
 
 WEIGHTS, CONFIG = "filter.safetensors", "filter.json"
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from dllm.samplers.base import RuleInput, register_rule
-from dllm.samplers.threshold import most_confident
+from dllm.samplers.rules.threshold import most_confident
 
 
 @register_rule("entropy_threshold")

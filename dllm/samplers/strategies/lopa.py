@@ -17,7 +17,7 @@ from torch import Tensor
 
 from dllm.kernels import TokenStats
 from dllm.samplers.base import register_strategy, topk_mask
-from dllm.samplers.candidates import evaluate_candidates
+from dllm.samplers.strategies.candidates import evaluate_candidates
 
 CONFIDENCES = ("prob", "neg_entropy")
 

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from dllm.kernels import TokenStats
 from dllm.samplers.base import register_strategy
-from dllm.samplers.candidates import evaluate_candidates
+from dllm.samplers.strategies.candidates import evaluate_candidates
 
 
 def rule_steps(state, tokens: Tensor, stats: TokenStats, depth: int, rows: Tensor | None = None,

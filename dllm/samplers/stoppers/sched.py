@@ -14,7 +14,7 @@ Defaults follow the paper's best reported setting (exp, k = 16, tau 7.5 -> 2.5).
 rules T is the budget, not the steps taken: p is clamped to 1 past it.
 
 Margins of positions outside the window come from the latest forward that covered them (see
-dllm/samplers/span.py for what each cache mode keeps fresh). A row that exits with positions no
+dllm/samplers/stoppers/span.py for what each cache mode keeps fresh). A row that exits with positions no
 forward has covered yet (block-causal models) commits each later window on its first forward.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch import Tensor
 
 from dllm.kernels import TokenStats
 from dllm.samplers.base import register_stopper
-from dllm.samplers.span import AnswerStats, answer_region
+from dllm.samplers.stoppers.span import AnswerStats, answer_region
 
 SCHEDULES = ("linear", "cosine", "exp")
 SPANS = ("answer", "masked")
