@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dllm.validation import check_value, field_types
+
 
 @dataclass(kw_only=True, slots=True)
 class GenerationConfig:
@@ -46,6 +48,10 @@ class GenerationConfig:
     memory_budget_mb: float | None = None
 
     def __post_init__(self) -> None:
+        for name, annotation in field_types(GenerationConfig).items():  # gen_length=8.5, tau=nan, ...
+            setattr(self, name, check_value(getattr(self, name), annotation, f"GenerationConfig.{name}"))
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
         if self.gen_length <= 0:
             raise ValueError(f"gen_length must be positive, got {self.gen_length}")
         if self.block_length is None:

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from dllm.kernels import TokenStats
+from dllm.validation import OptionTypeError, check_fields
 
 
 @dataclass(kw_only=True, slots=True)
@@ -44,8 +45,6 @@ def topk_mask(scores: Tensor, k: Tensor, eligible: Tensor) -> Tensor:
     return (ranks < k[:, None]) & eligible
 
 
-
-
 def _registry(kind: str):
     table: dict[str, type] = {}
 
@@ -60,11 +59,16 @@ def _registry(kind: str):
         if name not in table:
             raise ValueError(f"unknown {kind} {name!r}; known: {sorted(table)}")
         cls = table[name]
+        if options is not None and not isinstance(options, dict):
+            raise OptionTypeError(f"options of {kind} {name!r} must be a dict of name -> value, "
+                                  f"got {type(options).__name__}")
         options = dict(options or {})
         known = {f.name for f in dataclasses.fields(cls) if f.init} if dataclasses.is_dataclass(cls) else set()
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"{kind} {name!r} has no option(s) {unknown}; its options: {sorted(known)}")
+        if dataclasses.is_dataclass(cls):  # e.g. tau="high": name the option, not a '<=' deep inside
+            options = check_fields(cls, options, f"{kind} {name!r}")
         return cls(**options)
 
     return table, register, make
