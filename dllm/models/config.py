@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dllm.validation import check_value, field_types
+
 ATTENTION_KINDS = ("bidirectional", "block_causal")
 
 
@@ -32,7 +34,16 @@ class ArchConfig:
     head_dim: int = field(default=0)
 
     def __post_init__(self) -> None:
+        for name, annotation in field_types(ArchConfig).items():  # e.g. "n_heads": "32" in config.json
+            setattr(self, name, check_value(getattr(self, name), annotation, f"{name}"))
+        sizes = ("d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_hidden_size", "vocab_size",
+                 "max_sequence_length")
+        for name in sizes:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.head_dim == 0:
+            if self.d_model % self.n_heads:
+                raise ValueError(f"d_model={self.d_model} is not a multiple of n_heads={self.n_heads}")
             self.head_dim = self.d_model // self.n_heads
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
@@ -43,8 +54,19 @@ class ArchConfig:
             raise ValueError(f"attention={self.attention!r}; expected one of {ATTENTION_KINDS}")
         if self.attention == "block_causal" and self.block_size <= 0:
             raise ValueError("a block_causal model needs block_size > 0 (bd_size in config.json)")
-        if not 0 <= self.mask_token_id < self.vocab_size:
+        special = [("mask_token_id", self.mask_token_id), ("pad_token_id", self.pad_token_id)]
+        special += [("eos_token_id", eos) for eos in self.eos_token_ids]
+        for name, token in special:
+            if not 0 <= token < self.vocab_size:
+                raise ValueError(
+                    f"{name}={token} is outside the vocabulary (size {self.vocab_size}); "
+                    f"set {name} in config.json"
+                )
+        if not self.eos_token_ids:
+            raise ValueError("eos_token_id is empty; set the end-of-text id(s) in config.json")
+        if self.mask_token_id in self.eos_token_ids:
             raise ValueError(
-                f"mask_token_id={self.mask_token_id} is outside the vocabulary "
-                f"(size {self.vocab_size}); set mask_token_id in config.json"
+                f"mask_token_id={self.mask_token_id} is also an end-of-text id; a committed mask "
+                "would end the answer. Set mask_token_id / eos_token_id in config.json to the "
+                "tokenizer's mask and end-of-text tokens"
             )

@@ -40,7 +40,7 @@ def parse_qwen2_config(raw: dict[str, Any], *, family: str, default_mask_id: int
         n_layers=raw["num_hidden_layers"],
         n_heads=n_heads,
         n_kv_heads=raw.get("num_key_value_heads") or n_heads,
-        head_dim=raw.get("head_dim") or raw["hidden_size"] // n_heads,
+        head_dim=raw.get("head_dim") or 0,  # 0: hidden_size // num_attention_heads
         mlp_hidden_size=raw["intermediate_size"],
         vocab_size=raw["vocab_size"],
         rope_theta=float(raw.get("rope_theta", 10000.0)),

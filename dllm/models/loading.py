@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from dllm.models.config import ArchConfig
 from dllm.models.registry import family_for, weight_map
@@ -33,6 +33,39 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def resolve_device(device: str | torch.device) -> torch.device:
+    """A device this torch can use, or a clear error before anything is read."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device {device!r} is not a torch device ({err}); use 'cpu', 'cuda' or 'cuda:N'") from err
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {str(device)!r} asked for, but this torch sees no CUDA device "
+                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}); "
+                "use device='cpu' or install a CUDA build of torch on a machine with a GPU"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {str(device)!r} asked for, but only {torch.cuda.device_count()} "
+                             "CUDA device(s) are visible; use cuda:0 .. cuda:N-1")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device 'mps' asked for, but MPS is not available here; use device='cpu'")
+    return device
+
+
+def read_json_object(file: Path) -> dict:
+    """A JSON file holding one object, or a CheckpointError naming the file and the fault."""
+    try:
+        value = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{file} is not valid JSON ({err}); restore the checkpoint's original file") from err
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{file} holds a JSON {type(value).__name__}, not an object "
+                              "({...}); restore the checkpoint's original file")
+    return value
+
+
 def read_config(path: Path) -> tuple[dict, ArchConfig]:
     """Parse config.json into the family's ArchConfig (raises CheckpointError / ValueError)."""
     config_file = path / "config.json"
@@ -42,16 +75,34 @@ def read_config(path: Path) -> tuple[dict, ArchConfig]:
         raise CheckpointError(
             f"no config.json in {path}; pass the directory that holds config.json and *.safetensors"
         )
-    raw = json.loads(config_file.read_text())
+    raw = read_json_object(config_file)
     family = family_for(raw.get("model_type"))
-    return raw, family.parse_config(raw)
+    try:
+        return raw, family.parse_config(raw)
+    except KeyError as err:
+        raise CheckpointError(f"{config_file} has no {err.args[0]!r}, which a {family.name} config "
+                              "needs; restore the checkpoint's original config.json") from err
+    except (TypeError, ValueError) as err:  # wrong-typed or inconsistent values
+        raise CheckpointError(f"{config_file} ({family.name}): {err}") from err
+
+
+def _open_safetensors(file: Path):
+    """safe_open with the file named when it is not a readable safetensors file."""
+    try:
+        return safe_open(file, framework="pt", device="cpu")
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{file} is not a readable safetensors file ({err}); "
+                              "download it again or re-export the weights") from err
 
 
 def safetensors_files(path: Path) -> dict[str, Path]:
     """Tensor name -> file, from model.safetensors.index.json or the *.safetensors present."""
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        weight_map_ = json.loads(index.read_text())["weight_map"]
+        weight_map_ = read_json_object(index).get("weight_map")
+        if not isinstance(weight_map_, dict) or not all(isinstance(f, str) for f in weight_map_.values()):
+            raise CheckpointError(f"{index} has no \"weight_map\" object (tensor name -> shard file); "
+                                  "restore the checkpoint's original index file")
         missing_files = sorted({f for f in weight_map_.values() if not (path / f).is_file()})
         if missing_files:
             raise CheckpointError(f"shards listed in {index.name} are missing: {missing_files}")
@@ -64,7 +115,7 @@ def safetensors_files(path: Path) -> dict[str, Path]:
         )
     names: dict[str, Path] = {}
     for file in files:
-        with safe_open(file, framework="pt") as f:
+        with _open_safetensors(file) as f:
             names.update({k: file for k in f.keys()})
     return names
 
@@ -74,7 +125,7 @@ def _check_tensors(files: dict[str, Path], expected: dict[str, tuple[int, ...]])
     unexpected = sorted(set(files) - set(expected))
     misshaped = []
     for name in sorted(set(expected) & set(files)):
-        with safe_open(files[name], framework="pt") as f:
+        with _open_safetensors(files[name]) as f:
             shape = tuple(f.get_slice(name).get_shape())
         if shape != expected[name]:
             misshaped.append(f"{name}: checkpoint {list(shape)} != config {list(expected[name])}")
@@ -93,12 +144,21 @@ def _check_tensors(files: dict[str, Path], expected: dict[str, tuple[int, ...]])
         )
 
 
+def _read_tensor(f, file: Path, name: str) -> torch.Tensor:
+    try:
+        return f.get_tensor(name)
+    except SafetensorError as err:
+        raise CheckpointError(f"tensor {name} in {file} cannot be read ({err}); the file is damaged: "
+                              "download it again or re-export the weights") from err
+
+
 def load_model(
     path: str | Path, *, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu"
 ) -> DiffusionTransformer:
     """Load a LLaDA / Dream (or registered) checkpoint directory for inference."""
     path = Path(path)
     torch_dtype = resolve_dtype(dtype)
+    device = resolve_device(device)
     raw, cfg = read_config(path)
     family = family_for(raw.get("model_type"))
     names = weight_map(family, cfg)
@@ -112,9 +172,9 @@ def load_model(
     for ckpt in names:
         by_file.setdefault(files[ckpt], []).append(ckpt)
     for file, ckpts in by_file.items():
-        with safe_open(file, framework="pt", device="cpu") as f:
+        with _open_safetensors(file) as f:
             for ckpt in ckpts:
-                state[names[ckpt]] = f.get_tensor(ckpt).to(device=device, dtype=torch_dtype)
+                state[names[ckpt]] = _read_tensor(f, file, ckpt).to(device=device, dtype=torch_dtype)
     if cfg.tie_embeddings:
         state["lm_head.weight"] = state["embed.weight"]
     model.load_state_dict(state, assign=True, strict=True)

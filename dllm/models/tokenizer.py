@@ -6,12 +6,12 @@ built from ``tokenizer.json`` directly, with special tokens and chat template fr
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
-from dllm.models.loading import CheckpointError
+from dllm.models.config import ArchConfig
+from dllm.models.loading import CheckpointError, read_json_object
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token", "mask_token")
 
@@ -31,9 +31,15 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
             "(convert a slow vocab.json/merges.txt tokenizer with `tokenizers` first)"
         )
     config_file = path / "tokenizer_config.json"
-    tok_cfg = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    tok_cfg = read_json_object(config_file) if config_file.is_file() else {}
     special = {k: _token_text(tok_cfg[k]) for k in _SPECIAL_KEYS if tok_cfg.get(k) is not None}
-    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_file), **special)
+    try:
+        tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_file), **special)
+    except Exception as err:  # noqa: BLE001  the tokenizers library raises a bare Exception
+        raise CheckpointError(
+            f"{tokenizer_file} cannot be read as a fast tokenizer ({err}); replace it with the "
+            "checkpoint's original tokenizer.json"
+        ) from err
     template = tok_cfg.get("chat_template")
     template_file = path / "chat_template.jinja"
     if template is None and template_file.is_file():
@@ -41,3 +47,40 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     if template is not None:
         tokenizer.chat_template = template
     return tokenizer
+
+
+def check_tokenizer_fits(tokenizer: PreTrainedTokenizerFast, config: ArchConfig, path: Path) -> None:
+    """The tokenizer's ids must be rows of the model, and the model's special ids tokens.
+
+    A tokenizer may be smaller than the model's vocabulary (LLaDA-8B and Dream-7B pad their
+    embeddings), never larger: its extra ids would fail inside the embedding.
+    """
+    size = len(tokenizer)
+    if size > config.vocab_size:
+        raise CheckpointError(
+            f"the tokenizer in {path} has {size} tokens but the model's vocabulary has "
+            f"{config.vocab_size} rows, so ids >= {config.vocab_size} cannot be embedded; the "
+            "tokenizer does not belong to these weights: use the checkpoint's own tokenizer.json"
+        )
+    special = [("mask_token_id", config.mask_token_id), ("pad_token_id", config.pad_token_id)]
+    special += [("eos_token_id", eos) for eos in config.eos_token_ids]
+    for name, token in special:
+        if token >= size:
+            raise CheckpointError(
+                f"config.json in {path} sets {name}={token}, which the tokenizer ({size} tokens) "
+                "does not have; the tokenizer does not belong to these weights: use the "
+                "checkpoint's own tokenizer.json"
+            )
+
+
+def check_decodable(ids: list[int], tokenizer: PreTrainedTokenizerFast, vocab_size: int, path: Path) -> None:
+    """Refuse to turn ids the tokenizer does not define into text (they would vanish from it)."""
+    size = len(tokenizer)
+    unknown = sorted({t for t in ids if t >= size})
+    if unknown:
+        raise ValueError(
+            f"the model generated id(s) {unknown[:10]} that the tokenizer in {path} does not define "
+            f"({size} tokens, model vocabulary {vocab_size}); their text would be lost. Padded "
+            "embedding rows are never predicted by a trained model, so the tokenizer does not "
+            "belong to these weights: use the checkpoint's own tokenizer.json"
+        )

@@ -84,3 +84,136 @@ def test_bfloat16_load(tiny_dirs):
     model = load_model(tiny_dirs["dream"], dtype="bfloat16")
     assert model.embed.weight.dtype == torch.bfloat16
     assert not any(p.is_meta for p in model.parameters())
+
+
+def _edit_config(d, **changes):
+    raw = json.loads((d / "config.json").read_text())
+    for key, value in changes.items():
+        if value is _DROP:
+            del raw[key]
+        else:
+            raw[key] = value
+    (d / "config.json").write_text(json.dumps(raw))
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize("text,match", [
+    ("{oops", r"config.json is not valid JSON .*restore"),
+    ("[1, 2]", r"config.json holds a JSON list, not an object"),
+])
+def test_config_that_is_not_a_json_object_names_the_file(tiny_dirs, tmp_path, text, match):
+    d = _copy(tiny_dirs["llada"], tmp_path / "m")
+    (d / "config.json").write_text(text)
+    with pytest.raises(CheckpointError, match=match):
+        dllm.load(d)
+
+
+@pytest.mark.parametrize("family,key", [("llada", "n_heads"), ("llada", "d_model"),
+                                        ("dream", "num_attention_heads"), ("dream", "vocab_size")])
+def test_config_missing_a_field_names_it(tiny_dirs, tmp_path, family, key):
+    d = _copy(tiny_dirs[family], tmp_path / "m")
+    _edit_config(d, **{key: _DROP})
+    with pytest.raises(CheckpointError, match=f"config.json has no '{key}', which a {family} config needs"):
+        load_model(d)
+
+
+@pytest.mark.parametrize("family,key,value,match", [
+    ("llada", "n_heads", "4", r"n_heads expects int, got '4' \(str\)"),
+    ("dream", "num_attention_heads", 4.5, r"n_heads expects int, got 4.5 \(float\)"),
+    ("llada", "n_layers", 0, "n_layers must be positive"),
+    ("llada", "eos_token_id", None, r"eos_token_ids expects a list of int"),
+    ("dream", "pad_token_id", 10_000, "pad_token_id=10000 is outside the vocabulary"),
+])
+def test_config_with_wrong_values_names_them(tiny_dirs, tmp_path, family, key, value, match):
+    d = _copy(tiny_dirs[family], tmp_path / "m")
+    _edit_config(d, **{key: value})
+    with pytest.raises(CheckpointError, match=match):
+        load_model(d)
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_mask_token_equal_to_end_of_text_is_refused(tiny_dirs, tmp_path, family):
+    d = _copy(tiny_dirs[family], tmp_path / "m")
+    eos = json.loads((d / "config.json").read_text())["eos_token_id"]
+    _edit_config(d, mask_token_id=eos)
+    with pytest.raises(CheckpointError, match=f"mask_token_id={eos} is also an end-of-text id"):
+        load_model(d)
+
+
+@pytest.mark.parametrize("index", [{"metadata": {}}, {"weight_map": ["a.safetensors"]}])
+def test_index_without_weight_map(tiny_dirs, tmp_path, index):
+    d = _copy(tiny_dirs["llada_sharded"], tmp_path / "m")
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match='model.safetensors.index.json has no "weight_map" object'):
+        load_model(d)
+
+
+def test_index_that_is_not_json(tiny_dirs, tmp_path):
+    d = _copy(tiny_dirs["llada_sharded"], tmp_path / "m")
+    (d / "model.safetensors.index.json").write_text("weight_map: oops")
+    with pytest.raises(CheckpointError, match="model.safetensors.index.json is not valid JSON"):
+        load_model(d)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_corrupt_safetensors_names_the_file(tiny_dirs, tmp_path, damage):
+    d = _copy(tiny_dirs["llada"], tmp_path / "m")
+    weights = d / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(b"not a safetensors file" * 4 if damage == "garbage" else data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"model.safetensors .*(not a readable safetensors file|cannot be read)"):
+        load_model(d)
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json"])
+def test_broken_tokenizer_files_name_the_file(tiny_dirs, tmp_path, name):
+    d = _copy(tiny_dirs["llada"], tmp_path / "m")
+    (d / name).write_text('{"model": oops')
+    with pytest.raises(CheckpointError, match=f"{name} (cannot be read as a fast tokenizer|is not valid JSON)"):
+        dllm.load(d)
+
+
+def test_tokenizer_larger_than_the_vocabulary_is_refused_at_load(tiny_dirs, tmp_path):
+    d = _copy(tiny_dirs["llada"], tmp_path / "m")
+    bigger = dllm.api.default_model_path()  # a tokenizer with more tokens than the tiny model's rows
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(bigger / name, d / name)
+    with pytest.raises(CheckpointError, match=r"has \d+ tokens but the model's vocabulary has 300 rows"):
+        dllm.load(d)
+
+
+def test_special_id_outside_a_smaller_tokenizer_is_refused(tmp_path):
+    from dllm.models.tiny import write_tiny_checkpoint
+
+    d = write_tiny_checkpoint(tmp_path / "m", "llada", vocab_size=512)
+    _edit_config(d, mask_token_id=400)  # a padded embedding row, no token of the tokenizer
+    with pytest.raises(CheckpointError, match=r"sets mask_token_id=400, which the tokenizer \(\d+ tokens\) does not have"):
+        dllm.load(d)
+
+
+def test_tokenizer_smaller_than_the_vocabulary_never_decodes_silently(tmp_path):
+    """Padded embedding rows load (as in LLaDA-8B); an answer id the tokenizer lacks is an
+    error, not text with the token missing."""
+    import torch
+
+    from dllm.models.tiny import write_tiny_checkpoint
+
+    model = dllm.load(write_tiny_checkpoint(tmp_path / "m", "llada", vocab_size=512))
+    size = len(model.tokenizer)
+    assert size < model.model.config.vocab_size
+    with torch.no_grad():  # every id the tokenizer knows scores 0; the padded rows win
+        model.model.lm_head.weight[:size] = 0
+    with pytest.raises(ValueError, match=rf"model generated id\(s\) \[\d+.*does not define \({size} tokens"):
+        model.generate("hello", gen_length=8)
+
+
+def test_cuda_device_without_cuda_is_a_clear_error(tiny_dirs, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device 'cuda' asked for, but this torch sees no CUDA device"):
+        dllm.load(tiny_dirs["llada"], device="cuda")
+    with pytest.raises(ValueError, match="is not a torch device"):
+        dllm.load(tiny_dirs["llada"], device="gpu0")
