@@ -10,7 +10,10 @@ import torch
 
 from dllm.config import GenerationConfig
 from dllm.engine import DecodeResult, decode
+from dllm.inputs import check_token_ids, prompt_batch
 from dllm.models import load_model, load_tokenizer
+from dllm.models.tokenizer import check_decodable, check_tokenizer_fits
+from dllm.validation import OptionTypeError
 
 Message = dict[str, str]
 Prompt = Union[str, Sequence[Message]]
@@ -38,6 +41,8 @@ class DiffusionLM:
 
     def encode(self, prompt: Prompt, chat: bool | None = None) -> list[int]:
         """Token ids of one prompt; chat messages (or a string with ``chat``) use the template."""
+        if chat is not None and not isinstance(chat, bool):
+            raise OptionTypeError(f"chat must be True, False or None, got {chat!r}")
         has_template = self.tokenizer.chat_template is not None
         if isinstance(prompt, str) and not (chat or (chat is None and has_template)):
             return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -54,12 +59,14 @@ class DiffusionLM:
         ``options`` are GenerationConfig fields, applied on top of ``config``.
         """
         config = _merge(config, options)
-        batch = [prompts] if isinstance(prompts, str) or _is_messages(prompts) else list(prompts)
-        ids = [self.encode(p, chat) for p in batch]
+        ids = [self.encode(p, chat) for p in prompt_batch(prompts)]
         return self.generate_ids(ids, config)
 
-    def generate_ids(self, ids: list[list[int]], config: GenerationConfig) -> GenerationOutput:
-        result = decode(self.model, ids, config)
+    def generate_ids(self, ids: list[list[int]], config: GenerationConfig | None = None,
+                     **options: Any) -> GenerationOutput:
+        """Generate from token ids (a list of prompts, each a list of ids of this model)."""
+        config = _merge(config, options)
+        result = decode(self.model, check_token_ids(ids, self.model.config.vocab_size), config)
         return self.to_output(result)
 
     def to_output(self, result: DecodeResult) -> GenerationOutput:
@@ -68,6 +75,7 @@ class DiffusionLM:
         for row, answer in enumerate(result.answer.tolist()):
             end = next((i for i, t in enumerate(answer) if t in eos), None)
             kept = answer if end is None else answer[: end + 1]
+            check_decodable(kept, self.tokenizer, self.model.config.vocab_size, self.path)
             text_ids = answer if end is None else answer[:end]
             texts.append(self.tokenizer.decode(text_ids, skip_special_tokens=False))
             token_ids.append(kept)
@@ -82,17 +90,17 @@ class DiffusionLM:
                                 memory=result.memory)
 
 
-def _is_messages(value: Any) -> bool:
-    return isinstance(value, Sequence) and len(value) > 0 and isinstance(value[0], dict)
-
-
 def _merge(config: GenerationConfig | None, options: dict[str, Any]) -> GenerationConfig:
-    if config is None:
-        return GenerationConfig(**options)
+    """``config`` (default: GenerationConfig()) with ``options`` applied on top."""
+    if config is not None and not isinstance(config, GenerationConfig):
+        raise OptionTypeError(f"config must be a dllm.GenerationConfig, got {type(config).__name__}; "
+                              "pass generation options as keywords (e.g. gen_length=32)")
     known = {f.name for f in dataclasses.fields(GenerationConfig)}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(f"unknown generation option(s) {unknown}; known: {sorted(known)}")
+    if config is None:
+        return GenerationConfig(**options)
     values = {f.name: getattr(config, f.name) for f in dataclasses.fields(GenerationConfig)}
     return GenerationConfig(**{**values, **options})
 
@@ -101,6 +109,10 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "cpu",
          dtype: str | torch.dtype = "float32") -> DiffusionLM:
     """Load a checkpoint directory (default: the bundled trained model)."""
     path = Path(path) if path is not None else default_model_path()
-    if path is None or not path.exists():
-        raise FileNotFoundError(f"model directory {path} does not exist; pass a checkpoint directory")
-    return DiffusionLM(load_model(path, dtype=dtype, device=device), load_tokenizer(path), path)
+    if not path.exists():
+        raise FileNotFoundError(f"model directory {path} does not exist; pass a checkpoint directory "
+                                "(dllm loads local directories and never downloads hub ids)")
+    model = load_model(path, dtype=dtype, device=device)
+    tokenizer = load_tokenizer(path)
+    check_tokenizer_fits(tokenizer, model.config, path)
+    return DiffusionLM(model, tokenizer, path)

@@ -1,0 +1,77 @@
+"""Checks of what a user hands to ``generate()``: prompts, chat messages and token ids.
+
+Each check raises before any model work, with the prompt (and message or token) at fault and
+the form that is expected, instead of a TypeError from deep inside the tokenizer or an
+IndexError from the embedding.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Sequence
+
+from dllm.validation import OptionTypeError
+
+PROMPT_FORMS = ("a string, a list of chat messages ({'role': ..., 'content': ...} dicts), "
+                "or a list of those")
+
+
+def prompt_batch(prompts: Any) -> list[str | list[dict[str, str]]]:
+    """One prompt or a list of prompts -> a list of prompts (strings or message lists)."""
+    if isinstance(prompts, str):
+        return [prompts]
+    if is_messages(prompts):
+        return [check_messages(prompts, 0)]
+    if isinstance(prompts, (bytes, bytearray)):
+        raise OptionTypeError("prompts are bytes; decode them to str first (e.g. prompt.decode('utf-8'))")
+    if not isinstance(prompts, (list, tuple)):
+        raise OptionTypeError(f"prompts must be {PROMPT_FORMS}; got {type(prompts).__name__}")
+    if not prompts:
+        raise ValueError("no prompts given; pass at least one prompt")
+    batch = []
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            batch.append(prompt)
+        elif is_messages(prompt):
+            batch.append(check_messages(prompt, i))
+        else:
+            raise OptionTypeError(f"prompt {i} is {type(prompt).__name__}; each prompt must be a string "
+                                  "or a list of chat messages ({'role': ..., 'content': ...} dicts)")
+    return batch
+
+
+def is_messages(value: Any) -> bool:
+    """A non-empty list of dicts: one chat conversation."""
+    return isinstance(value, (list, tuple)) and len(value) > 0 and isinstance(value[0], dict)
+
+
+def check_messages(messages: Sequence[Any], prompt: int) -> list[dict[str, str]]:
+    """Every message is a dict with string ``role`` and ``content``."""
+    for j, message in enumerate(messages):
+        where = f"prompt {prompt}, message {j}"
+        if not isinstance(message, dict):
+            raise OptionTypeError(f"{where} is {type(message).__name__}; chat messages are "
+                                  "{'role': 'user', 'content': '...'} dicts")
+        for key in ("role", "content"):
+            if key not in message:
+                raise ValueError(f"{where} has no {key!r}; chat messages are "
+                                 "{'role': 'user', 'content': '...'} dicts")
+            if not isinstance(message[key], str):
+                raise OptionTypeError(f"{where}: {key!r} must be a string, got "
+                                      f"{type(message[key]).__name__}")
+    return list(messages)
+
+
+def check_token_ids(ids: Any, vocab_size: int) -> list[list[int]]:
+    """A list of prompts, each a non-empty list of integer ids in [0, vocab_size)."""
+    if not isinstance(ids, (list, tuple)) or not all(isinstance(row, (list, tuple)) for row in ids):
+        raise OptionTypeError("token ids must be a list of prompts, each a list of int ids "
+                              f"(e.g. [[1, 2, 3]]); got {type(ids).__name__}")
+    for i, row in enumerate(ids):
+        for j, token in enumerate(row):
+            if not isinstance(token, numbers.Integral) or isinstance(token, bool):
+                raise OptionTypeError(f"prompt {i}, token {j} is {token!r} ({type(token).__name__}); "
+                                      "token ids are ints (nothing is rounded)")
+            if not 0 <= token < vocab_size:
+                raise ValueError(f"prompt {i}, token {j} is id {token}, outside the model's vocabulary "
+                                 f"[0, {vocab_size}); encode prompts with this checkpoint's tokenizer")
+    return [[int(t) for t in row] for row in ids]

@@ -1,0 +1,116 @@
+"""Bad input to the Python API fails before any model work, naming what to change."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import dllm
+from dllm.validation import OptionTypeError
+
+
+@pytest.fixture(scope="module")
+def model(tiny_models):
+    return tiny_models["llada"]
+
+
+@pytest.mark.parametrize("prompts,match", [
+    (None, r"prompts must be a string, a list of chat messages .* got NoneType"),
+    (5, r"prompts must be a string, a list of chat messages .* got int"),
+    (b"hi", r"prompts are bytes; decode them to str first"),
+    (["ok", 3], r"prompt 1 is int; each prompt must be a string or a list of chat messages"),
+    ([], "no prompts given"),
+])
+def test_prompts_of_the_wrong_type(model, prompts, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        model.generate(prompts, gen_length=8)
+
+
+@pytest.mark.parametrize("messages,match", [
+    ([{"content": "hi"}], r"prompt 0, message 0 has no 'role'"),
+    ([{"role": "user"}], r"prompt 0, message 0 has no 'content'"),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}],
+     r"prompt 0, message 1: 'content' must be a string, got NoneType"),
+    ([{"role": "user", "content": "hi"}, "and then"], r"prompt 0, message 1 is str"),
+])
+def test_chat_messages_need_role_and_content(model, messages, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        model.generate(messages, gen_length=8)
+    with pytest.raises((TypeError, ValueError), match=match.replace("prompt 0", "prompt 1")):
+        model.generate(["first", messages], gen_length=8)
+
+
+@pytest.mark.parametrize("config", [None, dllm.GenerationConfig(gen_length=8)])
+def test_unknown_keyword_is_named_with_or_without_a_config(model, config):
+    with pytest.raises(ValueError, match=r"unknown generation option\(s\) \['gen_lenght'\]; known: .*gen_length"):
+        model.generate("hi", config, gen_lenght=8)
+
+
+def test_config_of_the_wrong_type(model):
+    with pytest.raises(TypeError, match="config must be a dllm.GenerationConfig, got int; pass generation options as keywords"):
+        model.generate("hi", 32)
+    with pytest.raises(TypeError, match="chat must be True, False or None"):
+        model.generate("hi", gen_length=8, chat="yes")
+
+
+@pytest.mark.parametrize("ids,match", [
+    ([[1, 10_000]], r"prompt 0, token 1 is id 10000, outside the model's vocabulary \[0, 300\)"),
+    ([[1], [2, -1]], r"prompt 1, token 1 is id -1, outside the model's vocabulary"),
+    ([[1.7, 2]], r"prompt 0, token 0 is 1.7 \(float\); token ids are ints"),
+    ([[True, 2]], r"prompt 0, token 0 is True \(bool\)"),
+    ([1, 2, 3], r"token ids must be a list of prompts, each a list of int ids"),
+])
+def test_bad_token_ids(model, ids, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        model.generate_ids(ids, dllm.GenerationConfig(gen_length=8))
+
+
+def test_generate_ids_takes_options_like_generate(model):
+    ids = [model.encode("hello")]
+    with_config = model.generate_ids(ids, dllm.GenerationConfig(gen_length=8))
+    assert model.generate_ids(ids, gen_length=8).token_ids == with_config.token_ids
+
+
+INT_FIELDS = ["gen_length", "block_length", "steps", "sub_block_length", "top_k", "seed"]
+FLOAT_FIELDS = ["temperature", "top_p", "cfg_scale", "memory_budget_mb"]
+
+
+@pytest.mark.parametrize("name", INT_FIELDS)
+@pytest.mark.parametrize("value", [8.0, True, "8"])
+def test_int_fields_refuse_floats_bools_and_strings(name, value):
+    with pytest.raises(TypeError, match=rf"GenerationConfig.{name} expects int.*, got {value!r} \({type(value).__name__}\)"):
+        dllm.GenerationConfig(**{"gen_length": 8, name: value})
+
+
+@pytest.mark.parametrize("name", FLOAT_FIELDS)
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_float_fields_refuse_nan_and_inf(name, value):
+    with pytest.raises(ValueError, match=rf"GenerationConfig.{name} must be a finite number, got {value!r}"):
+        dllm.GenerationConfig(gen_length=8, **{name: value})
+
+
+@pytest.mark.parametrize("name", FLOAT_FIELDS)
+def test_float_fields_refuse_strings_and_accept_ints(name):
+    with pytest.raises(TypeError, match=rf"GenerationConfig.{name} expects float"):
+        dllm.GenerationConfig(gen_length=8, **{name: "0.5"})
+    value = 1
+    config = dllm.GenerationConfig(gen_length=8, **{name: value})
+    assert getattr(config, name) == 1.0 and isinstance(getattr(config, name), float)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"seed": -1}, r"seed must be in \[0, 2\*\*63\), got -1"),
+    ({"seed": 2**64}, r"seed must be in \[0, 2\*\*63\)"),
+    ({"stop_at_eos": "no"}, r"GenerationConfig.stop_at_eos expects bool, got 'no'"),
+    ({"policy": None}, r"GenerationConfig.policy expects str, got None"),
+    ({"policy_args": [("tau", 0.5)]}, r"GenerationConfig.policy_args expects a dict"),
+    ({"cache_args": {1: 2}}, r"GenerationConfig.cache_args expects a dict"),
+])
+def test_other_wrong_generation_values(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        dllm.GenerationConfig(gen_length=8, **kwargs)
+
+
+def test_nan_temperature_no_longer_decodes_as_argmax(model):
+    with pytest.raises(ValueError, match="temperature must be a finite number"):
+        model.generate("hi", gen_length=8, temperature=float("nan"))
