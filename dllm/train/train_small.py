@@ -1,6 +1,6 @@
 """Train a small LLaDA-layout masked-diffusion model on the ParallelBench task families.
 
-    python -m dllm.train.train_small --out runs/small --steps 3000
+    python -m dllm.train.train_small --out runs/small --steps 3000 [--tokenizer DIR] [--data DIR]
 
 Objective (LLaDA SFT): t ~ U(0, 1), each answer token (answer + end-of-text padding up to the
 task's gen_length) is masked i.i.d. with p = (1 - 1e-3) t + 1e-3; plain cross-entropy over the
@@ -85,6 +85,28 @@ def build_tokenizer(corpus: TaskCorpus, out: Path, vocab_size: int, family: str 
     tok.add_tokens(name_tokens(corpus))
     save_tokenizer_dir(tok, out, special=SPECIAL_ROLES[family], chat_template=CHAT_TEMPLATES[family])
     return load_tokenizer(out)
+
+
+def reuse_tokenizer(source: Path, out: Path):
+    """Copy a checkpoint's tokenizer into ``out`` unchanged, so a rerun trains on the same ids
+    (a rebuilt BPE can give some added tokens other ids, and the weights would differ)."""
+    tokenizer = load_tokenizer(source)
+    missing = [role for role in ("mask_token", "eos_token", "pad_token") if getattr(tokenizer, role) is None]
+    if missing:
+        raise SystemExit(f"--tokenizer {source}: its tokenizer_config.json names no {', '.join(missing)}; "
+                         "use a tokenizer written by train_small (e.g. the shipped model's directory)")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (source / name).resolve() != (out / name).resolve():
+            shutil.copy(source / name, out / name)
+    return load_tokenizer(out)
+
+
+def require_data_dir(data_dir: Path) -> None:
+    """The corpus needs ParallelBench's names, prompt templates and test lists (to exclude)."""
+    if not (data_dir / "first_last_names.yaml").is_file():
+        raise SystemExit(f"no ParallelBench data at {data_dir}: training reads its names, prompt "
+                         "templates and official test lists (never trained on). Pass --data DIR or "
+                         "set DLLM_PARALLELBENCH_DIR to the folder with first_last_names.yaml")
 
 
 def model_config(tokenizer, args) -> dict:
@@ -182,15 +204,21 @@ def main(argv: list[str] | None = None) -> None:
                     help="checkpoint layout: llada, or dream (Qwen2 names, logit shift)")
     ap.add_argument("--init", type=Path, default=None,
                     help="checkpoint directory to continue from (its tokenizer and weights)")
+    ap.add_argument("--tokenizer", type=Path, default=None,
+                    help="reuse this checkpoint directory's tokenizer.json + tokenizer_config.json instead "
+                         "of building one (reproduces a model's token ids; --vocab-size is then unused)")
     ap.add_argument("--tasks", nargs="+", default=None,
                     help="train on these tasks only (e.g. waiting_line/copy; a task named twice is drawn twice "
                          "as often); default: all of TRAIN_TASKS")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
+    if args.init and args.tokenizer:
+        ap.error("--init already brings its checkpoint's tokenizer; drop --tokenizer")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     data_dir = args.data or default_data_dir()
+    require_data_dir(data_dir)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     tasks = tuple(args.tasks) if args.tasks else TRAIN_TASKS
@@ -202,7 +230,8 @@ def main(argv: list[str] | None = None) -> None:
         model = load_model(args.init, dtype=torch.float32).requires_grad_(True)
         raw = json.loads((args.init / "config.json").read_text())
     else:
-        tokenizer = build_tokenizer(corpus, out, args.vocab_size, args.family)
+        tokenizer = (reuse_tokenizer(args.tokenizer, out) if args.tokenizer
+                     else build_tokenizer(corpus, out, args.vocab_size, args.family))
         raw = model_config(tokenizer, args)
         model = DiffusionTransformer(family_for(raw["model_type"]).parse_config(raw))
         for name, p in model.named_parameters():
