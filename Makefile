@@ -1,6 +1,7 @@
 # Two setup-to-result commands: `make demo` and `make test`.
 # Both create .venv when missing and install torch==2.13.0 FIRST: an unpinned torch pulls a
 # multi-GB CUDA build; the pinned one is a CPU build available locally.
+# `make test` passes no -q: pyproject's addopts has one, and a second hides the "N passed" line.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -21,7 +22,7 @@ demo: $(STAMP)
 	$(PY) -m dllm.demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest
 
 clean:
 	rm -rf $(VENV)
