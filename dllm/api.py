@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, Union
@@ -108,10 +109,13 @@ def _merge(config: GenerationConfig | None, options: dict[str, Any]) -> Generati
 def load(path: str | Path | None = None, *, device: str | torch.device = "cpu",
          dtype: str | torch.dtype = "float32") -> DiffusionLM:
     """Load a checkpoint directory (default: the bundled trained model)."""
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise OptionTypeError(f"path must be a checkpoint directory (str or Path), got {type(path).__name__}")
     path = Path(path) if path is not None else default_model_path()
     if not path.exists():
         raise FileNotFoundError(f"model directory {path} does not exist; pass a checkpoint directory "
-                                "(dllm loads local directories and never downloads hub ids)")
+                                "(dllm never downloads: fetch a Hugging Face model's files into a "
+                                "directory first, e.g. with `huggingface-cli download ID --local-dir DIR`)")
     model = load_model(path, dtype=dtype, device=device)
     tokenizer = load_tokenizer(path)
     check_tokenizer_fits(tokenizer, model.config, path)

@@ -114,3 +114,10 @@ def test_other_wrong_generation_values(kwargs, match):
 def test_nan_temperature_no_longer_decodes_as_argmax(model):
     with pytest.raises(ValueError, match="temperature must be a finite number"):
         model.generate("hi", gen_length=8, temperature=float("nan"))
+
+
+def test_load_names_what_a_path_must_be(tmp_path):
+    with pytest.raises(FileNotFoundError, match="dllm never downloads: fetch a Hugging Face model's files"):
+        dllm.load("GSAI-ML/LLaDA-8B-Instruct")
+    with pytest.raises(TypeError, match="path must be a checkpoint directory .*got int"):
+        dllm.load(8)
