@@ -194,12 +194,12 @@ class DecodeState:
         self._ends_moved = self._ends_moved or self._truncated  # the window end moved
         self.block_masks = self.eligible().sum(-1)
 
-    def pending(self) -> Tensor:
+    def moving_rows(self) -> Tensor:
         """(B,) active rows with masks left in the window: the rows a step moves."""
         return (self.eligible() & self.runner.active[:, None]).any(-1)
 
     def block_done(self) -> bool:
-        return not bool(self.pending().any())
+        return not bool(self.moving_rows().any())
 
     def advance(self, steps: Tensor) -> None:
         """Count one round: each row took ``steps`` (B,) base-rule steps."""
@@ -290,7 +290,7 @@ def decode(model, prompts: list[list[int]], config: GenerationConfig,
     max_steps = config.steps_per_block + 4 * config.window_length
     for index in range(config.num_windows):
         state.begin_block(index)
-        while bool((moving := state.pending()).any()):
+        while bool((moving := state.moving_rows()).any()):
             if state.step >= max_steps:  # a row still moving after max_steps rounds is stuck
                 stuck = moving.nonzero().flatten().tolist()
                 raise RuntimeError(f"rule {config.policy!r} made no progress in block {index} (rows {stuck})")

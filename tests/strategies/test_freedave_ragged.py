@@ -8,6 +8,7 @@ import pytest
 
 from dllm import GenerationConfig
 from dllm.engine import decode
+from dllm.samplers import RULES
 from tests.rule_configs import RULE_OPTIONS, EndsAt, rule_config, save_filter
 
 # row 2 (two prompt tokens) starts its answer at position id 2, where EndsAt predicts end-of-text
@@ -49,3 +50,22 @@ def test_freedave_plus_plus_every_cache(tiny_models, family, cache):
                            policy_args={"tau": 0.9}, cache=cache, strategy="freedave",
                            strategy_args={"num_drafts": 8})
     _check(EndsAt(tiny_models[family].model), cfg)
+
+
+
+class CommitsOnlyCertain:
+    """No one-token floor: commits only near-certain predictions (EndsAt's end-of-text)."""
+
+    def __call__(self, inp):
+        return inp.eligible & (inp.stats.prob > 0.99)
+
+
+@pytest.mark.parametrize("strategy", [dict(), dict(strategy="freedave", strategy_args={"num_drafts": 8})],
+                         ids=["plain", "freedave"])
+def test_progress_guard_names_the_stuck_rows(tiny_models, monkeypatch, strategy):
+    """A rule that stops committing ends the decode with an error naming the rows it left
+    stuck (not the row that ended early)."""
+    monkeypatch.setitem(RULES, "certain", CommitsOnlyCertain)
+    cfg = GenerationConfig(gen_length=16, block_length=8, steps=16, policy="certain", **strategy)
+    with pytest.raises(RuntimeError, match=r"'certain' made no progress in block 0 \(rows \[0, 1, 3\]\)"):
+        decode(EndsAt(tiny_models["llada"].model), PROMPTS, cfg)

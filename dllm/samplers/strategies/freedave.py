@@ -69,7 +69,7 @@ class FreeDave:
         if self.pending is None or self.block_start != state.bs:
             self.pending = state.statistics(state.block_logits())
             self.block_start = state.bs
-        moving = state.pending()  # (B,) rows with masks left; the others take no step
+        moving = state.moving_rows()  # (B,) rows with masks left; the others take no step
         drafts = torch.stack(rule_steps(state, state.tokens, self.pending, K), 1)  # (B, K, L)
         block = slice(state.bs, state.be)
         # (B, K): draft k leaves work (masks in the block, text not final); monotone in k
