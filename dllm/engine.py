@@ -17,10 +17,12 @@ from dllm.cache import make_cache
 from dllm.canvas import Canvas, build_canvas
 from dllm.config import GenerationConfig
 from dllm.kernels import TokenStats, confidence_stats
+from dllm.kernels.confidence_stats import fold_seed
 from dllm.memory import check_memory_budget, plan_memory
 from dllm.runner import ModelRunner
 from dllm.samplers import make_rule, make_stopper, make_strategy
 from dllm.samplers.base import RuleInput
+from dllm.samplers.noise import RowNoise
 from dllm.samplers.stoppers.span import AnswerStats, AnswerView
 
 
@@ -40,7 +42,8 @@ class DecodeResult:
 class DecodeState:
     """Everything a strategy needs at one step of the active block."""
 
-    def __init__(self, model, canvas: Canvas, config: GenerationConfig) -> None:
+    def __init__(self, model, canvas: Canvas, config: GenerationConfig,
+                 seeds: list[int] | None = None) -> None:
         self.model, self.canvas, self.config = model, canvas, config
         self.mask_id = model.mask_token_id
         self.runner = ModelRunner(model, canvas, cfg_scale=config.cfg_scale)
@@ -50,10 +53,17 @@ class DecodeState:
         device = canvas.tokens.device
         self.excluded = torch.tensor([self.mask_id], device=device)
         self.eos = torch.tensor(model.eos_token_ids, device=device)
-        self.generator = torch.Generator().manual_seed(config.seed)
-        G = config.gen_length
-        self.order = torch.full((canvas.batch_size, G), -1, dtype=torch.long, device=device)
-        self.bs = self.be = self.step = self.forwards = self.noise_offset = 0
+        B, G = canvas.batch_size, config.gen_length
+        # Each row's random numbers (sampling noise, random rules) come from its own stream:
+        # its seed, its own step count and the answer position, never its place in the batch.
+        seeds = [config.seed] * B if seeds is None else seeds
+        self.row_seed = torch.tensor([fold_seed(s) for s in seeds], dtype=torch.long, device=device)
+        self.order = torch.full((B, G), -1, dtype=torch.long, device=device)
+        # step: rounds (strategy steps) in the active window; row_step: base-rule steps each row
+        # took in it (rules' schedules read these); steps_before: each row's steps in earlier windows
+        self.bs = self.be = self.step = self.forwards = 0
+        self.row_step = torch.zeros(B, dtype=torch.long, device=device)
+        self.steps_before = torch.zeros_like(self.row_step)
         self.block_masks = torch.zeros(canvas.batch_size, dtype=torch.long, device=device)
         # EoTP: each row's answer ends before canvas position end[row]; forwards stop at the
         # furthest end over active rows (recomputed before the next forward after a truncate()).
@@ -97,25 +107,43 @@ class DecodeState:
         self.forwards += 1
         return logits
 
-    def statistics(self, logits: Tensor) -> TokenStats:
-        """One kernel call: (N, W, V) logits -> TokenStats with (N, W) fields."""
+    def statistics(self, logits: Tensor, rows: Tensor | None = None, steps: Tensor | None = None) -> TokenStats:
+        """One kernel call: (N, W, V) logits -> TokenStats with (N, W) fields.
+
+        ``rows`` (N,): the canvas row of each input (default: the canvas rows); ``steps`` (N,):
+        the window step of the state each input holds (default: its row's ``row_step``), e.g.
+        FreeDave's draft k sits k steps ahead. At temperature > 0 the noise of each position is
+        keyed by its row's seed and that state's step count and answer position."""
         N, W, V = logits.shape
         flat = _filter_logits(logits.reshape(N * W, V), self.config.top_k, self.config.top_p)
-        stats = confidence_stats(flat, temperature=self.config.temperature, seed=self.config.seed,
-                                 offset=self.noise_offset, excluded_ids=self.excluded)
-        self.noise_offset += N * W
+        noise = {}
+        if self.config.temperature > 0:
+            key = self.noise(rows, steps)
+            noise = dict(seed=key.seed[:, None].expand(N, W).reshape(-1), counter=key.counters().reshape(-1))
+        stats = confidence_stats(flat, temperature=self.config.temperature, excluded_ids=self.excluded, **noise)
         return stats.reshape(N, W)
+
+    def noise(self, rows: Tensor | None = None, steps: Tensor | int | None = None) -> RowNoise:
+        """The random stream of the states in ``rows`` (default: the canvas rows) that took
+        ``steps`` (default: their row's ``row_step``) base steps in this window."""
+        rows = torch.arange(self.row_step.shape[0], device=self.row_step.device) if rows is None else rows
+        steps = self.row_step[rows] if steps is None else torch.as_tensor(steps, device=rows.device).expand(rows.shape)
+        positions = torch.arange(self.bs, self.be, device=rows.device) - self.canvas.prompt_width
+        return RowNoise(seed=self.row_seed[rows], clock=self.steps_before[rows] + steps, positions=positions)
 
     def eligible(self, tokens: Tensor | None = None) -> Tensor:
         tokens = self.tokens if tokens is None else tokens
         return tokens[:, self.bs : self.be] == self.mask_id
 
     def rule_input(self, stats: TokenStats, tokens: Tensor | None = None,
-                   rows: Tensor | None = None, step: int | None = None) -> RuleInput:
+                   rows: Tensor | None = None, step: Tensor | None = None) -> RuleInput:
+        """What the rule sees for the states ``tokens`` of canvas ``rows`` (default: the canvas)
+        at window ``step`` per state (default: each row's own ``row_step``)."""
         block_masks = self.block_masks if rows is None else self.block_masks[rows]
-        return RuleInput(stats=stats, eligible=self.eligible(tokens), step=self.step if step is None else step,
+        step = (self.row_step if rows is None else self.row_step[rows]) if step is None else step
+        return RuleInput(stats=stats, eligible=self.eligible(tokens), step=step,
                          num_steps=self.config.steps_per_block, block_masks=block_masks,
-                         generator=self.generator)
+                         noise=self.noise(rows, step))
 
     def commit(self, mask: Tensor, token: Tensor) -> None:
         """Write ``token`` where ``mask`` (B, W) is set, for active rows only."""
@@ -161,24 +189,42 @@ class DecodeState:
         """Make decision window ``index`` (a block, or a sub-block) active."""
         P, size = self.canvas.prompt_width, self.config.window_length
         self.bs, self.be, self.step = P + index * size, P + (index + 1) * size, 0
+        self.steps_before += self.row_step
+        self.row_step.zero_()
         self._ends_moved = self._ends_moved or self._truncated  # the window end moved
         self.block_masks = self.eligible().sum(-1)
 
+    def moving_rows(self) -> Tensor:
+        """(B,) active rows with masks left in the window: the rows a step moves."""
+        return (self.eligible() & self.runner.active[:, None]).any(-1)
+
     def block_done(self) -> bool:
-        return not bool((self.eligible() & self.runner.active[:, None]).any())
+        return not bool(self.moving_rows().any())
+
+    def advance(self, steps: Tensor) -> None:
+        """Count one round: each row took ``steps`` (B,) base-rule steps."""
+        self.row_step += steps.long()
+        self.step += 1
+
+    def text_final(self, tokens: Tensor | None = None) -> Tensor:
+        """(N,) whether each canvas in ``tokens`` (default: the canvas) has final text: an
+        end-of-text with no mask before it. Always False without ``stop_at_eos``."""
+        answer = (self.tokens if tokens is None else tokens)[:, self.canvas.prompt_width :]
+        if not self.config.stop_at_eos:
+            return torch.zeros(answer.shape[0], dtype=torch.bool, device=answer.device)
+        is_eos = torch.isin(answer, self.eos)
+        G = answer.shape[1]
+        first = torch.where(is_eos.any(-1), is_eos.int().argmax(-1), G)  # (N,)
+        idx = torch.arange(G, device=answer.device)
+        return is_eos.any(-1) & ~((answer == self.mask_id) & (idx < first[:, None])).any(-1)
 
     def finish_rows(self) -> None:
         """Rows whose text is final (no mask before the first end-of-text) stop here."""
         if not self.config.stop_at_eos:
             return
+        done = self.text_final()
         answer = self.tokens[:, self.canvas.prompt_width :]
-        is_eos = torch.isin(answer, self.eos)
-        G = answer.shape[1]
-        first = torch.where(is_eos.any(-1), is_eos.int().argmax(-1), G)  # (B,)
-        idx = torch.arange(G, device=answer.device)
-        masked = answer == self.mask_id
-        done = is_eos.any(-1) & ~(masked & (idx < first[:, None])).any(-1)
-        answer[done[:, None] & masked] = self.eos[0]
+        answer[done[:, None] & (answer == self.mask_id)] = self.eos[0]
         self.runner.active &= ~done
 
 
@@ -194,6 +240,18 @@ def _filter_logits(logits: Tensor, top_k: int | None, top_p: float | None) -> Te
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
+
+
+def check_seeds(seeds: list[int] | None, batch_size: int) -> None:
+    """Per-row seeds: one int per prompt."""
+    if seeds is None:
+        return
+    if len(seeds) != batch_size:
+        raise ValueError(f"got {len(seeds)} seeds for {batch_size} prompts; give one seed per prompt "
+                         "(or none: config.seed for every row)")
+    for i, seed in enumerate(seeds):
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed {i} is {seed!r}; seeds must be Python ints")
 
 
 def check_prompts(prompts: list[list[int]], config: GenerationConfig, max_length: int) -> None:
@@ -212,27 +270,34 @@ def check_prompts(prompts: list[list[int]], config: GenerationConfig, max_length
 
 
 @torch.inference_mode()
-def decode(model, prompts: list[list[int]], config: GenerationConfig) -> DecodeResult:
-    """Decode a batch of token-id prompts (ragged lengths allowed) with ``config``."""
+def decode(model, prompts: list[list[int]], config: GenerationConfig,
+           seeds: list[int] | None = None) -> DecodeResult:
+    """Decode a batch of token-id prompts (ragged lengths allowed) with ``config``.
+
+    ``seeds``: one seed per prompt (default ``config.seed`` for every row). A row's random
+    numbers depend only on its seed, so it decodes alike in any batch, at any position."""
     check_prompts(prompts, config, model.config.max_sequence_length)
+    check_seeds(seeds, len(prompts))
     strategy = make_strategy(config.strategy, config.strategy_args)
     canvas_length = max(len(p) for p in prompts) + config.gen_length
     plan = plan_memory(model, len(prompts), canvas_length, config, strategy)
     check_memory_budget(plan, config, len(prompts), canvas_length)
     canvas = build_canvas(prompts, gen_length=config.gen_length, mask_id=model.mask_token_id,
                           pad_id=model.config.pad_token_id, device=model.device)
-    state = DecodeState(model, canvas, config)
+    state = DecodeState(model, canvas, config, seeds)
     _sync(model)
     start = time.perf_counter()
     max_steps = config.steps_per_block + 4 * config.window_length
     for index in range(config.num_windows):
         state.begin_block(index)
-        while not state.block_done():
-            if state.step >= max_steps:
-                raise RuntimeError(f"rule {config.policy!r} made no progress in block {index}")
-            strategy.step(state)
-            state.step += 1
+        while bool((moving := state.moving_rows()).any()):
+            if state.step >= max_steps:  # a row still moving after max_steps rounds is stuck
+                stuck = moving.nonzero().flatten().tolist()
+                raise RuntimeError(f"rule {config.policy!r} made no progress in block {index} (rows {stuck})")
+            steps = strategy.step(state)  # base-rule steps per row; None: one per moving row
+            state.advance(moving if steps is None else steps)
             state.finish_rows()
+
         if not bool(state.runner.active.any()):
             break
     _sync(model)

@@ -62,7 +62,7 @@ def confidence_stats(logits: Tensor, **kwargs) -> TokenStats:
     """Per-row statistics of (R, V) logits through the selected backend.
 
     Keyword arguments and the returned fields are those of ``confidence_stats_torch``
-    (temperature, seed, offset, excluded_ids).
+    (temperature, seed, offset, counter, excluded_ids).
     """
     backend = kernel_backend(logits.device)
     CALL_COUNTS["confidence_stats"] += 1

@@ -13,8 +13,11 @@ Two implementations with one contract:
   set before this module is imported), which is how the tests check it without a GPU.
 
 Noise is counter-based, so both give the same tokens at T > 0 and a decode is reproducible from
-(seed, offset) alone: u = hash(seed, offset + row, col), the same 32-bit integer hash
+(seed, counter) alone: u = hash(seed[row], counter[row], col), the same 32-bit integer hash
 (``lowbias32``, uint32 arithmetic; emulated on int64 masked to 32 bits in torch) on both sides.
+Seeds and counters are per row, so a caller can give every row its own stream (the engine keys
+a row by its own seed, its own step count and the answer position: a row's noise never depends
+on its batch); by default every row shares ``seed`` and counter = offset + row.
 """
 from __future__ import annotations
 
@@ -92,20 +95,49 @@ def _lowbias32_torch(x: Tensor) -> Tensor:
     return x ^ (x >> 16)
 
 
-def row_keys_torch(seed: int, rows: Tensor) -> Tensor:
-    """Per-row key: lowbias32(seed32 ^ lowbias32(row32 ^ salt)); rows int64 (non-negative)."""
-    r32 = (rows ^ (rows >> 32)) & _M32
-    return _lowbias32_torch(fold_seed(seed) ^ _lowbias32_torch(r32 ^ _ROW_SALT))
+def fold_seeds(seed: int | Tensor) -> int | Tensor:
+    """``fold_seed`` for an int, or elementwise for an int64 tensor of non-negative seeds."""
+    if isinstance(seed, Tensor):
+        return (seed ^ (seed >> 32)) & _M32
+    return fold_seed(seed)
 
 
-def hash_uniform_torch(seed: int, rows: Tensor, cols: Tensor) -> Tensor:
-    """Uniform noise in (0, 1): rows (R, 1) and cols (1, V) int64 -> (R, V) float32.
+def row_keys_torch(seed: int | Tensor, counters: Tensor) -> Tensor:
+    """Per-row key: lowbias32(seed32 ^ lowbias32(c32 ^ salt)), c32 = lo ^ lowbias32(hi) of the
+    non-negative int64 counter (lowbias32(0) = 0: counters below 2**32 hash as themselves, and
+    the high half, e.g. a step index, is mixed before it meets the low half, a position).
+    ``seed``: an int or an int64 tensor broadcastable to ``counters`` (non-negative)."""
+    c32 = (counters & _M32) ^ _lowbias32_torch((counters >> 32) & _M32)
+    return _lowbias32_torch(fold_seeds(seed) ^ _lowbias32_torch(c32 ^ _ROW_SALT))
+
+
+def hash_uniform_torch(seed: int | Tensor, counters: Tensor, cols: Tensor) -> Tensor:
+    """Uniform noise in (0, 1): counters (R, 1) and cols (1, V) int64 -> (R, V) float32
+    (any broadcastable shapes; ``seed`` an int or an int64 tensor broadcastable to counters).
 
     bits = lowbias32(row_key ^ (col * _COL_MUL mod 2**32)); u = ((bits >> 9) + 0.5) / 2**23.
     Bit-identical to ``_hash_uniform`` in the kernel.
     """
-    bits = _lowbias32_torch(row_keys_torch(seed, rows) ^ _mulmod32(cols & _M32, _COL_MUL))  # (R, V)
+    bits = _lowbias32_torch(row_keys_torch(seed, counters) ^ _mulmod32(cols & _M32, _COL_MUL))
     return ((bits >> _U_SHIFT).to(torch.float32) + 0.5) * _U_SCALE
+
+
+def noise_keys(R: int, device, seed: int | Tensor | None, temperature: float, offset: int = 0,
+               counter: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(R,) folded seeds and (R,) counters of the rows of one call: ``seed`` per row (an (R,)
+    int64 tensor of non-negative seeds) or shared (an int), ``counter`` per row or else
+    offset + row."""
+    if isinstance(seed, Tensor):
+        if seed.shape != (R,):
+            raise ValueError(f"per-row seeds must have shape ({R},), got {tuple(seed.shape)}")
+        seeds = fold_seeds(seed.to(device, torch.int64))
+    else:
+        seeds = torch.full((R,), fold_seed(_resolve_seed(seed, temperature)), dtype=torch.int64, device=device)
+    if counter is None:
+        counter = torch.arange(offset, offset + R, dtype=torch.int64, device=device)
+    elif counter.shape != (R,):
+        raise ValueError(f"per-row counters must have shape ({R},), got {tuple(counter.shape)}")
+    return seeds, counter.to(device, torch.int64)
 
 
 def _resolve_seed(seed: int | None, temperature: float) -> int:
@@ -122,8 +154,9 @@ def _resolve_seed(seed: int | None, temperature: float) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def confidence_stats_torch(logits: Tensor, *, temperature: float = 0.0, seed: int | None = None,
-                           offset: int = 0, excluded_ids: Tensor | None = None) -> TokenStats:
+def confidence_stats_torch(logits: Tensor, *, temperature: float = 0.0, seed: int | Tensor | None = None,
+                           offset: int = 0, counter: Tensor | None = None,
+                           excluded_ids: Tensor | None = None) -> TokenStats:
     """Reference implementation and CPU path.
 
     logits: (R, V) float32 / bfloat16 / float16; computed in float32 whatever the input dtype.
@@ -132,8 +165,10 @@ def confidence_stats_torch(logits: Tensor, *, temperature: float = 0.0, seed: in
     every remaining entry is -inf is invalid input (its statistics are undefined).
 
     token: ``argmax(logits)`` (first index on ties) at temperature 0, else the Gumbel-max sample
-    ``argmax(logits + T * g)`` with g = -log(-log(u)), u = hash(seed, offset + row, col); a sample
-    from softmax(logits / T). ``seed=None`` at T > 0 draws one from torch's global generator.
+    ``argmax(logits + T * g)`` with g = -log(-log(u)), u = hash(seed, counter, col); a sample
+    from softmax(logits / T). ``seed``: one int for every row, or an (R,) int64 tensor of
+    non-negative per-row seeds; ``None`` at T > 0 draws one from torch's global generator.
+    ``counter``: (R,) non-negative int64 per-row counters; default offset + row.
     prob, margin_prob and entropy are those of the un-tempered softmax(logits).
     """
     if logits.dim() != 2:
@@ -154,9 +189,9 @@ def confidence_stats_torch(logits: Tensor, *, temperature: float = 0.0, seed: in
         top2 = torch.cat([x, torch.full_like(x, float("-inf"))], dim=1)  # (R, 1) -> (R, 2)
     p_top2 = (top2 - lse[:, None]).exp()  # (R, 2)
     if temperature > 0:
-        rows = torch.arange(offset, offset + R, device=x.device, dtype=torch.int64)[:, None]  # (R, 1)
+        seeds, counters = noise_keys(R, x.device, seed, temperature, offset, counter)
         cols = torch.arange(V, device=x.device, dtype=torch.int64)[None, :]  # (1, V)
-        u = hash_uniform_torch(_resolve_seed(seed, temperature), rows, cols)  # (R, V)
+        u = hash_uniform_torch(seeds[:, None], counters[:, None], cols)  # (R, V)
         gumbel = -torch.log(-torch.log(u))
         token = (x + temperature * gumbel).argmax(-1)
     else:
@@ -186,9 +221,9 @@ if triton is not None:
         bits = _lowbias32(key ^ (cols.to(tl.uint32) * 0x85EBCA6B))
         return ((bits >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
 
-    @triton.jit(do_not_specialize=["seed32", "offset"])
+    @triton.jit
     def _confidence_stats_kernel(
-        logits_ptr, stride_row, V, excluded_ptr, temperature, seed32, offset,
+        logits_ptr, stride_row, V, excluded_ptr, temperature, seed_ptr, counter_ptr,
         token_ptr, prob_ptr, margin_prob_ptr, margin_logit_ptr, entropy_ptr,
         BLOCK_V: tl.constexpr, N_EX: tl.constexpr, NOISE: tl.constexpr,
     ):
@@ -204,11 +239,12 @@ if triton is not None:
         base = logits_ptr + row.to(tl.int64) * stride_row
         neg_inf = float("-inf")
         lane = tl.arange(0, BLOCK_V)
-        if NOISE:
-            r = offset.to(tl.int64) + row
-            r32 = ((r ^ (r >> 32)) & 0xFFFFFFFF).to(tl.uint32)
-            seed_u = (seed32.to(tl.int64) & 0xFFFFFFFF).to(tl.uint32)
-            key = _lowbias32(seed_u ^ _lowbias32(r32 ^ 0x9E3779B9))
+        if NOISE:  # per-row seed (folded to 32 bits) and counter, as ``row_keys_torch``
+            c = tl.load(counter_ptr + row)
+            hi = ((c >> 32) & 0xFFFFFFFF).to(tl.uint32)
+            c32 = (c & 0xFFFFFFFF).to(tl.uint32) ^ _lowbias32(hi)
+            seed_u = (tl.load(seed_ptr + row) & 0xFFFFFFFF).to(tl.uint32)
+            key = _lowbias32(seed_u ^ _lowbias32(c32 ^ 0x9E3779B9))
         m = tl.full([], neg_inf, tl.float32)
         second = tl.full([], neg_inf, tl.float32)
         s = tl.full([], 0.0, tl.float32)
@@ -280,9 +316,9 @@ def _default_block_v(V: int, interpreted: bool) -> int:
     return min(16384 if interpreted else 4096, triton.next_power_of_2(V))
 
 
-def confidence_stats_triton(logits: Tensor, *, temperature: float = 0.0, seed: int | None = None,
-                            offset: int = 0, excluded_ids: Tensor | None = None,
-                            block_v: int | None = None) -> TokenStats:
+def confidence_stats_triton(logits: Tensor, *, temperature: float = 0.0, seed: int | Tensor | None = None,
+                            offset: int = 0, counter: Tensor | None = None,
+                            excluded_ids: Tensor | None = None, block_v: int | None = None) -> TokenStats:
     """Launch ``_confidence_stats_kernel``; same contract as ``confidence_stats_torch``.
 
     logits: (R, V) float32 / bfloat16 / float16 on CUDA (or on CPU under TRITON_INTERPRET=1).
@@ -319,11 +355,14 @@ def confidence_stats_triton(logits: Tensor, *, temperature: float = 0.0, seed: i
         return TokenStats(token, prob, margin_prob, margin_logit, entropy)
     block = block_v or _default_block_v(V, interpreted)
     noise = temperature > 0
+    if noise:
+        seeds, counters = noise_keys(R, dev, seed, temperature, offset, counter)
+    else:
+        seeds = counters = token  # never read (NOISE = False)
     # enable_fp_fusion=False: x + T * g rounded as torch rounds it (no FMA), so the noised scores,
     # and hence the sampled tokens, match the reference bit for bit up to the log's last ulp.
     _confidence_stats_kernel[(R,)](
-        logits, logits.stride(0), V, ex, float(temperature),
-        fold_seed(_resolve_seed(seed, temperature)), int(offset),
+        logits, logits.stride(0), V, ex, float(temperature), seeds, counters,
         token, prob, margin_prob, margin_logit, entropy,
         BLOCK_V=block, N_EX=n_ex, NOISE=noise, num_warps=8 if block >= 2048 else 4, enable_fp_fusion=False,
     )

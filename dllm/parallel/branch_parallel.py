@@ -24,7 +24,8 @@ class BranchParallelEvaluator:
         self.bytes_gathered = 0  # communication volume, for the benchmark
         self.rounds = 0
 
-    def __call__(self, state, candidates: Tensor, rows: Tensor, count: Tensor | None = None) -> TokenStats:
+    def __call__(self, state, candidates: Tensor, rows: Tensor, count: Tensor | None = None,
+                 steps: Tensor | None = None) -> TokenStats:
         N = candidates.shape[0]
         if N % self.world:
             raise ValueError(f"{N} candidates cannot be split over {self.world} ranks; choose a branch count "
@@ -32,7 +33,8 @@ class BranchParallelEvaluator:
         share = N // self.world
         mine = slice(self.rank * share, (self.rank + 1) * share)
         before = state.runner.token_forwards.clone()
-        local = state.statistics(state.block_logits(candidates[mine], rows=rows[mine], count=count))
+        logits = state.block_logits(candidates[mine], rows=rows[mine], count=count)
+        local = state.statistics(logits, rows=rows[mine], steps=None if steps is None else steps[mine])
         self._charge_other_ranks(state, rows, rows[mine], state.runner.token_forwards - before, count)
         gathered = [self._gather(field) for field in local]
         self.rounds += 1

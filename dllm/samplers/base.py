@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from dllm.kernels import TokenStats
+from dllm.samplers.noise import RowNoise
 from dllm.validation import OptionTypeError, check_fields
 
 
@@ -23,10 +24,17 @@ class RuleInput:
 
     stats: TokenStats
     eligible: Tensor  # bool: still masked and inside the active block
-    step: int | Tensor  # steps already taken in this block (per row (B,) under FreeDave)
+    step: int | Tensor  # base-rule steps each row already took in this block, (B,) or shared
     num_steps: int  # the block's step budget (schedules divide the block's masks over it)
     block_masks: Tensor  # (B,) masks in the block when the block started
-    generator: torch.Generator | None = None
+    noise: RowNoise | None = None  # each row's own random stream (rules that draw)
+
+    def uniform(self, draw: int = 0) -> Tensor:
+        """(B, W) uniforms in (0, 1) from each row's own stream at this step."""
+        if self.noise is None:
+            raise ValueError("this rule draws random numbers: build its RuleInput with noise= "
+                             "(DecodeState.rule_input does)")
+        return self.noise.uniform(draw)
 
 
 class UnmaskingRule(Protocol):
@@ -74,7 +82,8 @@ def _registry(kind: str):
     return table, register, make
 
 
-# Strategies: ``step(state)`` spends forwards and commits (plain, FreeDave, LoPA).
+# Strategies: ``step(state)`` spends forwards and commits (plain, FreeDave, LoPA); it returns the
+# base-rule steps each row took, (B,), or None for one step per row that had masks.
 STRATEGIES, register_strategy, make_strategy = _registry("decoding strategy")
 # Stoppers: ``__call__(state, stats, commit) -> commit``; may commit more to end early.
 STOPPERS, register_stopper, make_stopper = _registry("stopping criterion")

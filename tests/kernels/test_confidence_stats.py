@@ -100,6 +100,26 @@ def test_gumbel_sampling_is_seeded_offset_shifted_and_follows_the_tempered_softm
     torch.testing.assert_close(a.prob, logits.softmax(-1)[a.token])
 
 
+def test_per_row_seeds_and_counters_make_each_row_its_own_stream():
+    """A row's sample depends on its own (seed, counter) only: reordering the rows reorders the
+    tokens, the shared-seed default is counter = offset + row, and seed and counter both matter."""
+    logits = torch.randn(6, 40, generator=torch.Generator().manual_seed(5))
+    seeds = torch.tensor([7, 7, 8, 2**40 + 3, 0, 9])
+    counters = torch.tensor([0, 1, 1, 5 << 32 | 3, 2**33, 17])
+    a = confidence_stats_torch(logits, temperature=1.0, seed=seeds, counter=counters)
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    b = confidence_stats_torch(logits[perm], temperature=1.0, seed=seeds[perm], counter=counters[perm])
+    assert b.token.tolist() == a.token[perm].tolist()
+    shared = confidence_stats_torch(logits, temperature=1.0, seed=7, offset=4)
+    explicit = confidence_stats_torch(logits, temperature=1.0, seed=torch.full((6,), 7),
+                                      counter=torch.arange(4, 10))
+    assert shared.token.tolist() == explicit.token.tolist()
+    u = hash_uniform_torch(seeds[:, None], counters[:, None], torch.arange(64)[None, :])
+    assert not torch.equal(u[0], u[1]) and not torch.equal(u[1], u[2])  # counter, then seed differ
+    with pytest.raises(ValueError, match="per-row seeds"):
+        confidence_stats_torch(logits, temperature=1.0, seed=seeds[:3])
+
+
 def _lowbias32_py(x: int) -> int:
     x ^= x >> 16
     x = (x * 0x7FEB352D) & M32
@@ -116,8 +136,8 @@ def test_hash_is_lowbias32_on_uint32_and_pinned():
     seed, rows, cols = 2**40 + 5, [2**33, 0, 17], [0, 1, 126463]
     s64 = seed & (2**64 - 1)
     s32 = (s64 ^ (s64 >> 32)) & M32
-    r32 = [(r ^ (r >> 32)) & M32 for r in rows]
-    keys = [_lowbias32_py(s32 ^ _lowbias32_py(r ^ 0x9E3779B9)) for r in r32]
+    c32 = [(r & M32) ^ _lowbias32_py(r >> 32) for r in rows]  # the high half hashed first
+    keys = [_lowbias32_py(s32 ^ _lowbias32_py(c ^ 0x9E3779B9)) for c in c32]
     bits = [[_lowbias32_py(k ^ ((c * 0x85EBCA6B) & M32)) for c in cols] for k in keys]
     want = torch.tensor([[((b >> 9) + 0.5) / 2**23 for b in row] for row in bits], dtype=torch.float32)
     u = hash_uniform_torch(seed, torch.tensor(rows)[:, None], torch.tensor(cols)[None, :])
@@ -223,7 +243,9 @@ def _kernel_check(device: str, shapes) -> None:
             x = _logits(R, V, dtype, device, g)
             cases = [{}, {"excluded_ids": torch.tensor([1, V - 1], device=device)},
                      {"temperature": 1.0, "seed": 7, "offset": 3},
-                     {"temperature": 0.5, "seed": 2**40 + 1, "offset": 2**33, "excluded_ids": torch.tensor([2])}]
+                     {"temperature": 0.5, "seed": 2**40 + 1, "offset": 2**33, "excluded_ids": torch.tensor([2])},
+                     {"temperature": 1.0, "seed": torch.arange(R, device=device) * 2**35 + 11,
+                      "counter": (torch.arange(R, device=device) << 32) + 2**31 + 5}]
             for kw in cases:
                 got = kernels.confidence_stats(x, **kw)
                 want = reference(x, **kw)

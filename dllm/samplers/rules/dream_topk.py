@@ -4,7 +4,8 @@
 ``maskgit_plus`` / ``topk_margin`` / ``entropy``: reveal k = floor(n (1 - s/t)) positions (all at
 the last step), ranked by probability, top-2 probability margin or negative entropy; with
 ``alg_temp`` > 0 they are drawn without replacement from softmax(score / alg_temp) (Gumbel top-k).
-The official loop averages n over the batch (a bug); here n is each row's own mask count.
+The official loop averages n over the batch (a bug); here n is each row's own mask count, and
+random draws come from each row's own stream (``RuleInput.uniform``), not a shared generator.
 """
 from __future__ import annotations
 
@@ -31,8 +32,7 @@ class DreamOrigin:
 
     def __call__(self, inp: RuleInput) -> Tensor:
         ratio, last = _reveal_ratio(inp, self.eps)
-        draws = torch.rand(inp.eligible.shape, generator=inp.generator, device="cpu").to(inp.eligible.device)
-        return ((draws < ratio[:, None]) | last[:, None]) & inp.eligible
+        return ((inp.uniform() < ratio[:, None]) | last[:, None]) & inp.eligible
 
 
 @dataclass(kw_only=True, slots=True)
@@ -49,8 +49,7 @@ class _DreamScored:
         k = torch.where(last, n, (n * ratio).long())  # int() truncation, as the official loop
         scores = self.score(inp).float()
         if self.alg_temp > 0:
-            u = torch.rand(scores.shape, generator=inp.generator, device="cpu").to(scores.device)
-            gumbel = -torch.log(-torch.log(u.clamp_min(1e-20)))
+            gumbel = -torch.log(-torch.log(inp.uniform()))  # u in (0, 1): finite
             scores = scores / self.alg_temp + gumbel
         return topk_mask(scores, k, inp.eligible)
 

@@ -1,5 +1,5 @@
 """LLaDA's reference rules: commit a scheduled number of tokens per step, chosen by confidence
-(``low_confidence``) or uniformly at random (``random``).
+(``low_confidence``) or uniformly at random (``random``, from each row's own random stream).
 
 The schedule divides the masks a row had at block start over the block's steps:
 base = m // s, and the first m % s steps take one more (official ``get_num_transfer_tokens``),
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from dllm.samplers.base import RuleInput, register_rule, topk_mask
@@ -38,5 +37,4 @@ class RandomTopK:
 
     def __call__(self, inp: RuleInput) -> Tensor:
         k = transfer_count(inp.block_masks, inp.num_steps, inp.step)
-        scores = torch.rand(inp.eligible.shape, generator=inp.generator, device="cpu")
-        return topk_mask(scores.to(inp.eligible.device), k, inp.eligible)
+        return topk_mask(inp.uniform(), k, inp.eligible)

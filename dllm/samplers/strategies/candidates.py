@@ -15,11 +15,13 @@ from dllm.kernels import TokenStats
 Evaluator = Callable[..., TokenStats]
 
 
-def local_evaluator(state, candidates: Tensor, rows: Tensor, count: Tensor | None = None) -> TokenStats:
+def local_evaluator(state, candidates: Tensor, rows: Tensor, count: Tensor | None = None,
+                    steps: Tensor | None = None) -> TokenStats:
     """candidates (N, L) canvases, rows (N,) their canvas row -> statistics with (N, W) fields.
-    One forward, charged once to each canvas row in ``count`` (default: every active row)."""
+    One forward, charged once to each canvas row in ``count`` (default: every active row);
+    ``steps`` (N,): the window step of each candidate state, which keys its row's noise."""
     logits = state.block_logits(candidates, rows=rows, count=count)
-    return state.statistics(logits)
+    return state.statistics(logits, rows=rows, steps=steps)
 
 
 _EVALUATOR: list[Evaluator] = [local_evaluator]
@@ -30,5 +32,6 @@ def set_candidate_evaluator(evaluator: Evaluator | None) -> None:
     _EVALUATOR[0] = evaluator or local_evaluator
 
 
-def evaluate_candidates(state, candidates: Tensor, rows: Tensor, count: Tensor | None = None) -> TokenStats:
-    return _EVALUATOR[0](state, candidates, rows, count)
+def evaluate_candidates(state, candidates: Tensor, rows: Tensor, count: Tensor | None = None,
+                        steps: Tensor | None = None) -> TokenStats:
+    return _EVALUATOR[0](state, candidates, rows, count, steps)

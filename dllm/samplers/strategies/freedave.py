@@ -9,6 +9,12 @@ draft's statistics seed the next round, so each round costs one (K-wide) forward
 
 With ``threshold`` as the base rule this is FreeDave++: re-applying the threshold rule to stale
 statistics adds the next most confident token, the paper's static extra steps.
+
+Rows of a batch accept different numbers of drafts, so each row keeps its own step count
+(``state.row_step``): schedules and each row's random stream read it, which keeps the output
+equal to the base decode for every rule, at every temperature, in any batch. A row with nothing
+left to decode takes no step, and a draft that completes the block, or makes the row's text
+final (``stop_at_eos``: where the base decode stops the row), ends the chain.
 """
 from __future__ import annotations
 
@@ -23,9 +29,12 @@ from dllm.samplers.strategies.candidates import evaluate_candidates
 
 
 def rule_steps(state, tokens: Tensor, stats: TokenStats, depth: int, rows: Tensor | None = None,
-               first_step: int | None = None) -> list[Tensor]:
-    """Canvases after 1..depth base-rule steps from ``tokens`` with fixed ``stats``."""
-    step = state.step if first_step is None else first_step
+               first_step: Tensor | None = None) -> list[Tensor]:
+    """Canvases after 1..depth base-rule steps from ``tokens`` with fixed ``stats``; the first
+    step is each state's ``first_step`` (default: its row's ``row_step``)."""
+    if first_step is None:
+        first_step = state.row_step if rows is None else state.row_step[rows]
+    step = first_step
     out, cur = [], tokens
     for d in range(depth):
         commit = state.rule(state.rule_input(stats, cur, rows=rows, step=step + d))
@@ -41,7 +50,6 @@ def rule_steps(state, tokens: Tensor, stats: TokenStats, depth: int, rows: Tenso
 class FreeDave:
     num_drafts: int = 4
     pending: TokenStats | None = field(default=None, repr=False)
-    row_step: Tensor | None = field(default=None, repr=False)  # (B,) base steps taken in the block
     block_start: int = field(default=-1, repr=False)
 
     @property
@@ -53,32 +61,38 @@ class FreeDave:
         if self.num_drafts < 1:
             raise ValueError(f"num_drafts must be >= 1, got {self.num_drafts}")
 
-    def step(self, state) -> None:
+    def step(self, state) -> Tensor:
+        """One round; returns the base-rule steps each row took (its accepted drafts)."""
         if state.config.stopper != "none":
             raise ValueError("freedave verifies the base rule alone; use stopper='none'")
         B, K = state.tokens.shape[0], self.num_drafts
         if self.pending is None or self.block_start != state.bs:
             self.pending = state.statistics(state.block_logits())
-            self.row_step = torch.zeros(B, dtype=torch.long, device=state.tokens.device)
             self.block_start = state.bs
-        drafts = torch.stack(rule_steps(state, state.tokens, self.pending, K, first_step=self.row_step), 1)  # (B, K, L)
+        moving = state.moving_rows()  # (B,) rows with masks left; the others take no step
+        drafts = torch.stack(rule_steps(state, state.tokens, self.pending, K), 1)  # (B, K, L)
         block = slice(state.bs, state.be)
-        unfinished = (drafts[:, 0, block] == state.mask_id).any(-1)  # (B,) draft 1 leaves masks
-        if not bool(unfinished.any()):  # the base step completes the block: no forward needed
+        # (B, K): draft k leaves work (masks in the block, text not final); monotone in k
+        flat = drafts.reshape(B * K, -1)
+        open_ = ((flat[:, block] == state.mask_id).any(-1) & ~state.text_final(flat)).reshape(B, K)
+        unfinished = open_[:, 0]
+        if not bool(unfinished.any()):  # the base step leaves no work in any row: no forward needed
             state.commit(drafts[:, 0, block] != state.tokens[:, block], drafts[:, 0, block])
             self.pending = None
-            return
+            return moving.long()
         rows = torch.arange(B, device=drafts.device).repeat_interleave(K)  # (B*K,)
-        flat = drafts.reshape(B * K, -1)
-        stats = evaluate_candidates(state, flat, rows, count=unfinished)  # fields (B*K, W)
         depth = torch.arange(1, K + 1, device=flat.device).repeat(B)  # draft k sits k steps ahead
-        targets = rule_steps(state, flat, stats, 1, rows=rows, first_step=self.row_step[rows] + depth)[0]
-        targets = targets.reshape(B, K, -1)
-        # draft j+1 is on the base trajectory iff it equals target j; accept the longest chain
+        ahead = state.row_step[rows] + depth
+        stats = evaluate_candidates(state, flat, rows, count=unfinished, steps=ahead)  # fields (B*K, W)
+        targets = rule_steps(state, flat, stats, 1, rows=rows, first_step=ahead)[0].reshape(B, K, -1)
+        # draft j+1 is on the base trajectory iff it equals target j; accept the longest chain,
+        # up to the first draft that leaves no work (the base decode stops there)
         ok = (drafts[:, 1:] == targets[:, :-1]).all(-1)  # (B, K-1)
         accepted = 1 + ok.long().cumprod(-1).sum(-1)  # (B,) in [1, K]
-        chosen = drafts[torch.arange(B, device=flat.device), accepted - 1]  # (B, L)
+        accepted = torch.minimum(accepted, (open_.sum(-1) + 1).clamp_max(K))
+        accepted = torch.where(moving, accepted, 0)
+        pick = torch.arange(B, device=flat.device) * K + accepted.clamp_min(1) - 1  # (B,) into flat
+        chosen = flat[pick]  # (B, L)
         state.commit(chosen[:, block] != state.tokens[:, block], chosen[:, block])
-        self.row_step += accepted
-        state.step += int(accepted.max()) - 1  # the engine adds one more
-        self.pending = stats.index(torch.arange(B, device=flat.device) * K + accepted - 1)
+        self.pending = stats.index(pick)
+        return accepted

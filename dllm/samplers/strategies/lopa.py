@@ -60,7 +60,8 @@ class LoPA:
             return
         rows = torch.arange(B, device=anchor.device).repeat_interleave(N)
         flat = candidates.reshape(B * N, -1)
-        cand_stats = evaluate_candidates(state, flat, rows, count=unfinished)  # fields (B*N, W)
+        ahead = state.row_step[rows] + 1  # every candidate is one step past the state
+        cand_stats = evaluate_candidates(state, flat, rows, count=unfinished, steps=ahead)  # (B*N, W)
         score = self.score(flat[:, block] == state.mask_id, cand_stats).reshape(B, N)
         winner = score.argmax(-1)  # first max: the anchor wins ties
         chosen = candidates[torch.arange(B, device=anchor.device), winner]
