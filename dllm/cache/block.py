@@ -15,7 +15,10 @@ Block-causal models (Fast-dLLM v2): earlier blocks never see later ones, so thei
 once written. The refresh forwards only [end of exact K/V, be): the just-finished block (its
 final K/V, and its last output gives this block's first token) plus the active block, so the
 block commit costs no forward of its own; later steps forward only the block (prefix and dual
-coincide). Without sub-blocks the cached decode equals the uncached one.
+coincide). Forwards cover whole model blocks (``bd_size``, which the attention mask uses) and
+the exact end advances only over finished model blocks, so any ``block_length`` works (smaller
+than, equal to or larger than ``bd_size``, aligned or not). Without sub-blocks the cached
+decode equals the uncached one.
 """
 from __future__ import annotations
 
@@ -43,6 +46,18 @@ class BlockCache:
         start = P + (bs - P) // self.block_length * self.block_length
         return start, start + self.block_length
 
+    def _model_blocks(self, runner: ModelRunner, start: int, end: int) -> tuple[int, int]:
+        """Block-causal: [start, end) widened to whole model blocks of ``bd_size`` (counted from
+        the answer start, as the attention mask counts them) and clipped to the canvas. A query
+        sees every key of its model block, so a forward that leaves part of one out would
+        attend to K/V slots never written (or stale ones)."""
+        if runner.model.attention != "block_causal":
+            return start, end
+        P, size = runner.canvas.prompt_width, runner.model.config.block_size
+        first = P + (start - P) // size * size
+        last = P - (P - end) // size * size
+        return max(first, 0), min(last, runner.live_end)
+
     def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
                      rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
         if self.kv is None:
@@ -50,6 +65,7 @@ class BlockCache:
         shift = int(runner.shift_logits)
         W = be - bs
         outer_bs, outer_be = self._outer_block(runner, bs)
+        block_causal = runner.model.attention == "block_causal"
         # Each refresh happens once, on the canvas' own forward: candidate batches (FreeDave,
         # LoPA) evaluated at the same step reuse it.
         refresh = self._due(("block", outer_bs, 0), step == 0 and bs == outer_bs, rows)
@@ -58,22 +74,25 @@ class BlockCache:
         kv = self.kv if rows is None else self.kv.select(rows)
         self.peak_bytes = max(self.peak_bytes, self.kv.nbytes + (kv.nbytes if rows is not None else 0))
         if refresh:
-            start = self.exact_end if runner.model.attention == "block_causal" else 0
-            start = min(start, outer_bs - shift)
-            end = outer_be if runner.model.attention == "block_causal" else runner.live_end
+            block_start, block_end = self._model_blocks(runner, outer_bs, outer_be)
+            start = min(self.exact_end, outer_bs - shift) if block_causal else 0
+            end = block_end if block_causal else runner.live_end
             logits = runner.forward(tokens[:, start:end], start, cache=kv, rows=rows, count=count)
-            if runner.model.attention == "block_causal" and rows is None:
-                self.exact_end = outer_bs
+            if block_causal and rows is None:  # model blocks before the active one are final
+                self.exact_end = block_start
             first = bs - shift - start
             return logits[:, first : first + W]
         # block-causal: later blocks never reach this one, so prefix needs no suffix either
-        narrow = self.mode == "dual" or runner.model.attention == "block_causal"
+        narrow = self.mode == "dual" or block_causal
         if rebuild:  # a new sub-block: rebuild the block's K/V
-            q_start = outer_bs - shift
-            q_end = outer_be if narrow else runner.live_end
-        else:
-            q_start = bs - shift
-            q_end = be if narrow else runner.live_end
+            q_start, q_end = self._model_blocks(runner, outer_bs, outer_be)
+            q_start = min(q_start, outer_bs - shift)
+        elif self.sub_block_length:  # the sub-block alone, against the block's K/V
+            q_start, q_end = bs - shift, be
+        else:  # the whole block (block-causal: with the rest of its model blocks)
+            q_start, q_end = self._model_blocks(runner, bs, be)
+            q_start = min(q_start, bs - shift)
+        q_end = q_end if narrow else runner.live_end
         logits = runner.forward(tokens[:, q_start:q_end], q_start, cache=kv, rows=rows, count=count)
         first = bs - shift - q_start
         return logits[:, first : first + W]
