@@ -5,6 +5,10 @@ serve that step. Later steps forward only a window against the cached K/V:
   prefix: the window is [bs, L): only the K/V before the block is reused;
   dual:   the window is [bs, be): prefix and suffix K/V are both reused.
 ``refresh_every=N`` refreshes every N steps as well (N = 1 reproduces the uncached decode).
+``first_token="argmax"`` reproduces Fast-dLLM's own loops: the block's first position is
+committed from the refresh forward alone (``samplers/rules/first_token.py``) and, for Dream,
+the window then starts at bs, keeping the refresh's K/V of bs - 1; ``"rule"`` (the default)
+lets the rule decide at the refresh like at any step.
 With ``sub_block_length`` the engine decodes sub-block by sub-block; at each sub-block start the
 whole block (plus the suffix in prefix mode) is recomputed, then only the sub-block.
 
@@ -22,6 +26,7 @@ decode equals the uncached one.
 """
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from dllm.cache.base import register_cache
@@ -29,11 +34,17 @@ from dllm.cache.kv import KVBuffers
 from dllm.runner import ModelRunner
 
 
+FIRST_TOKEN = ("rule", "argmax")
+
+
 class BlockCache:
     def __init__(self, mode: str, *, block_length: int, refresh_every: int | None = None,
-                 sub_block_length: int | None = None) -> None:
+                 sub_block_length: int | None = None, first_token: str = "rule") -> None:
         if refresh_every is not None and refresh_every <= 0:
             raise ValueError(f"refresh_every must be a positive number of steps, got {refresh_every}")
+        if first_token not in FIRST_TOKEN:
+            raise ValueError(f"first_token must be one of {FIRST_TOKEN}, got {first_token!r}")
+        self.first_token = first_token
         self.mode, self.block_length = mode, block_length
         self.refresh_every, self.sub_block_length = refresh_every, sub_block_length
         self.kv: KVBuffers | None = None
@@ -91,10 +102,14 @@ class BlockCache:
             q_start, q_end = bs - shift, be
         else:  # the whole block (block-causal: with the rest of its model blocks)
             q_start, q_end = self._model_blocks(runner, bs, be)
-            q_start = min(q_start, bs - shift)
+            # first_token="argmax": the first position is committed at the refresh, so the
+            # window starts at bs and keeps the refresh's K/V of bs - 1 (Fast-dLLM's Dream loop)
+            q_start = min(q_start, bs - shift * (self.first_token == "rule" or bs != outer_bs))
         q_end = q_end if narrow else runner.live_end
         logits = runner.forward(tokens[:, q_start:q_end], q_start, cache=kv, rows=rows, count=count)
         first = bs - shift - q_start
+        if first < 0:  # no output before bs: its (committed) position reads its own, as Fast-dLLM
+            return torch.cat([logits[:, :1], logits[:, : W - 1]], dim=1)
         return logits[:, first : first + W]
 
     def _due(self, key: tuple, condition: bool, rows: Tensor | None) -> bool:
