@@ -176,3 +176,39 @@ def fastdllm_v2_generate(model, prompt, *, gen_length, small_block_size, thresho
         if s + bd < L:
             x[0, s + bd] = logits[0, -1].argmax()
     return x[0, P:].tolist()
+
+
+@torch.no_grad()
+def dream_threshold_generate(model, prompt, *, steps, gen_length, threshold):
+    """Dream's official ``alg="confidence_threshold"`` (``_sample``, no cache, one block): a step
+    takes the most confident mask plus those >= threshold among its budget, masks // steps plus
+    the budget earlier steps left; each token rejected at the last step adds a step (with no
+    new budget). The official loop runs out its steps even when nothing is left to commit."""
+    mask_id = model.mask_token_id
+    P = len(prompt)
+    x = torch.full((1, P + gen_length), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    per_step, left, i = gen_length // steps, 0, 0
+    while i < steps:
+        masked = x[0] == mask_id
+        logits = _logits(model, x)
+        logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)[0]
+        conf, x0 = _probs(logits).max(-1)
+        conf = torch.where(masked, conf, torch.tensor(float("-inf"), dtype=conf.dtype))
+        budget = per_step + left
+        left = 0
+        chosen, order = conf.topk(budget)
+        take = torch.zeros_like(masked)
+        take[order[:1]] = True
+        last = i == steps - 1
+        for k in range(1, budget):
+            if chosen[k] < threshold:
+                left += 1
+                if last:  # no new budget, and one more step per token left
+                    per_step = 0
+                    steps += 1
+            else:
+                take[order[k]] = True
+        x[0] = torch.where(take & masked, x0, x[0])
+        i += 1
+    return x[0, P:].tolist()
