@@ -41,3 +41,10 @@ def test_capped_batch_equals_single_runs(tiny_models):
         single = _decode(model, [prompt], steps=8, tau=0.02)
         assert batch.answer[row].tolist() == single.answer[0].tolist()
         assert int(batch.nfe[row]) == int(single.nfe[0])
+
+
+def test_budget_cap_must_be_a_bool():
+    from dllm.samplers import make_rule
+
+    with pytest.raises(ValueError, match="budget_cap must be true or false"):
+        make_rule("threshold", {"budget_cap": "yes"})
