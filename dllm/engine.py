@@ -23,6 +23,7 @@ from dllm.runner import ModelRunner
 from dllm.samplers import make_rule, make_stopper, make_strategy
 from dllm.samplers.base import RuleInput
 from dllm.samplers.noise import RowNoise
+from dllm.samplers.rules.first_token import FirstTokenFromRefresh
 from dllm.samplers.stoppers.span import AnswerStats, AnswerView
 
 
@@ -77,6 +78,8 @@ class DecodeState:
             check = getattr(part, "check_config", None)
             if check is not None:
                 check(config)
+        if getattr(self.cache, "first_token", "rule") == "argmax":  # Fast-dLLM's block start
+            self.rule = FirstTokenFromRefresh(self.rule, self)
 
     def _cache_options(self) -> dict:
         options = {**self.config.cache_args, "block_length": self.config.block_length}

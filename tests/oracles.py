@@ -1,7 +1,9 @@
-"""Plain re-implementations of the official LLaDA and Dream decode loops (batch 1, T = 0).
+"""Plain re-implementations of the official decode loops (batch 1, T = 0).
 
-Written from the published pseudo-code (LLaDA ``generate.py``; Dream ``_sample``), with the
-mask token's logit set to -inf as dllm does. They share no code with the engine.
+Written from the published code (LLaDA ``generate.py``; Dream ``_sample``; Fast-dLLM's Dream
+block loop and v2 ``batch_sample``), with the mask token's logit set to -inf as dllm does. They
+share no code with the engine: the cached loops call the model's forward with their own K/V
+buffers and attention masks.
 """
 from __future__ import annotations
 
@@ -78,4 +80,135 @@ def dream_generate(model, prompt, *, steps, gen_length, alg, eps=1e-3):
             cand = torch.full_like(x, mask_id)
             cand[mask_index] = x0
             x[0, sel] = cand[0, sel]
+    return x[0, P:].tolist()
+
+
+# --- Fast-dLLM's own loops (NVlabs/Fast-dLLM), batch 1, temperature 0 -------------------------
+
+
+def _probs(logits):
+    """Softmax over the vocabulary (float64 logits with the mask token already at -inf)."""
+    return logits.softmax(-1)
+
+
+class _LayerCache:
+    """Per-layer full-length K/V buffers: the model writes a window's K/V at its offset."""
+
+    def __init__(self, model, length):
+        shape = (1, model.config.n_kv_heads, length, model.config.head_dim)
+        self.layers = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(model.config.n_layers)]
+
+
+def _forward(model, x, start, end, cache, key_mask=None):
+    """Logits (float64, mask token -inf) of x[:, start:end] against ``cache`` (written at start)."""
+    pos = torch.arange(start, end)[None]
+    mask = None if key_mask is None else key_mask[None, None, start:end]
+    logits = model(x[:, start:end], pos, mask, cache, start).double()
+    logits[..., model.mask_token_id] = float("-inf")
+    return logits
+
+
+@torch.no_grad()
+def fastdllm_dream_generate(model, prompt, *, gen_length, block_length, threshold, dual_cache):
+    """Fast-dLLM's Dream block loop (``dream/model/generation_utils_block.py``, ``_sample`` with
+    ``alg="confidence_threshold"``). Per block: a full forward fills the cache and commits the
+    block's first position by argmax; then each step forwards x[s:] (prefix) or x[s:e] (dual,
+    K/V of [s, e) replaced) with the window's own right shift, and commits the most confident
+    masked block position plus every one with probability >= threshold."""
+    mask_id = model.mask_token_id
+    P, L = len(prompt), len(prompt) + gen_length
+    x = torch.full((1, L), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    for b in range(gen_length // block_length):
+        s, e = P + b * block_length, P + (b + 1) * block_length
+        cache = _LayerCache(model, L)
+        logits = _forward(model, x, 0, L, cache)
+        x[0, s] = logits[0, s - 1].argmax()  # Dream's shift: position s reads output s - 1
+        while True:
+            end = e if dual_cache else L
+            logits = _forward(model, x, s, end, cache)
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)[0, :block_length]
+            masked = x[0, s:e] == mask_id
+            conf, x0 = _probs(logits).max(-1)
+            conf = torch.where(masked, conf, torch.tensor(float("-inf"), dtype=conf.dtype))
+            chosen, order = conf.sort(descending=True)
+            take = torch.zeros_like(masked)
+            n = int(masked.sum())
+            take[order[:1]] = n > 0
+            take[order[1:n]] = chosen[1:n] >= threshold
+            x[0, s:e] = torch.where(take, x0, x[0, s:e])
+            if not bool((x[0, s:e] == mask_id).any()):
+                break
+    return x[0, P:].tolist()
+
+
+@torch.no_grad()
+def fastdllm_v2_generate(model, prompt, *, gen_length, small_block_size, threshold):
+    """Fast-dLLM v2's ``batch_sample`` (``v2/generation_functions.py``) without the sub-block
+    cache (``use_block_cache=False``): the decode block is the model's ``bd_size``; the prompt
+    (a multiple of it here) is prefilled and its last output commits the first answer token by
+    argmax. Per block, sub-block by sub-block: forward the whole block against the prefix
+    cache, shift, and commit the sub-block's most confident mask plus every one with
+    probability > threshold. A finished block is forwarded once more to write its final K/V,
+    and its last output commits the next block's first token by argmax."""
+    mask_id, bd = model.mask_token_id, model.config.block_size
+    P, L = len(prompt), len(prompt) + gen_length
+    assert P % bd == 0 and gen_length % bd == 0, "the loop counts blocks from position 0"
+    x = torch.full((1, L), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    idx = torch.arange(L)
+    visible = (idx[None, :] // bd) <= (idx[:, None] // bd)  # block-causal, (L, L)
+    cache = _LayerCache(model, L)
+    logits = _forward(model, x, 0, P, cache, visible[:, :L])
+    x[0, P] = logits[0, -1].argmax()
+    for s in range(P, L, bd):
+        for sub in range(s, s + bd, small_block_size):
+            while bool((x[0, sub : sub + small_block_size] == mask_id).any()):
+                logits = _forward(model, x, s, s + bd, cache, visible)
+                logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)[0, sub - s : sub - s + small_block_size]
+                masked = x[0, sub : sub + small_block_size] == mask_id
+                conf, x0 = _probs(logits).max(-1)
+                conf = torch.where(masked, conf, torch.tensor(float("-inf"), dtype=conf.dtype))
+                take = (conf > threshold) & masked
+                take[conf.argmax()] = True
+                x[0, sub : sub + small_block_size] = torch.where(take, x0, x[0, sub : sub + small_block_size])
+        logits = _forward(model, x, s, s + bd, cache, visible)  # the block commit
+        if s + bd < L:
+            x[0, s + bd] = logits[0, -1].argmax()
+    return x[0, P:].tolist()
+
+
+@torch.no_grad()
+def dream_threshold_generate(model, prompt, *, steps, gen_length, threshold):
+    """Dream's official ``alg="confidence_threshold"`` (``_sample``, no cache, one block): a step
+    takes the most confident mask plus those >= threshold among its budget, masks // steps plus
+    the budget earlier steps left; each token rejected at the last step adds a step (with no
+    new budget). The official loop runs out its steps even when nothing is left to commit."""
+    mask_id = model.mask_token_id
+    P = len(prompt)
+    x = torch.full((1, P + gen_length), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    per_step, left, i = gen_length // steps, 0, 0
+    while i < steps:
+        masked = x[0] == mask_id
+        logits = _logits(model, x)
+        logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)[0]
+        conf, x0 = _probs(logits).max(-1)
+        conf = torch.where(masked, conf, torch.tensor(float("-inf"), dtype=conf.dtype))
+        budget = per_step + left
+        left = 0
+        chosen, order = conf.topk(budget)
+        take = torch.zeros_like(masked)
+        take[order[:1]] = True
+        last = i == steps - 1
+        for k in range(1, budget):
+            if chosen[k] < threshold:
+                left += 1
+                if last:  # no new budget, and one more step per token left
+                    per_step = 0
+                    steps += 1
+            else:
+                take[order[k]] = True
+        x[0] = torch.where(take & masked, x0, x[0])
+        i += 1
     return x[0, P:].tolist()

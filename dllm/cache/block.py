@@ -5,6 +5,10 @@ serve that step. Later steps forward only a window against the cached K/V:
   prefix: the window is [bs, L): only the K/V before the block is reused;
   dual:   the window is [bs, be): prefix and suffix K/V are both reused.
 ``refresh_every=N`` refreshes every N steps as well (N = 1 reproduces the uncached decode).
+``first_token="argmax"`` reproduces Fast-dLLM's own loops: the block's first position is
+committed from the refresh forward alone (``samplers/rules/first_token.py``) and, for Dream,
+the window then starts at bs, keeping the refresh's K/V of bs - 1; ``"rule"`` (the default)
+lets the rule decide at the refresh like at any step.
 With ``sub_block_length`` the engine decodes sub-block by sub-block; at each sub-block start the
 whole block (plus the suffix in prefix mode) is recomputed, then only the sub-block.
 
@@ -15,10 +19,14 @@ Block-causal models (Fast-dLLM v2): earlier blocks never see later ones, so thei
 once written. The refresh forwards only [end of exact K/V, be): the just-finished block (its
 final K/V, and its last output gives this block's first token) plus the active block, so the
 block commit costs no forward of its own; later steps forward only the block (prefix and dual
-coincide). Without sub-blocks the cached decode equals the uncached one.
+coincide). Forwards cover whole model blocks (``bd_size``, which the attention mask uses) and
+the exact end advances only over finished model blocks, so any ``block_length`` works (smaller
+than, equal to or larger than ``bd_size``, aligned or not). Without sub-blocks the cached
+decode equals the uncached one.
 """
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from dllm.cache.base import register_cache
@@ -26,11 +34,17 @@ from dllm.cache.kv import KVBuffers
 from dllm.runner import ModelRunner
 
 
+FIRST_TOKEN = ("rule", "argmax")
+
+
 class BlockCache:
     def __init__(self, mode: str, *, block_length: int, refresh_every: int | None = None,
-                 sub_block_length: int | None = None) -> None:
+                 sub_block_length: int | None = None, first_token: str = "rule") -> None:
         if refresh_every is not None and refresh_every <= 0:
             raise ValueError(f"refresh_every must be a positive number of steps, got {refresh_every}")
+        if first_token not in FIRST_TOKEN:
+            raise ValueError(f"first_token must be one of {FIRST_TOKEN}, got {first_token!r}")
+        self.first_token = first_token
         self.mode, self.block_length = mode, block_length
         self.refresh_every, self.sub_block_length = refresh_every, sub_block_length
         self.kv: KVBuffers | None = None
@@ -43,6 +57,18 @@ class BlockCache:
         start = P + (bs - P) // self.block_length * self.block_length
         return start, start + self.block_length
 
+    def _model_blocks(self, runner: ModelRunner, start: int, end: int) -> tuple[int, int]:
+        """Block-causal: [start, end) widened to whole model blocks of ``bd_size`` (counted from
+        the answer start, as the attention mask counts them) and clipped to the canvas. A query
+        sees every key of its model block, so a forward that leaves part of one out would
+        attend to K/V slots never written (or stale ones)."""
+        if runner.model.attention != "block_causal":
+            return start, end
+        P, size = runner.canvas.prompt_width, runner.model.config.block_size
+        first = P + (start - P) // size * size
+        last = P - (P - end) // size * size
+        return max(first, 0), min(last, runner.live_end)
+
     def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
                      rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
         if self.kv is None:
@@ -50,6 +76,7 @@ class BlockCache:
         shift = int(runner.shift_logits)
         W = be - bs
         outer_bs, outer_be = self._outer_block(runner, bs)
+        block_causal = runner.model.attention == "block_causal"
         # Each refresh happens once, on the canvas' own forward: candidate batches (FreeDave,
         # LoPA) evaluated at the same step reuse it.
         refresh = self._due(("block", outer_bs, 0), step == 0 and bs == outer_bs, rows)
@@ -58,24 +85,31 @@ class BlockCache:
         kv = self.kv if rows is None else self.kv.select(rows)
         self.peak_bytes = max(self.peak_bytes, self.kv.nbytes + (kv.nbytes if rows is not None else 0))
         if refresh:
-            start = self.exact_end if runner.model.attention == "block_causal" else 0
-            start = min(start, outer_bs - shift)
-            end = outer_be if runner.model.attention == "block_causal" else runner.live_end
+            block_start, block_end = self._model_blocks(runner, outer_bs, outer_be)
+            start = min(self.exact_end, outer_bs - shift) if block_causal else 0
+            end = block_end if block_causal else runner.live_end
             logits = runner.forward(tokens[:, start:end], start, cache=kv, rows=rows, count=count)
-            if runner.model.attention == "block_causal" and rows is None:
-                self.exact_end = outer_bs
+            if block_causal and rows is None:  # model blocks before the active one are final
+                self.exact_end = block_start
             first = bs - shift - start
             return logits[:, first : first + W]
         # block-causal: later blocks never reach this one, so prefix needs no suffix either
-        narrow = self.mode == "dual" or runner.model.attention == "block_causal"
+        narrow = self.mode == "dual" or block_causal
         if rebuild:  # a new sub-block: rebuild the block's K/V
-            q_start = outer_bs - shift
-            q_end = outer_be if narrow else runner.live_end
-        else:
-            q_start = bs - shift
-            q_end = be if narrow else runner.live_end
+            q_start, q_end = self._model_blocks(runner, outer_bs, outer_be)
+            q_start = min(q_start, outer_bs - shift)
+        elif self.sub_block_length:  # the sub-block alone, against the block's K/V
+            q_start, q_end = bs - shift, be
+        else:  # the whole block (block-causal: with the rest of its model blocks)
+            q_start, q_end = self._model_blocks(runner, bs, be)
+            # first_token="argmax": the first position is committed at the refresh, so the
+            # window starts at bs and keeps the refresh's K/V of bs - 1 (Fast-dLLM's Dream loop)
+            q_start = min(q_start, bs - shift * (self.first_token == "rule" or bs != outer_bs))
+        q_end = q_end if narrow else runner.live_end
         logits = runner.forward(tokens[:, q_start:q_end], q_start, cache=kv, rows=rows, count=count)
         first = bs - shift - q_start
+        if first < 0:  # no output before bs: its (committed) position reads its own, as Fast-dLLM
+            return torch.cat([logits[:, :1], logits[:, : W - 1]], dim=1)
         return logits[:, first : first + W]
 
     def _due(self, key: tuple, condition: bool, rows: Tensor | None) -> bool:
