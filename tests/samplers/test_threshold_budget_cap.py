@@ -46,5 +46,5 @@ def test_capped_batch_equals_single_runs(tiny_models):
 def test_budget_cap_must_be_a_bool():
     from dllm.samplers import make_rule
 
-    with pytest.raises(ValueError, match="budget_cap must be true or false"):
+    with pytest.raises(ValueError, match="option 'budget_cap' expects bool"):
         make_rule("threshold", {"budget_cap": "yes"})

@@ -36,8 +36,6 @@ class ConfidenceThreshold:
     def __post_init__(self) -> None:
         if not 0 <= self.tau <= 1:
             raise ValueError(f"threshold tau must be a probability in [0, 1], got {self.tau}")
-        if not isinstance(self.budget_cap, bool):
-            raise ValueError(f"threshold budget_cap must be true or false, got {self.budget_cap!r}")
 
     def __call__(self, inp: RuleInput) -> Tensor:
         prob = inp.stats.prob
