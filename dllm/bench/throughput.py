@@ -99,7 +99,8 @@ def report(everything: list[dict], args: argparse.Namespace, config) -> None:
         "latency_s": [r["latency_s"] for r in rows], "per_rank": per_rank,
         "comm_bytes_per_round": (per_rank[0]["bytes_gathered"] / per_rank[0]["rounds"]) if per_rank[0]["rounds"] else 0,
         "config": {k: getattr(config, k) for k in ("policy", "strategy", "strategy_args", "cache", "gen_length", "steps")},
-        "outputs": [{"index": r["index"], "text": r["text"], "token_ids": r["token_ids"], "nfe": r["nfe"]} for r in rows],
+        "outputs": [{k: r[k] for k in ("index", "text", "token_ids", "nfe", "draft_rows", "token_forwards")}
+                    for r in rows],
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
