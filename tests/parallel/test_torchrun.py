@@ -140,3 +140,14 @@ def test_a_failing_rank_ends_the_run_with_its_error(setup):
     assert "rank 1 failed: injected failure on rank 1" in done.stderr
     assert time.monotonic() - start < 240
     assert not (root / "fail" / "throughput.json").exists()
+
+
+def test_a_too_long_prompt_is_reported_with_its_file_line(setup):
+    """Prompt 3 (rank 1's second) sits on line 5 of the file: the error names line 5."""
+    model_dir, _, root = setup
+    prompts = root / "long.txt"
+    prompts.write_text("a\nb\n\nc\n" + "abcdefghij " * 300 + "\n")
+    done = _torchrun(model_dir, prompts, root / "long", [], timeout=300)
+    assert done.returncode != 0
+    assert f"{prompts} line 5: the prompt has" in done.stderr
+    assert not (root / "long" / "throughput.json").exists()
