@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         stream = out_dir / f"outputs.rank{ctx.rank}.jsonl" if writes else None
         if stream is not None:
             stream.write_text("")
+        log.debug("rank %d: %d of %d prompt(s) in batches of %d", ctx.rank, len(indices), len(prompts), args.batch_size)
         bar = progress_bar(len(indices), desc=f"rank {ctx.rank}", quiet=args.quiet, enabled=ctx.is_main)
         start = time.perf_counter()
         rows = _decode_share(model, ids, prompts, indices, config, args.batch_size, stream, bar)

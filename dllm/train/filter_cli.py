@@ -29,6 +29,7 @@ def cmd_train_filter(args: argparse.Namespace) -> int:
         if gen_length % opts.block_length:
             raise ValueError(f"the tasks answer in {gen_length} tokens, not a multiple of "
                              f"--block-length {opts.block_length}; pick a block length that divides it")
+    log.debug("tracing %s prompt(s) per answer length with %s", {g: len(p) for g, p in by_length.items()}, lm.path)
     confs, labels = [], []
     bar = progress_bar(sum(len(p) for p in by_length.values()), desc="oracle traces", quiet=args.quiet)
     for gen_length, prompts in sorted(by_length.items()):
