@@ -1,38 +1,85 @@
-"""Command line: ``dllm generate | bench parallelbench | bench throughput | train-filter``."""
+"""Command line: ``dllm generate | bench parallelbench | bench throughput | train-filter``.
+
+Results go to stdout; diagnostics go through ``logging`` to stderr (-v / -q, on every command);
+bad input is one ``dllm: error: ...`` line and exit status 2, before any model work.
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
-from typing import Sequence
+from typing import Iterator, Sequence
 
-from dllm.cli_options import add_generation_options, add_model_options, generation_config
+from dllm.cli_options import (
+    HelpFormatter, add_generation_options, add_model_options, add_verbosity_options, generation_config,
+    positive_int,
+)
+from dllm.cli_output import LOGGER_NAME, configure_logging, progress_bar
+from dllm.cli_prompts import PromptLine, check_prompt_lengths, read_prompts
+
+log = logging.getLogger(LOGGER_NAME)
+
+EXIT_USAGE = 2  # bad input, as argparse
+EXIT_BROKEN_PIPE = 128 + 13  # the reader went away (``dllm generate | head``), as SIGPIPE
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     import dllm
+    from tqdm import tqdm
 
     config = generation_config(args)  # validate before loading anything
+    prompts = _generate_prompts(args)
     model = dllm.load(args.model, device=args.device, dtype=args.dtype)
     chat = False if args.raw else None
-    out = model.generate(args.prompt, config, chat=chat)
-    for text, stats in zip(out.texts, out.stats):
-        if args.json:
-            print(json.dumps({"text": text, **stats}))
-        else:
-            print(text)
-            tps = stats["tokens"] / stats["seconds"] if stats["seconds"] > 0 else float("inf")
-            print(f"[NFE {stats['nfe']} | TPF {stats['tpf']:.2f} | {tps:.1f} tokens/s on {args.device}]",
-                  file=sys.stderr)
+    ids = check_prompt_lengths(model, prompts, config, chat)
+    log.debug("decoding %d prompt(s) in batches of %d", len(ids), args.batch_size)
+    bar = progress_bar(len(ids), desc="generate", quiet=args.quiet)
+    for start in range(0, len(ids), args.batch_size):
+        out = model.generate_ids(ids[start : start + args.batch_size], config)
+        with tqdm.external_write_mode(file=sys.stderr):
+            for text, stats in zip(out.texts, out.stats):
+                print(json.dumps({"text": text, **stats}) if args.json else text, flush=True)
+                if not args.json:
+                    tps = stats["tokens"] / stats["seconds"] if stats["seconds"] > 0 else float("inf")
+                    log.info("[NFE %d | TPF %.2f | %.1f tokens/s on %s]", stats["nfe"], stats["tpf"], tps, args.device)
+        bar.update(len(out.texts))
+    bar.close()
     return 0
 
 
+def _generate_prompts(args: argparse.Namespace) -> list[PromptLine]:
+    if args.prompt and args.prompts_file:
+        raise ValueError("give prompts as arguments or with --prompts-file, not both")
+    if args.prompts_file:
+        return read_prompts(args.prompts_file)
+    if not args.prompt:
+        raise ValueError('no prompt given; pass "PROMPT" arguments or --prompts-file FILE (- for stdin)')
+    return [PromptLine("argument", i, text) for i, text in enumerate(args.prompt, start=1)]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dllm")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dllm", description="Parallel decoding for masked-diffusion LMs")
+    parser = argparse.ArgumentParser(prog="dllm", description="Parallel decoding for masked-diffusion LMs",
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    add_verbosity_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="generate text for one or more prompts",
-                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    gen.add_argument("prompt", nargs="+", help="prompt text (chat template applied when the tokenizer has one)")
+    gen = sub.add_parser("generate", help="generate text for one or more prompts")
+    gen.add_argument("prompt", nargs="*", help="prompt text (chat template applied when the tokenizer has one)")
+    gen.add_argument("--prompts-file", metavar="FILE", default=None,
+                     help="read prompts from FILE (- for stdin): one per text line, or .jsonl lines "
+                          'with "prompt" or "messages"')
+    gen.add_argument("--batch-size", type=positive_int, default=8, help="prompts decoded together")
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
     gen.add_argument("--json", action="store_true", help="one JSON line per prompt with text and stats")
     add_model_options(gen)
@@ -40,7 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=cmd_generate)
     for register in _extra_commands():
         register(sub)
+    for command in _subcommands(parser):
+        command.formatter_class = HelpFormatter  # one way to show defaults, on every command
+        add_verbosity_options(command, top_level=False)
     return parser
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every parser below ``parser`` (``generate``, ``bench``, ``bench throughput``, ...)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                yield command
+                yield from _subcommands(command)
 
 
 def _extra_commands():
@@ -54,11 +113,18 @@ def _extra_commands():
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_logging(args.verbose, args.quiet)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+        return status
     except (ValueError, FileNotFoundError) as err:
         print(f"dllm: error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush at exit
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

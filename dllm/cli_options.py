@@ -10,12 +10,47 @@ import json
 from typing import Any, Sequence
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Shows each option's default once: appended when it is a value (``(default: 128)``); a help
+    text that already describes its default (``default: off``) is left as written, and flags
+    and options whose default is None show none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        no_value = action.default is None or action.default is argparse.SUPPRESS or action.nargs == 0  # flags
+        if "default" in help_text or no_value or not action.option_strings:
+            return help_text
+        return f"{help_text} (default: %(default)s)".lstrip()
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a batch size, a sample count)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0 (a timeout in seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
 def parse_kv(pairs: Sequence[str] | None) -> dict[str, Any]:
     """["k=v", ...] -> {k: v} with v parsed as JSON when possible (numbers, bools)."""
     out: dict[str, Any] = {}
     for pair in pairs or []:
         if "=" not in pair:
-            raise SystemExit(f"expected key=value, got {pair!r}")
+            raise ValueError(f"expected key=value, got {pair!r} (e.g. --policy-arg tau=0.9)")
         key, value = pair.split("=", 1)
         try:
             out[key] = json.loads(value)
@@ -24,36 +59,57 @@ def parse_kv(pairs: Sequence[str] | None) -> dict[str, Any]:
     return out
 
 
+def policy_names() -> dict[str, list[str]]:
+    """Registered names of each kind of policy and of the cache modes, for ``choices``."""
+    from dllm.cache import CACHES
+    from dllm.samplers import RULES, STOPPERS, STRATEGIES
+
+    return {"policy": sorted(RULES), "strategy": sorted(STRATEGIES), "stopper": sorted(STOPPERS),
+            "cache": sorted(CACHES)}
+
+
+def _one_of(names: list[str]) -> str:
+    return "one of: " + ", ".join(names)
+
+
 def add_generation_options(p: argparse.ArgumentParser) -> None:
     """Options shared by every command that decodes."""
+    names = policy_names()
     g = p.add_argument_group("decoding")
-    g.add_argument("--policy", default="low_confidence", help="unmasking rule (default: %(default)s)")
+    g.add_argument("--policy", default="low_confidence", choices=names["policy"], metavar="RULE",
+                   help=f"unmasking rule, {_one_of(names['policy'])}")
     g.add_argument("--policy-arg", action="append", metavar="K=V", help="rule option, repeatable")
-    g.add_argument("--strategy", default="plain", help="decoding strategy (default: %(default)s)")
+    g.add_argument("--strategy", default="plain", choices=names["strategy"], metavar="STRATEGY",
+                   help=f"decoding strategy, {_one_of(names['strategy'])}")
     g.add_argument("--strategy-arg", action="append", metavar="K=V", help="strategy option, repeatable")
-    g.add_argument("--stopper", default="none", help="stopping criterion (default: %(default)s)")
+    g.add_argument("--stopper", default="none", choices=names["stopper"], metavar="STOPPER",
+                   help=f"stopping criterion, {_one_of(names['stopper'])}")
     g.add_argument("--stopper-arg", action="append", metavar="K=V", help="stopper option, repeatable")
-    g.add_argument("--cache", default="none", help="KV cache: none | prefix | dual (default: %(default)s)")
+    g.add_argument("--cache", default="none", choices=names["cache"], metavar="CACHE",
+                   help=f"KV cache, {_one_of(names['cache'])}")
     g.add_argument("--sub-block-length", type=int, default=None, help="sub-block cache size (default: off)")
     g.add_argument("--cache-arg", action="append", metavar="K=V",
                    help="cache option, repeatable (e.g. refresh_every=4)")
-    g.add_argument("--gen-length", type=int, default=128, help="answer tokens (default: %(default)s)")
+    g.add_argument("--gen-length", type=int, default=128, help="answer tokens")
     g.add_argument("--block-length", type=int, default=None, help="block size (default: gen-length)")
     g.add_argument("--steps", type=int, default=None, help="step budget (default: gen-length)")
-    g.add_argument("--temperature", type=float, default=0.0, help="(default: %(default)s)")
+    g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
     g.add_argument("--top-p", type=float, default=None, help="nucleus filter (default: off)")
     g.add_argument("--top-k", type=int, default=None, help="top-k filter (default: off)")
-    g.add_argument("--cfg-scale", type=float, default=0.0, help="classifier-free guidance (default: %(default)s)")
+    g.add_argument("--cfg-scale", type=float, default=0.0, help="classifier-free guidance")
     g.add_argument("--no-stop-at-eos", action="store_true", help="decode every position even after end-of-text")
-    g.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
+    g.add_argument("--seed", type=int, default=0, help="sampling seed")
     g.add_argument("--memory-budget-mb", type=float, default=None,
                    help="refuse a decode whose weights + KV cache + logits exceed this (default: no check)")
 
 
 def generation_config(args: argparse.Namespace):
+    """The GenerationConfig of the decoding options, with its rule, strategy and stopper built
+    once, so a bad name or option is an error before any model is loaded."""
     from dllm.config import GenerationConfig
+    from dllm.samplers import make_rule, make_stopper, make_strategy
 
-    return GenerationConfig(
+    config = GenerationConfig(
         gen_length=args.gen_length, block_length=args.block_length, steps=args.steps,
         policy=args.policy, policy_args=parse_kv(args.policy_arg),
         strategy=args.strategy, strategy_args=parse_kv(args.strategy_arg),
@@ -63,10 +119,39 @@ def generation_config(args: argparse.Namespace):
         cfg_scale=args.cfg_scale, stop_at_eos=not args.no_stop_at_eos, seed=args.seed,
         memory_budget_mb=args.memory_budget_mb,
     )
+    built = [_build(make_strategy, config.strategy, config.strategy_args, "--strategy-arg"),
+             _build(make_rule, config.policy, config.policy_args, "--policy-arg"),
+             _build(make_stopper, config.stopper, config.stopper_args, "--stopper-arg")]
+    for part in built:
+        check = getattr(part, "check_config", None)
+        if check is not None:
+            check(config)
+    return config
+
+
+def _build(make, name: str, options: dict, flag: str):
+    """``make(name, options)``; a value of the wrong type (``tau=high``) becomes a ValueError
+    naming the option flag, so every command reports it as one line."""
+    try:
+        return make(name, options)
+    except TypeError as err:
+        raise ValueError(f"{name!r}: an option has a value of the wrong type ({err}); check {flag} {options}") from err
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="checkpoint directory (default: the bundled model)")
-    p.add_argument("--device", default="cpu", help="(default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda or cuda:1")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="(default: %(default)s)")
+                   help="weight and activation dtype")
+
+
+def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> None:
+    """-v / -q: accepted before the command (``dllm -q generate``) and after it; a subcommand's
+    copy leaves the top-level value alone unless given (SUPPRESS)."""
+    count_default = 0 if top_level else argparse.SUPPRESS
+    flag_default = False if top_level else argparse.SUPPRESS
+    g = p.add_argument_group("output")
+    g.add_argument("-v", "--verbose", action="count", default=count_default,
+                   help="debug diagnostics on stderr")
+    g.add_argument("-q", "--quiet", action="store_true", default=flag_default,
+                   help="only warnings and errors on stderr, no progress bars")

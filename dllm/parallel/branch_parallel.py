@@ -7,6 +7,14 @@ per-candidate statistics (5 small tensors per candidate, not the logits) are all
 every rank applies the same winner decision. Candidate forwards never write the canvas cache
 (they run on a row-selected copy), and the canvas' own refresh forwards run on every rank, so
 the caches stay identical without broadcasting K/V.
+
+Any candidate count works with any number of ranks: shares differ by at most one candidate
+(a batch's short tail, or a row count the ranks do not divide), the gathered statistics are
+padded to the largest share and trimmed after the gather. A rank with no candidate of its own
+(fewer candidates than ranks) forwards a copy of the last one and discards it, so every rank
+still spends one forward per round. Sampling noise is keyed by each candidate's row and step (not
+by its rank or share) and NFE, draft rows and token-forwards are charged as one process would, so the
+tokens and counters equal the single-process run.
 """
 from __future__ import annotations
 
@@ -18,6 +26,11 @@ from dllm.kernels import TokenStats
 from dllm.samplers.strategies.candidates import set_candidate_evaluator
 
 
+def shares(n: int, world: int) -> list[int]:
+    """Candidates per rank: contiguous, sizes differing by at most one, larger shares first."""
+    return [n // world + (r < n % world) for r in range(world)]
+
+
 class BranchParallelEvaluator:
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank, self.world = rank, world_size
@@ -27,36 +40,50 @@ class BranchParallelEvaluator:
     def __call__(self, state, candidates: Tensor, rows: Tensor, count: Tensor | None = None,
                  steps: Tensor | None = None) -> TokenStats:
         N = candidates.shape[0]
-        if N % self.world:
-            raise ValueError(f"{N} candidates cannot be split over {self.world} ranks; choose a branch count "
-                             f"with (branches + 1) * batch divisible by the number of processes")
-        share = N // self.world
-        mine = slice(self.rank * share, (self.rank + 1) * share)
-        before = state.runner.token_forwards.clone()
+        sizes = shares(N, self.world)
+        start = sum(sizes[: self.rank])
+        mine = slice(start, start + sizes[self.rank]) if sizes[self.rank] else slice(N - 1, N)
+        runner = state.runner
+        drafts_before, tokens_before = runner.draft_rows.clone(), runner.token_forwards.clone()
         logits = state.block_logits(candidates[mine], rows=rows[mine], count=count)
+        # noise is keyed by each candidate's row and step, so a share draws what one process draws
         local = state.statistics(logits, rows=rows[mine], steps=None if steps is None else steps[mine])
-        self._charge_other_ranks(state, rows, rows[mine], state.runner.token_forwards - before, count)
-        gathered = [self._gather(field) for field in local]
+        if not sizes[self.rank]:
+            local = local.index(slice(0, 0))
+        # query tokens per candidate row, from whichever ranks forwarded a charged row
+        spent = torch.stack([(runner.draft_rows - drafts_before).sum(), (runner.token_forwards - tokens_before).sum()])
+        parts, spent_all = self._gather(local, spent, max(sizes))
+        drafts, tokens = spent_all.sum(0)
+        per_row = tokens // drafts.clamp_min(1)
+        self._charge_like_one_process(runner, rows, count, drafts_before, tokens_before, per_row)
         self.rounds += 1
-        return TokenStats(*gathered)
+        return TokenStats(*(torch.cat([p[:n] for p, n in zip(field, sizes)]) for field in parts))
 
-    def _gather(self, t: Tensor) -> Tensor:
-        parts = [torch.empty_like(t) for _ in range(self.world)]
-        dist.all_gather(parts, t.contiguous())
-        self.bytes_gathered += t.numel() * t.element_size() * self.world
-        return torch.cat(parts)
+    def _gather(self, local: TokenStats, spent: Tensor, width: int) -> tuple[list[list[Tensor]], Tensor]:
+        """All-gather every field padded to ``width`` rows; the spent counters ride with the tokens."""
+        out = []
+        for i, field in enumerate(local):
+            padded = field.new_zeros((width, *field.shape[1:]))
+            padded[: field.shape[0]] = field
+            payload = torch.cat([padded.flatten(), spent.to(field.device)]) if i == 0 else padded
+            parts = [torch.empty_like(payload) for _ in range(self.world)]
+            dist.all_gather(parts, payload.contiguous())
+            self.bytes_gathered += payload.numel() * payload.element_size() * self.world
+            if i == 0:
+                spent_all = torch.stack([p[-2:] for p in parts])
+                parts = [p[:-2].reshape(padded.shape) for p in parts]
+            out.append(parts)
+        return out, spent_all
 
     @staticmethod
-    def _charge_other_ranks(state, rows: Tensor, my_rows: Tensor, my_tokens: Tensor, count: Tensor | None) -> None:
-        """Every rank reports the whole round's draft rows and token-forwards, as one process would."""
-        runner = state.runner
-        charged = runner.active if count is None else count & runner.active
-        B = runner.nfe.shape[0]
-        mine = torch.bincount(my_rows, minlength=B)
-        others = torch.bincount(rows, minlength=B) - mine
-        per_candidate = (my_tokens // mine.clamp_min(1)).max()  # query tokens of one candidate forward
-        runner.draft_rows += charged.long() * others
-        runner.token_forwards += charged.long() * others * per_candidate
+    def _charge_like_one_process(runner, rows: Tensor, count: Tensor | None, drafts_before: Tensor,
+                                 tokens_before: Tensor, per_row: Tensor) -> None:
+        """Every rank reports the whole round's draft rows and token-forwards, as one process would
+        (ModelRunner charges each canvas row once per candidate it has in the forward)."""
+        charged = (runner.active if count is None else count & runner.active).long()
+        width = torch.bincount(rows, minlength=runner.nfe.shape[0])
+        runner.draft_rows.copy_(drafts_before + charged * width)
+        runner.token_forwards.copy_(tokens_before + charged * width * per_row)
 
 
 def enable_branch_parallel(rank: int, world_size: int) -> BranchParallelEvaluator | None:

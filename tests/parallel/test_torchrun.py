@@ -64,6 +64,35 @@ def test_branch_parallel_lopa_matches_single_process(setup, batch):
     assert summary["comm_bytes_per_round"] > 0
 
 
+def _single_outputs(model_dir, prompts, **options):
+    model = dllm.load(model_dir)
+    cfg = GenerationConfig(gen_length=16, block_length=8, steps=16, stop_at_eos=False, **options)
+    out = model.generate(prompts, cfg)
+    return [{"token_ids": ids, **{k: st[k] for k in ("nfe", "draft_rows", "token_forwards")}}
+            for ids, st in zip(out.token_ids, out.stats)]
+
+
+@pytest.mark.parametrize("batch, branches, temperature", [(2, 2, 0.7), (1, 0, 0.0)],
+                         ids=["tail-batch-sampled", "fewer-candidates-than-ranks"])
+def test_branch_parallel_splits_any_candidate_count(setup, batch, branches, temperature):
+    """3 candidates per row: the 1-prompt tail batch has 3 candidates for 2 ranks (and at
+    branches 0 a single one); tokens, sampling noise and counters still equal one process."""
+    model_dir, prompts, root = setup
+    options = {"policy": "threshold", "policy_args": {"tau": 0.5}, "strategy": "lopa",
+               "strategy_args": {"branches": branches}, "temperature": temperature}
+    args = ["--policy", "threshold", "--policy-arg", "tau=0.5", "--strategy", "lopa", "--strategy-arg",
+            f"branches={branches}", "--temperature", str(temperature)]
+    out = root / f"bp-split-{batch}-{branches}"
+    done = _torchrun(model_dir, prompts, out, ["--branch-parallel", "--batch-size", str(batch), *args])
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "throughput.json").read_text())
+    expected = []
+    for i in range(0, len(PROMPTS), batch):
+        expected += _single_outputs(model_dir, PROMPTS[i : i + batch], **options)
+    got = [{k: o[k] for k in ("token_ids", "nfe", "draft_rows", "token_forwards")} for o in summary["outputs"]]
+    assert got == expected
+
+
 @pytest.fixture(scope="module")
 def trained_setup(tmp_path_factory):
     """The bundled trained model and five generated waiting-line prompts (official templates)."""
@@ -111,3 +140,14 @@ def test_a_failing_rank_ends_the_run_with_its_error(setup):
     assert "rank 1 failed: injected failure on rank 1" in done.stderr
     assert time.monotonic() - start < 240
     assert not (root / "fail" / "throughput.json").exists()
+
+
+def test_a_too_long_prompt_is_reported_with_its_file_line(setup):
+    """Prompt 3 (rank 1's second) sits on line 5 of the file: the error names line 5."""
+    model_dir, _, root = setup
+    prompts = root / "long.txt"
+    prompts.write_text("a\nb\n\nc\n" + "abcdefghij " * 300 + "\n")
+    done = _torchrun(model_dir, prompts, root / "long", [], timeout=300)
+    assert done.returncode != 0
+    assert f"{prompts} line 5: the prompt has" in done.stderr
+    assert not (root / "long" / "throughput.json").exists()

@@ -1,0 +1,86 @@
+"""Prompts files for the commands (``dllm generate --prompts-file``, ``dllm bench throughput
+--prompts``): one reader, one format, errors that name the file's line.
+
+Format: one prompt per line. A ``.jsonl`` file (or stdin, ``-``, whose first line is a JSON
+object) holds one object per line with ``"prompt"`` (text) or ``"messages"`` (a chat list of
+{"role", "content"}); any other file holds plain text lines. Blank lines are skipped but
+counted, so a line number in an error is the line in the editor.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+JSONL_HELP = 'one JSON object per line with "prompt" (text) or "messages" (a chat list)'
+
+
+@dataclass(frozen=True, slots=True)
+class PromptLine:
+    """One prompt and where it came from."""
+
+    source: str  # the file name, "stdin", or "argument" (a prompt given on the command line)
+    line: int  # 1-based line number in the source (the argument's position)
+    prompt: Any  # str, or a list of {"role", "content"} messages
+
+    @property
+    def where(self) -> str:
+        return f"prompt argument {self.line}" if self.source == "argument" else f"{self.source} line {self.line}"
+
+
+def read_prompts(path: str | Path) -> list[PromptLine]:
+    """Every prompt of a prompts file (``-``: stdin), in order; a clear error on bad input."""
+    if str(path) == "-":
+        source, text = "stdin", sys.stdin.read()
+    else:
+        source = str(path)
+        file = Path(path)
+        if not file.is_file():
+            raise FileNotFoundError(f"prompts file {source} does not exist (or is not a file); "
+                                    "pass a text file with one prompt per line, or .jsonl")
+        text = file.read_text()
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not lines:
+        raise ValueError(f"{source} holds no prompt; write one prompt per line (text), or {JSONL_HELP} (.jsonl)")
+    jsonl = source.endswith(".jsonl") or (source == "stdin" and lines[0][1].lstrip().startswith("{"))
+    if not jsonl:
+        return [PromptLine(source, n, line) for n, line in lines]
+    return [PromptLine(source, n, _jsonl_prompt(source, n, line)) for n, line in lines]
+
+
+def _jsonl_prompt(source: str, n: int, line: str) -> Any:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{source} line {n} is not valid JSON ({err.msg}); write {JSONL_HELP}") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"{source} line {n} is a JSON {type(row).__name__}, not an object; write {JSONL_HELP}")
+    if isinstance(row.get("prompt"), str) and row["prompt"].strip():
+        return row["prompt"]
+    messages = row.get("messages")
+    if isinstance(messages, list) and messages and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages
+    ):
+        return messages
+    if "prompt" in row or "messages" in row:
+        raise ValueError(f'{source} line {n}: "prompt" must be non-empty text and "messages" a non-empty list '
+                         'of {"role": ..., "content": ...}; fix that line')
+    raise ValueError(f'{source} line {n} has no "prompt" or "messages" (keys: {sorted(row)}); write {JSONL_HELP}')
+
+
+def check_prompt_lengths(model, prompts: list[PromptLine], config, chat: bool | None) -> list[list[int]]:
+    """Token ids of every prompt, each checked against the model's context before any decoding;
+    an error names the prompt's line in its file."""
+    from dllm.engine import check_prompts
+
+    ids = []
+    for p in prompts:
+        row = model.encode(p.prompt, chat)
+        try:
+            check_prompts([row], config, model.model.config.max_sequence_length)
+        except ValueError as err:
+            raise ValueError(f"{p.where}: {str(err).replace('prompt 0 ', 'the prompt ', 1)}") from None
+        ids.append(row)
+    return ids
