@@ -43,7 +43,7 @@ def config(gen_length: int, options: dict) -> GenerationConfig:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--gen-lengths", type=int, nargs="+", default=[256, 1024, 4096, 8192])
+    ap.add_argument("--gen-lengths", type=int, nargs="+", default=[256, 1024, 4096])
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = write_tiny_checkpoint(Path(tmp) / "llada", "llada", max_len=1 << 21, seed=1)

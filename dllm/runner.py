@@ -1,8 +1,8 @@
 """ModelRunner: the one place the engine calls the model, and where forwards are counted.
 
 It describes what each query may attend to (key padding, plus the block-causal rule for
-block-diffusion models) without a dense mask, applies classifier-free guidance, applies the family's logit shift, and counts NFE and
-token-forwards per row.
+block-diffusion models) without a dense mask, applies classifier-free guidance, applies the
+family's logit shift, and counts NFE and token-forwards per row.
 """
 from __future__ import annotations
 
