@@ -19,6 +19,7 @@ class Canvas:
     positions: Tensor  # (B, L) long
     prompt_width: int  # P: padded prompt width; the answer occupies [P, L)
     prompt_lengths: Tensor  # (B,) long
+    padded: bool = False  # some key is not a real token (ragged prompts, a truncated end)
 
     @property
     def length(self) -> int:
@@ -27,6 +28,11 @@ class Canvas:
     @property
     def batch_size(self) -> int:
         return self.tokens.shape[0]
+
+    def hide(self, positions: Tensor) -> None:
+        """Make ``positions`` (B, L) bool invisible as keys (EoTP's truncated ends)."""
+        self.valid &= ~positions
+        self.padded = True
 
 
 def build_canvas(prompts: list[list[int]], *, gen_length: int, mask_id: int, pad_id: int,
@@ -43,4 +49,5 @@ def build_canvas(prompts: list[list[int]], *, gen_length: int, mask_id: int, pad
     positions = (valid.long().cumsum(-1) - 1).clamp_min(0)
     lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long)
     return Canvas(tokens=tokens.to(device), valid=valid.to(device), positions=positions.to(device),
-                  prompt_width=width, prompt_lengths=lengths.to(device))
+                  prompt_width=width, prompt_lengths=lengths.to(device),
+                  padded=any(len(p) < width for p in prompts))

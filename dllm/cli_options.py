@@ -100,7 +100,8 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-stop-at-eos", action="store_true", help="decode every position even after end-of-text")
     g.add_argument("--seed", type=int, default=0, help="sampling seed")
     g.add_argument("--memory-budget-mb", type=float, default=None,
-                   help="refuse a decode whose weights + KV cache + logits exceed this (default: no check)")
+                   help="refuse a decode whose planned peak memory (MiB: weights, KV cache, logits, "
+                        "activations, statistics) exceeds this (default: no check)")
 
 
 def generation_config(args: argparse.Namespace):

@@ -23,8 +23,8 @@ class GenerationConfig:
     cfg_scale: LLaDA classifier-free guidance (unconditional = prompt replaced by masks).
     stop_at_eos: a row stops once every position before its first end-of-text is committed;
       the rest of its canvas is filled with end-of-text.
-    memory_budget_mb: refuse (before any model work) a decode whose planned weights + KV cache +
-      logits exceed this many MiB (dllm.memory); None = no check.
+    memory_budget_mb: refuse (before any model work) a decode whose planned peak (weights, KV
+      cache, logits, activations, statistics; dllm.memory) exceeds this many MiB; None = no check.
     """
 
     gen_length: int = 128

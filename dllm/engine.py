@@ -182,7 +182,7 @@ class DecodeState:
         after = idx[None, :] >= end[:, None]  # (B, L)
         after[:, : self.canvas.prompt_width] = False
         self.tokens[after] = self.eos[0]
-        self.canvas.valid &= ~after
+        self.canvas.hide(after)
         self.order[after[:, self.canvas.prompt_width :]] = -1
         self.end = end
         self._truncated = self._ends_moved = True

@@ -1,9 +1,16 @@
-"""Memory plan of one decode: weights, KV-cache buffers and logits, checked against a budget.
+"""Memory plan of one decode, checked against a budget before any model work.
 
-The plan is computed from shapes before any model work, so a canvas that does not fit a stated
-budget (``GenerationConfig.memory_budget_mb``) is refused with an error that names the fix
-instead of crashing out of memory half-way. Cache modes report the bytes they really allocated
-(``peak_bytes``), which the engine returns next to the plan.
+The plan is an upper bound, from shapes alone, of what a decode holds at its peak: the
+weights, the KV-cache buffers, the logits of the widest forward, that forward's activations
+(one layer's working set: hidden states, Q/K/V and RoPE temporaries, the MLP, the attention's
+key mask and fused-kernel workspace), the working set of the confidence statistics and the
+token tensors. Attention never materialises a (queries x keys) mask or score matrix
+(``dllm.models.layers.attend``), so every term is linear in the canvas length. The terms are
+summed although some are never alive together, so the bound stays safe whatever order the
+allocator frees them in. A canvas that does not fit ``GenerationConfig.memory_budget_mb`` is
+refused with an error that names the fix instead of crashing out of memory half-way. Cache
+modes report the K/V bytes they really allocated (``peak_bytes``), which the engine returns
+next to the plan; ``bench/memory_peak.py`` compares the plan with the measured peak.
 """
 from __future__ import annotations
 
@@ -14,9 +21,15 @@ import torch
 
 from dllm.cache.kv import KVBuffers
 from dllm.config import GenerationConfig
-from dllm.samplers import make_strategy
+from dllm.kernels import kernel_backend
+from dllm.samplers import make_stopper, make_strategy
 
 MIB = 1 << 20
+FLOAT32 = 4
+INT64 = 8
+# Workspace of one thread of SDPA's fused CPU kernel: a query tile x key tile score block in
+# float32 (and its reduced-precision copy), plus the tile's running max, sum and output.
+FLASH_Q_TILE, FLASH_KV_TILE = 256, 512
 
 
 class MemoryBudgetError(ValueError):
@@ -24,14 +37,32 @@ class MemoryBudgetError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class ForwardShape:
+    """One kind of forward a decode makes: rows x queries, attending over keys."""
+
+    rows: int
+    queries: int
+    keys: int
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryPlan:
     model_bytes: int  # parameters and buffers of the model
     kv_cache_bytes: int  # the cache's K/V buffers, candidate copies included (0 without a cache)
-    logits_bytes: int  # float32 logits of the widest forward
+    logits_bytes: int  # logits of the widest forward (+ the canvas logits kept for stoppers)
+    activation_bytes: int  # one layer's working set in the widest forward
+    statistics_bytes: int  # confidence statistics over the widest window (or the answer span)
+    state_bytes: int  # canvas and candidate token tensors
 
     @property
     def total_bytes(self) -> int:
-        return self.model_bytes + self.kv_cache_bytes + self.logits_bytes
+        return (self.model_bytes + self.kv_cache_bytes + self.logits_bytes + self.activation_bytes
+                + self.statistics_bytes + self.state_bytes)
+
+    @property
+    def decode_bytes(self) -> int:
+        """What the decode allocates on top of the loaded model."""
+        return self.total_bytes - self.model_bytes
 
     def as_dict(self) -> dict[str, int]:
         return {**asdict(self), "total_bytes": self.total_bytes}
@@ -42,25 +73,91 @@ def model_bytes(model: torch.nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _itemsize(model) -> int:
+    return torch.empty((), dtype=model.dtype).element_size()
+
+
 def kv_cache_bytes(model, batch: int, length: int) -> int:
     """Bytes of the K and V buffers of every layer for ``batch`` rows of ``length`` positions."""
-    itemsize = torch.empty((), dtype=model.dtype).element_size()
-    return 2 * model.config.n_layers * math.prod(KVBuffers.shape(model, batch, length)) * itemsize
+    return 2 * model.config.n_layers * math.prod(KVBuffers.shape(model, batch, length)) * _itemsize(model)
 
 
-def plan_memory(model, batch: int, canvas_length: int, config: GenerationConfig, strategy=None) -> MemoryPlan:
-    """Upper-bound plan: the base cache plus one candidate copy of it, and float32 logits of a
-    whole-canvas forward for every candidate row (the strategy's ``candidate_rows``; CFG doubles
-    the rows). ``strategy`` defaults to the one ``config`` names."""
+def forward_shapes(model, batch: int, canvas_length: int, config: GenerationConfig, strategy) -> list[ForwardShape]:
+    """The widest forwards of a decode: the canvas forward (uncached, or a cache refresh) and,
+    for strategies with candidate rows, the candidate forward (the window plus one position
+    for the logit shift when the cache narrows it to the block, else the canvas)."""
+    guided = 2 if config.cfg_scale > 0 else 1
+    L = canvas_length
+    shapes = [ForwardShape(batch * guided, L, L)]
+    if strategy.candidate_rows > 1:
+        narrow = config.cache == "dual" or (config.cache != "none" and model.attention == "block_causal")
+        queries = min(L, config.window_length + 1) if narrow else L
+        shapes.append(ForwardShape(batch * strategy.candidate_rows * guided, queries, L))
+    return shapes
+
+
+def activation_bytes(model, shape: ForwardShape) -> int:
+    """Peak working set of one forward of ``shape``: the residual stream and the block input,
+    the RoPE tables, the largest of the three phases of a layer (RMSNorm in float32; attention:
+    Q/K/V, RoPE temporaries in float32, SDPA output and log-sum-exp, its head-merged copy and
+    the projection; the SwiGLU MLP), the per-row key mask SDPA converts to float, and the fused
+    kernel's per-thread workspace."""
+    c, e, f = model.config, _itemsize(model), FLOAT32
+    H, H_kv, D, d, F = c.n_heads, c.n_kv_heads, c.head_dim, c.d_model, c.mlp_hidden_size
+    norm = 4 * d * f
+    attention = e * ((H + 2 * H_kv) * D + 2 * H * D + d) + f * (4 * H * D + H)
+    mlp = e * (3 * F + d)
+    per_token = 2 * d * e + 2 * D * f + max(norm, attention, mlp)
+    key_mask = shape.rows * shape.keys * (1 + 1 + f)  # row-selected validity, its negation, float
+    tile = FLASH_Q_TILE * (2 * FLASH_KV_TILE + D + 2) * f
+    return shape.rows * shape.queries * per_token + key_mask + torch.get_num_threads() * tile
+
+
+def statistics_bytes(rows: int, vocab: int, config: GenerationConfig, itemsize: int, backend: str) -> int:
+    """Working set of ``confidence_stats`` over (rows, vocab) logits of ``itemsize`` bytes: the
+    flattened copy of the window's logits, then for the torch reference its float32 copy,
+    the excluded-ids fill, log-probabilities, probabilities and the entropy terms, Gumbel
+    noise (int64 hashes) at temperature > 0; the Triton kernel streams the logits instead.
+    Top-k / top-p filtering (torch, before either) adds a filled copy and a sort."""
+    per_entry = itemsize
+    if backend == "torch":
+        per_entry += (FLOAT32 if itemsize != FLOAT32 else 0) + 5 * FLOAT32
+        if config.temperature > 0:
+            per_entry += 4 * INT64
+    if config.top_k is not None:
+        per_entry += FLOAT32
+    if config.top_p is not None and config.top_p < 1:
+        per_entry += 4 * FLOAT32 + INT64 + 2
+    return rows * vocab * per_entry
+
+
+def plan_memory(model, batch: int, canvas_length: int, config: GenerationConfig, strategy=None,
+                backend: str | None = None) -> MemoryPlan:
+    """Upper-bound plan of a decode of ``batch`` rows on a canvas of ``canvas_length``.
+
+    The cache holds its buffers plus one row-selected copy for candidate forwards (FreeDave's
+    drafts, LoPA's branches: the strategy's ``candidate_rows``; CFG doubles the rows).
+    ``strategy`` defaults to the one ``config`` names; ``backend`` (the statistics kernel's,
+    "torch" or "triton") to the one ``dllm.kernels`` picks for the model's device."""
     strategy = strategy or make_strategy(config.strategy, config.strategy_args)
-    rows = batch * strategy.candidate_rows * (2 if config.cfg_scale > 0 else 1)
+    shapes = forward_shapes(model, batch, canvas_length, config, strategy)
+    widest_rows = max(s.rows for s in shapes)
     kv = 0
     if config.cache != "none":
         kv = kv_cache_bytes(model, batch, canvas_length)
-        if rows > batch:
-            kv += kv_cache_bytes(model, rows, canvas_length)
-    logits = rows * canvas_length * model.config.vocab_size * 4
-    return MemoryPlan(model_bytes=model_bytes(model), kv_cache_bytes=kv, logits_bytes=logits)
+        if widest_rows > batch:
+            kv += kv_cache_bytes(model, widest_rows, canvas_length)
+    V, e = model.config.vocab_size, _itemsize(model)
+    logits = max(s.rows * s.queries for s in shapes) * V * e
+    stats_rows = widest_rows * config.window_length
+    if getattr(make_stopper(config.stopper, config.stopper_args), "needs_answer_stats", False):
+        logits += batch * canvas_length * V * e  # the last canvas forward, kept for the stopper
+        stats_rows = max(stats_rows, batch * config.gen_length)
+    state = INT64 * canvas_length * (4 * batch + 4 * widest_rows)
+    return MemoryPlan(model_bytes=model_bytes(model), kv_cache_bytes=kv, logits_bytes=logits,
+                      activation_bytes=max(activation_bytes(model, s) for s in shapes),
+                      statistics_bytes=statistics_bytes(stats_rows, V, config, e, backend or kernel_backend(model.device)),
+                      state_bytes=state)
 
 
 def check_memory_budget(plan: MemoryPlan, config: GenerationConfig, batch: int, canvas_length: int) -> None:
@@ -70,5 +167,7 @@ def check_memory_budget(plan: MemoryPlan, config: GenerationConfig, batch: int, 
     raise MemoryBudgetError(
         f"a canvas of {batch} rows x {canvas_length} positions needs {plan.total_bytes / MIB:.1f} MiB "
         f"(model {plan.model_bytes / MIB:.1f}, KV cache {plan.kv_cache_bytes / MIB:.1f}, "
-        f"logits {plan.logits_bytes / MIB:.1f}) but memory_budget_mb is {budget:g}; use a smaller "
-        "batch or gen_length, fewer drafts / branches, or raise memory_budget_mb")
+        f"logits {plan.logits_bytes / MIB:.1f}, activations {plan.activation_bytes / MIB:.1f}, "
+        f"statistics {plan.statistics_bytes / MIB:.1f}, tokens {plan.state_bytes / MIB:.1f}) but "
+        f"memory_budget_mb is {budget:g}; use a smaller batch or gen_length, fewer drafts / branches, "
+        "or raise memory_budget_mb")

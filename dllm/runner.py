@@ -1,8 +1,8 @@
 """ModelRunner: the one place the engine calls the model, and where forwards are counted.
 
-It builds the attention mask (key padding, plus the block-causal rule for block-diffusion
-models), applies classifier-free guidance, applies the family's logit shift, and counts NFE and
-token-forwards per row.
+It describes what each query may attend to (key padding, plus the block-causal rule for
+block-diffusion models) without a dense mask, applies classifier-free guidance, applies the
+family's logit shift, and counts NFE and token-forwards per row.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from dllm.canvas import Canvas
+from dllm.models.visibility import KeyVisibility, block_causal_spans
 
 
 class LastForward(NamedTuple):
@@ -41,18 +42,18 @@ class ModelRunner:
     def shift_logits(self) -> bool:
         return self.model.shift_logits
 
-    def attn_mask(self, q_start: int, q_len: int, key_len: int, rows: Tensor | None = None) -> Tensor:
-        """(B, 1, q_len, key_len) bool: keys that are real tokens (and, for block-causal
-        models, in the query's block or an earlier one)."""
-        valid = self.canvas.valid[:, :key_len] if rows is None else self.canvas.valid[rows, :key_len]
-        mask = valid[:, None, None, :].expand(-1, 1, q_len, key_len)
+    def visibility(self, q_start: int, q_len: int, key_len: int, rows: Tensor | None = None) -> KeyVisibility:
+        """Keys that are real tokens ((N, key_len) validity, None when the canvas has no padding
+        or truncated end) and, for block-causal models, the query spans over key prefixes
+        (keys in the query's block or an earlier one; blocks counted from the prompt width)."""
+        valid = None
+        if self.canvas.padded:
+            valid = self.canvas.valid[:, :key_len] if rows is None else self.canvas.valid[rows, :key_len]
+        spans = None
         if self.model.attention == "block_causal":
-            size = self.model.config.block_size
-            P = self.canvas.prompt_width
-            q_block = (torch.arange(q_start, q_start + q_len, device=valid.device) - P) // size
-            k_block = (torch.arange(key_len, device=valid.device) - P) // size
-            mask = mask & (k_block[None, :] <= q_block[:, None])[None, None]
-        return mask
+            spans = block_causal_spans(q_start, q_len, key_len, prompt_width=self.canvas.prompt_width,
+                                       block_size=self.model.config.block_size)
+        return KeyVisibility(valid=valid, spans=spans)
 
     def forward(self, tokens: Tensor, q_start: int, *, cache=None, rows: Tensor | None = None,
                 count: Tensor | None = None) -> Tensor:
@@ -68,23 +69,24 @@ class ModelRunner:
         positions = self.canvas.positions[:, q_start : q_start + T]
         if rows is not None:
             positions = positions[rows]
-        mask = self.attn_mask(q_start, T, key_len, rows)
+        visible = self.visibility(q_start, T, key_len, rows)
         if self.cfg_scale > 0:
-            logits = self._guided(tokens, positions, mask, q_start, cache, rows)
+            logits = self._guided(tokens, positions, visible, cache)
         else:
-            logits = self.model(tokens, positions, mask, cache, q_start)
+            logits = self.model(tokens, positions, visible, cache, q_start)
         charged = self._count(T, tokens.shape[0], rows, count)
         if self.keep_last:  # candidate-state forwards (rows) do not describe the canvas
             self.last = None if rows is not None else LastForward(logits, q_start, charged)
         return logits
 
-    def _guided(self, tokens, positions, mask, q_start, cache, rows) -> Tensor:
+    def _guided(self, tokens, positions, visible: KeyVisibility, cache) -> Tensor:
         if cache is not None:
             raise ValueError("cfg_scale > 0 is supported with cache='none' only; drop one of them")
         prompt = torch.zeros_like(tokens, dtype=torch.bool)
         prompt[:, : self.canvas.prompt_width] = True
         uncond = tokens.masked_fill(prompt, self.model.mask_token_id)
-        both = self.model(torch.cat([tokens, uncond]), positions.repeat(2, 1), mask.repeat(2, 1, 1, 1))
+        valid = None if visible.valid is None else visible.valid.repeat(2, 1)
+        both = self.model(torch.cat([tokens, uncond]), positions.repeat(2, 1), KeyVisibility(valid, visible.spans))
         cond, unc = both.chunk(2)
         return unc + (self.cfg_scale + 1) * (cond - unc)
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dllm.models.config import ArchConfig
+from dllm.models.visibility import KeyVisibility
 
 
 class RMSNorm(nn.Module):
@@ -58,8 +59,8 @@ class Attention(nn.Module):
 
     Without a cache the window attends to itself. With a layer cache ``(k_buf, v_buf)`` of shape
     (B, H_kv, S, D), the window's keys and values are written in place at ``write_at`` and the
-    queries attend to the whole static-shaped buffer; ``attn_mask`` (B, 1, T, S) says which
-    slots are visible. Static shapes keep the door open for CUDA graphs and torch.compile.
+    queries attend to the whole static-shaped buffer; ``visible`` says which keys each query
+    sees (see ``attend``). Static shapes keep the door open for CUDA graphs and torch.compile.
     """
 
     def __init__(self, cfg: ArchConfig) -> None:
@@ -77,7 +78,7 @@ class Attention(nn.Module):
         x: Tensor,
         cos: Tensor,
         sin: Tensor,
-        attn_mask: Tensor | None,
+        visible: KeyVisibility | None,
         layer_cache: tuple[Tensor, Tensor] | None = None,
         write_at: int = 0,
     ) -> Tensor:
@@ -92,12 +93,33 @@ class Attention(nn.Module):
             k_buf[:, :, write_at : write_at + T] = k
             v_buf[:, :, write_at : write_at + T] = v
             k, v = k_buf, v_buf
-        if self.n_kv_heads != self.n_heads:
-            groups = self.n_heads // self.n_kv_heads
-            k = k.repeat_interleave(groups, dim=1)  # (B, H, S, D)
-            v = v.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, H, T, D)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+        return self.o_proj(attend(q, k, v, visible).reshape(B, T, -1))
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None) -> Tensor:
+    """SDPA of q (B, H, T, D) over k, v (B, H_kv, S, D) -> (B, T, H, D).
+
+    Invalid keys are masked per row only ((B, 1, 1, S), or no mask at all); block-causal spans
+    run one call per query block on its key prefix; grouped K/V heads are broadcast, not
+    repeated. No (T, S) mask or score matrix is materialised, so SDPA's fused backends (flash
+    on CPU) keep the working set linear in T and S."""
+    B, H, T, D = q.shape
+    visible = visible or KeyVisibility()
+    gqa = k.shape[1] != H
+
+    def sdpa(queries: Tensor, key_end: int) -> Tensor:
+        mask = None if visible.valid is None else visible.valid[:, None, None, :key_end]
+        out = F.scaled_dot_product_attention(queries, k[:, :, :key_end], v[:, :, :key_end],
+                                             attn_mask=mask, enable_gqa=gqa)
+        return out.transpose(1, 2)
+
+    segments = visible.segments(T, k.shape[2])
+    if len(segments) == 1:
+        return sdpa(q, segments[0][2])
+    out = q.new_empty(B, T, H, D)
+    for lo, hi, key_end in segments:
+        out[:, lo:hi] = sdpa(q[:, :, lo:hi], key_end)
+    return out
 
 
 class SwiGLU(nn.Module):
@@ -123,6 +145,6 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
         self.mlp = SwiGLU(cfg)
 
-    def forward(self, x, cos, sin, attn_mask, layer_cache=None, write_at: int = 0) -> Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, attn_mask, layer_cache, write_at)
+    def forward(self, x, cos, sin, visible, layer_cache=None, write_at: int = 0) -> Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, visible, layer_cache, write_at)
         return x + self.mlp(self.mlp_norm(x))

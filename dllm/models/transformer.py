@@ -1,7 +1,7 @@
 """The one transformer every family builds: embeddings, blocks, final norm, LM head.
 
 Implements the model contract the engine relies on:
-``forward(input_ids, position_ids, attn_mask=None, cache=None, cache_write=0) -> logits`` plus
+``forward(input_ids, position_ids, visible=None, cache=None, cache_write=0) -> logits`` plus
 the attributes ``mask_token_id``, ``eos_token_ids``, ``shift_logits``, ``attention``.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from dllm.models.config import ArchConfig
 from dllm.models.layers import Block, RMSNorm, rope_cos_sin
+from dllm.models.visibility import KeyVisibility
 
 
 class LayerCaches(Protocol):
@@ -59,11 +60,12 @@ class DiffusionTransformer(nn.Module):
         self,
         input_ids: Tensor,
         position_ids: Tensor,
-        attn_mask: Tensor | None = None,
+        visible: KeyVisibility | None = None,
         cache: LayerCaches | None = None,
         cache_write: int = 0,
     ) -> Tensor:
-        """input_ids, position_ids: (B, T); attn_mask: bool (B, 1, T, S), True = visible.
+        """input_ids, position_ids: (B, T); ``visible``: which of the S keys each query sees
+        (key validity (B, S) and block-causal spans; None = every key, every query).
 
         With ``cache``, the window's K/V are written at ``cache_write`` of each layer's buffer
         and S is the buffer length; without it S == T. Returns logits (B, T, vocab) unshifted:
@@ -73,5 +75,5 @@ class DiffusionTransformer(nn.Module):
         x = self.embed(input_ids)  # (B, T, d_model)
         for i, layer in enumerate(self.layers):
             layer_cache = cache.layers[i] if cache is not None else None
-            x = layer(x, cos, sin, attn_mask, layer_cache, cache_write)
+            x = layer(x, cos, sin, visible, layer_cache, cache_write)
         return self.lm_head(self.norm(x))

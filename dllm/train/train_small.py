@@ -33,6 +33,7 @@ from dllm.models.registry import family_for
 from dllm.models.tiny import CHAT_TEMPLATES, SPECIAL_ROLES
 from dllm.models.tokenizer import load_tokenizer
 from dllm.models.transformer import DiffusionTransformer
+from dllm.models.visibility import KeyVisibility
 from dllm.train.corpus import TRAIN_TASKS, TaskCorpus
 from dllm.train.save import save_checkpoint
 
@@ -160,8 +161,7 @@ def make_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Genera
     masked = answer & (torch.rand(ids.shape, generator=gen) < p_mask)
     noisy = ids.masked_fill(masked, mask_id)
     positions = (valid.long().cumsum(-1) - 1).clamp_min(0)
-    attn = valid[:, None, None, :].expand(-1, 1, width, width)
-    return noisy, positions, attn, ids, masked
+    return noisy, positions, KeyVisibility(valid=valid), ids, masked
 
 
 @torch.no_grad()

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from dllm.models import load_model
+from dllm.models.visibility import KeyVisibility
 
 
 def _weights(path):
@@ -101,7 +102,7 @@ def test_logits_match_independent_reference(tiny_dirs, name):
     ids = torch.randint(0, 250, (2, 11), generator=g)
     pos = torch.arange(11).expand(2, -1)
     valid = torch.ones(2, 11, dtype=torch.bool)
-    ours = model(ids, pos, valid[:, None, None, :].expand(-1, 1, 11, 11))
+    ours = model(ids, pos, KeyVisibility(valid=valid))
     theirs = ref(path, ids, pos, valid)
     rel = (ours - theirs).norm() / theirs.norm()
     assert rel < 1e-5, f"relative error {rel:.2e}"
@@ -120,7 +121,7 @@ def test_left_padded_row_matches_its_unpadded_run(tiny_dirs, name):
     valid = torch.ones(2, 9, dtype=torch.bool)
     valid[0, :pad] = False
     pos = (valid.long().cumsum(-1) - 1).clamp_min(0)
-    out = model(batch, pos, valid[:, None, None, :].expand(-1, 1, 9, 9))
+    out = model(batch, pos, KeyVisibility(valid=valid))
     alone = model(short, torch.arange(6)[None])
     ref = REFERENCES[name](path, batch, pos, valid)
     assert torch.allclose(out[0, pad:], alone[0], rtol=1e-5, atol=1e-5)

@@ -1,0 +1,82 @@
+"""Key visibility without a dense mask: the compact form gives the attention of the dense
+(T, S) mask it replaces, for key padding, the block-causal rule and grouped K/V heads."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dllm.models.layers import attend
+from dllm.models.visibility import KeyVisibility, block_causal_spans
+
+
+def dense_block_causal_mask(valid, q_start, q_len, key_len, prompt_width, block_size):
+    """The rule written out as a (B, 1, T, S) mask: keys in the query's block or earlier."""
+    q_block = (torch.arange(q_start, q_start + q_len) - prompt_width).div(block_size, rounding_mode="floor")
+    k_block = (torch.arange(key_len) - prompt_width).div(block_size, rounding_mode="floor")
+    return valid[:, None, None, :key_len] & (k_block[None, :] <= q_block[:, None])[None, None]
+
+
+def dense_attention(q, k, v, mask):
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)
+
+
+def _qkv(B, H, H_kv, T, S, D=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(B, H, T, D, generator=g), torch.randn(B, H_kv, S, D, generator=g),
+            torch.randn(B, H_kv, S, D, generator=g))
+
+
+def _valid(B, S, pads):
+    valid = torch.ones(B, S, dtype=torch.bool)
+    for row, pad in enumerate(pads):
+        valid[row, :pad] = False
+    return valid
+
+
+@pytest.mark.parametrize("H_kv", [4, 2, 1])
+@pytest.mark.parametrize("pads", [(0, 0), (0, 3)])
+def test_key_padding_equals_dense_mask(H_kv, pads):
+    q, k, v = _qkv(2, 4, H_kv, 7, 19)
+    valid = _valid(2, 19, pads)
+    expected = dense_attention(q, k, v, valid[:, None, None, :].expand(-1, 1, 7, 19))
+    compact = KeyVisibility(valid=valid if any(pads) else None)
+    torch.testing.assert_close(attend(q, k, v, compact), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("q_start,q_len,key_len", [(0, 29, 29), (9, 12, 29), (13, 3, 29), (0, 21, 21)])
+def test_block_causal_spans_equal_dense_mask(q_start, q_len, key_len):
+    """Uncached (queries = keys), a cached window inside a longer buffer, and a window that
+    does not start on a block boundary; prompt width 5 (blocks counted back into the prompt)."""
+    P, size = 5, 4
+    q, k, v = _qkv(2, 4, 2, q_len, key_len, seed=q_start)
+    valid = _valid(2, key_len, (0, 2))
+    spans = block_causal_spans(q_start, q_len, key_len, prompt_width=P, block_size=size)
+    expected = dense_attention(q, k, v, dense_block_causal_mask(valid, q_start, q_len, key_len, P, size))
+    got = attend(q, k, v, KeyVisibility(valid=valid, spans=spans))
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_spans_cover_the_queries_once_and_stop_at_block_ends():
+    spans = block_causal_spans(3, 14, 40, prompt_width=5, block_size=4)
+    assert [lo for lo, _, _ in spans] == [0] + [hi for _, hi, _ in spans[:-1]] and spans[-1][1] == 14
+    for lo, hi, key_end in spans:  # canvas queries [3 + lo, 3 + hi) share one block
+        block_end = 5 + ((3 + lo - 5) // 4 + 1) * 4
+        assert key_end == block_end and 3 + hi <= block_end
+
+
+def test_runner_builds_no_mask_without_padding(tiny_models):
+    """Equal-length prompts: no key mask at all (fused SDPA backends stay reachable)."""
+    from dllm.canvas import build_canvas
+    from dllm.runner import ModelRunner
+
+    model = tiny_models["llada"].model
+    canvas = build_canvas([[5, 6, 7], [8, 9, 10]], gen_length=4, mask_id=model.mask_token_id,
+                          pad_id=model.config.pad_token_id, device="cpu")
+    assert ModelRunner(model, canvas).visibility(0, 7, 7) == KeyVisibility()
+    ragged = build_canvas([[5, 6, 7], [8]], gen_length=4, mask_id=model.mask_token_id,
+                          pad_id=model.config.pad_token_id, device="cpu")
+    seen = ModelRunner(model, ragged).visibility(0, 7, 7)
+    assert seen.spans is None and seen.valid.shape == (2, 7)
