@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from dllm.models.visibility import KeyVisibility
+
 
 def _logits(model, x):
     pos = torch.arange(x.shape[1])[None]
@@ -99,11 +101,17 @@ class _LayerCache:
         self.layers = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(model.config.n_layers)]
 
 
-def _forward(model, x, start, end, cache, key_mask=None):
-    """Logits (float64, mask token -inf) of x[:, start:end] against ``cache`` (written at start)."""
+def _forward(model, x, start, end, cache, block_size=None):
+    """Logits (float64, mask token -inf) of x[:, start:end] against ``cache`` (written at start).
+    ``block_size``: block-causal attention with blocks counted from position 0 (each query's
+    block and the earlier ones are visible), given to the model as per-block key lengths."""
     pos = torch.arange(start, end)[None]
-    mask = None if key_mask is None else key_mask[None, None, start:end]
-    logits = model(x[:, start:end], pos, mask, cache, start).double()
+    visible = None
+    if block_size is not None:
+        spans = [(q - start, min(q - q % block_size + block_size, end) - start, q - q % block_size + block_size)
+                 for q in range(start, end) if q == start or q % block_size == 0]
+        visible = KeyVisibility(spans=tuple(spans))
+    logits = model(x[:, start:end], pos, visible, cache, start).double()
     logits[..., model.mask_token_id] = float("-inf")
     return logits
 
@@ -156,15 +164,13 @@ def fastdllm_v2_generate(model, prompt, *, gen_length, small_block_size, thresho
     assert P % bd == 0 and gen_length % bd == 0, "the loop counts blocks from position 0"
     x = torch.full((1, L), mask_id, dtype=torch.long)
     x[0, :P] = torch.tensor(prompt)
-    idx = torch.arange(L)
-    visible = (idx[None, :] // bd) <= (idx[:, None] // bd)  # block-causal, (L, L)
     cache = _LayerCache(model, L)
-    logits = _forward(model, x, 0, P, cache, visible[:, :L])
+    logits = _forward(model, x, 0, P, cache, bd)
     x[0, P] = logits[0, -1].argmax()
     for s in range(P, L, bd):
         for sub in range(s, s + bd, small_block_size):
             while bool((x[0, sub : sub + small_block_size] == mask_id).any()):
-                logits = _forward(model, x, s, s + bd, cache, visible)
+                logits = _forward(model, x, s, s + bd, cache, bd)
                 logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)[0, sub - s : sub - s + small_block_size]
                 masked = x[0, sub : sub + small_block_size] == mask_id
                 conf, x0 = _probs(logits).max(-1)
@@ -172,7 +178,7 @@ def fastdllm_v2_generate(model, prompt, *, gen_length, small_block_size, thresho
                 take = (conf > threshold) & masked
                 take[conf.argmax()] = True
                 x[0, sub : sub + small_block_size] = torch.where(take, x0, x[0, sub : sub + small_block_size])
-        logits = _forward(model, x, s, s + bd, cache, visible)  # the block commit
+        logits = _forward(model, x, s, s + bd, cache, bd)  # the block commit
         if s + bd < L:
             x[0, s + bd] = logits[0, -1].argmax()
     return x[0, P:].tolist()
