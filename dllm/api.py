@@ -54,20 +54,24 @@ class DiffusionLM:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def generate(self, prompts: Prompt | Sequence[Prompt], config: GenerationConfig | None = None,
-                 *, chat: bool | None = None, **options: Any) -> GenerationOutput:
+                 *, chat: bool | None = None, seeds: Sequence[int] | None = None,
+                 **options: Any) -> GenerationOutput:
         """Generate for one prompt or many (ragged lengths are fine).
 
-        ``options`` are GenerationConfig fields, applied on top of ``config``.
+        ``options`` are GenerationConfig fields, applied on top of ``config``. ``seeds``: one
+        sampling seed per prompt (default: ``config.seed`` for each); a row samples the same
+        tokens alone or in any batch, at any position.
         """
         config = _merge(config, options)
         ids = [self.encode(p, chat) for p in prompt_batch(prompts)]
-        return self.generate_ids(ids, config)
+        return self.generate_ids(ids, config, seeds=seeds)
 
-    def generate_ids(self, ids: list[list[int]], config: GenerationConfig | None = None,
-                     **options: Any) -> GenerationOutput:
+    def generate_ids(self, ids: list[list[int]], config: GenerationConfig | None = None, *,
+                     seeds: Sequence[int] | None = None, **options: Any) -> GenerationOutput:
         """Generate from token ids (a list of prompts, each a list of ids of this model)."""
         config = _merge(config, options)
-        result = decode(self.model, check_token_ids(ids, self.model.config.vocab_size), config)
+        ids = check_token_ids(ids, self.model.config.vocab_size)
+        result = decode(self.model, ids, config, seeds=None if seeds is None else list(seeds))
         return self.to_output(result)
 
     def to_output(self, result: DecodeResult) -> GenerationOutput:

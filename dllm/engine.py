@@ -253,8 +253,8 @@ def check_seeds(seeds: list[int] | None, batch_size: int) -> None:
         raise ValueError(f"got {len(seeds)} seeds for {batch_size} prompts; give one seed per prompt "
                          "(or none: config.seed for every row)")
     for i, seed in enumerate(seeds):
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed {i} is {seed!r}; seeds must be Python ints")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+            raise ValueError(f"seed {i} is {seed!r}; seeds must be ints in [0, 2**63), like config.seed")
 
 
 def check_prompts(prompts: list[list[int]], config: GenerationConfig, max_length: int) -> None:
