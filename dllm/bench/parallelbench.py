@@ -267,7 +267,7 @@ def run_parallelbench(model: DiffusionLM, data_dir: Path, runs: list[Run], *, ta
             store.write_summary(summarize(store.rows))
     summary = summarize(store.rows)
     store.write_summary(summary)
-    summary["plots"] = draw_plots(summary, out_dir)
+    summary["plots"] = draw_plots({"meta": store.meta, "rows": store.rows, **summary}, out_dir)
     return summary
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 MAX_LINES_PER_PANEL = 6
 MARKERS = "osD^v<>pPX*"
+LABEL_OFFSETS = ((5, 5), (5, -11), (-24, 7), (-24, -11))  # cycled so neighbouring labels part
 INSTALL_HINT = "pip install matplotlib (or the 'plot' extra: pip install 'dllm[plot]')"
 
 
@@ -62,8 +63,11 @@ def _panels(entries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     panels = []
     for cache, lines in groups.items():
         title = "caches compared" if cache == "mixed" else f"cache: {cache}"
-        for i in range(0, len(lines), MAX_LINES_PER_PANEL):
-            panels.append((title, lines[i : i + MAX_LINES_PER_PANEL]))
+        chunks = -(-len(lines) // MAX_LINES_PER_PANEL)
+        size = -(-len(lines) // chunks)  # balanced: 8 lines -> 4 + 4, not 6 + 2
+        for i in range(0, len(lines), size):
+            part = f" ({i // size + 1}/{chunks})" if chunks > 1 else ""
+            panels.append((title + part, lines[i : i + size]))
     return panels
 
 
@@ -90,6 +94,7 @@ def plot_pareto(summary: dict[str, Any], path: Path, title: str | None = None) -
                                 f"python -m dllm.bench.plots {path.parent / 'summary.json'}") from err
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     entries = [e for e in summary["runs"] if e.get("mean_score") is not None and e.get("tpf") is not None]
     panels = _panels(entries) or [("", [])]
@@ -110,15 +115,20 @@ def plot_pareto(summary: dict[str, Any], path: Path, title: str | None = None) -
                        facecolors="none", edgecolors=color, marker=marker, s=36, zorder=3)
             if len(front) > 1:
                 ax.step([p[0] for p in front], [p[1] for p in front], where="post", color=color, alpha=0.8)
-            for (x, y), label in zip(pts, point_labels([e["run"] for e in runs])):
+            for j, ((x, y), label) in enumerate(zip(pts, point_labels([e["run"] for e in runs]))):
                 if label:
-                    ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+                    ax.annotate(label, (x, y), textcoords="offset points", fontsize=7, color=color,
+                                xytext=LABEL_OFFSETS[(i + j) % len(LABEL_OFFSETS)])
         ax.set_title(panel_title, fontsize=9)
         ax.grid(alpha=0.3)
         ax.set_xlabel("tokens per forward (TPF)")
         ax.set_ylabel("mean ParallelBench score (%)")
         if lines:
             ax.legend(fontsize=7, loc="best")
+    tpfs = [e["tpf"] for e in entries if e["tpf"] > 0]
+    if tpfs and max(tpfs) / min(tpfs) > 6:  # a wide TPF range: log scale keeps the low end readable
+        axes.flat[0].set_xscale("log", base=2)
+        axes.flat[0].xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     heading = title or path.parent.name
