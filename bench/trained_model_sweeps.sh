@@ -6,9 +6,10 @@
 #   OUT=bench/results bash bench/trained_model_sweeps.sh   # regenerate the committed results
 #
 # Environment: OUT (default runs), QUICK=1 (LIMIT=5), LIMIT (samples per task for every sweep,
-# evenly spaced across each length-ordered file; default every sample), STRATEGIES_LIMIT
-# (default 50: the FreeDave / LoPA sweep forwards up to 8 rows per step, so it reads a stratified
-# half of each file to fit a shared 2-core machine), PY (python), MODEL, RETRAIN_FILTER=1.
+# evenly spaced across each length-ordered file; default: every sample for top-k),
+# SWEEP_LIMIT (default 50: caches, schedules, SchED calibration) and STRATEGIES_LIMIT (default
+# 30: FreeDave / LoPA forward up to 8 rows per step): stratified subsets, so the sweeps fit a
+# shared 2-core machine; the summaries name them. PY (python), MODEL, RETRAIN_FILTER=1.
 # A rerun into the same OUT resumes: finished (run, task) pairs are skipped.
 #
 # 1. the Learn2PD filter for 8-position windows, shipped next to the model;
@@ -26,7 +27,8 @@ MODEL=${MODEL:-dllm/assets/models/dllm-waitingline-llada}
 OUT=${OUT:-runs}
 LIMIT=${LIMIT:-}
 [ -n "${QUICK:-}" ] && LIMIT=${LIMIT:-5}
-STRATEGIES_LIMIT=${LIMIT:-${STRATEGIES_LIMIT:-50}}
+SWEEP_LIMIT=${LIMIT:-${SWEEP_LIMIT:-50}}
+STRATEGIES_LIMIT=${LIMIT:-${STRATEGIES_LIMIT:-30}}
 TASKS=(waiting_line/copy waiting_line/reverse waiting_line/sort waiting_line/shuffle
        waiting_line/insert_index waiting_line/insert_random waiting_line/remove_index
        waiting_line/remove_random waiting_line/replace_index waiting_line/replace_random
@@ -38,16 +40,17 @@ pb() { "$PY" -m dllm bench parallelbench --model "$MODEL" --tasks "${TASKS[@]}" 
 if [ ! -f "$MODEL/learn2pd-block8/filter.json" ] || [ -n "${RETRAIN_FILTER:-}" ]; then
   "$PY" -m dllm train-filter --model "$MODEL" --block-length 8 --samples 256 --out "$MODEL/learn2pd-block8"
 fi
-# Two lanes of one thread each, side by side on a 2-core machine: every run inside a lane shares
-# the machine with the other lane in the same way, so ratios within one sweep stay comparable.
+# Three lanes of one thread each, side by side: every run inside a lane shares the machine with
+# the other lanes in the same way, so ratios within one sweep stay comparable (not across sweeps).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+sweep() { local name=$1 limit_n=$2; shift 2; pb --shots 0 --runs "bench/runs/$name.json" --out "$OUT/pb_$name" --limit "$limit_n" "$@"; }
 (
   pb --policy low_confidence --tokens-per-step 1 8 --out "$OUT/pb_topk"
-  pb --shots 0 --runs bench/runs/caches.json --out "$OUT/pb_caches"
-  pb --shots 0 --runs bench/runs/sched_calibration.json --out "$OUT/pb_sched_calibration"
+  sweep caches "$SWEEP_LIMIT"
+  sweep sched_calibration "$SWEEP_LIMIT"
   pb --shots 0 --policy low_confidence --policy random --tokens-per-step 1 2 4 8 --out "$OUT/pb_topk_zeroshot"
 ) &
-lane=$!
-pb --shots 0 --runs bench/runs/schedules.json --out "$OUT/pb_schedules"
-pb --shots 0 --runs bench/runs/strategies.json --out "$OUT/pb_strategies" --limit "$STRATEGIES_LIMIT"
-wait "$lane"
+lanes=($!)
+sweep schedules "$SWEEP_LIMIT" & lanes+=($!)
+sweep strategies "$STRATEGIES_LIMIT"
+wait "${lanes[@]}"
