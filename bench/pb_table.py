@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dllm.bench.parallelbench import qps
+from dllm.bench.parallelbench import qps, summarize
 from dllm.bench.plots import describe
 
 
@@ -36,8 +36,11 @@ def pct(value: float | None, digits: int) -> str:
 
 
 def table(summary: dict, reference: str | None) -> str:
-    runs = summary["runs"]
-    tasks = list(runs[0]["tasks"])
+    """The markdown table; runs that have not finished every task (a sweep still going or
+    interrupted) are listed under it, not averaged over fewer tasks."""
+    tasks = list(dict.fromkeys(t for e in summary["runs"] for t in e["tasks"]))
+    runs = [e for e in summary["runs"] if set(e["tasks"]) == set(tasks)]
+    unfinished = [e["run"] for e in summary["runs"] if e not in runs]
     ref = next((e for e in runs if e["run"] == reference), runs[0])
     ref_rate, ref_score = run_rate(ref), ref["mean_score"]
     head = ["run", "mean %", *map(short, tasks), "NFE", "TPF", "rows/fwd", "tok/s", "speedup", "QPS_4"]
@@ -51,8 +54,10 @@ def table(summary: dict, reference: str | None) -> str:
                  f"{run_rate(e):.0f}", f"{speed:.2f}x",
                  f"{qps(speed, e['mean_score'], ref_score):.2f}" if ref_score and e["mean_score"] is not None else "-"]
         lines.append("| " + " | ".join(cells) + " |")
-    pb = [f"| {line} | " + " | ".join(f"{v:.2f}" for v in values.values()) + " |"
-          for line, values in summary["pb"].items()]
+    if unfinished:
+        lines += ["", f"Not finished (left out): {', '.join(unfinished)}."]
+    finished_pb = summarize([t for e in runs for t in e["tasks"].values()])["pb"]  # PBx over finished runs only
+    pb = [f"| {line} | " + " | ".join(f"{v:.2f}" for v in values.values()) + " |" for line, values in finished_pb.items()]
     return "\n".join([f"_{describe(summary)}_", ""] + lines + ["", "| line | PB80 | PB75 | PB70 |", "|---|---|---|---|", *pb]) + "\n"
 
 
