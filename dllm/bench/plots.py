@@ -113,8 +113,8 @@ def plot_pareto(summary: dict[str, Any], path: Path, title: str | None = None) -
                        color=color, marker=marker, s=36, zorder=3, label=line)
             ax.scatter([p[0] for p, f in zip(pts, on_front) if not f], [p[1] for p, f in zip(pts, on_front) if not f],
                        facecolors="none", edgecolors=color, marker=marker, s=36, zorder=3)
-            if len(front) > 1:
-                ax.step([p[0] for p in front], [p[1] for p in front], where="post", color=color, alpha=0.8)
+            if len(front) > 1:  # "pre": between two front points the better TPF keeps the lower score
+                ax.step([p[0] for p in front], [p[1] for p in front], where="pre", color=color, alpha=0.8)
             for j, ((x, y), label) in enumerate(zip(pts, point_labels([e["run"] for e in runs]))):
                 if label:
                     ax.annotate(label, (x, y), textcoords="offset points", fontsize=7, color=color,
