@@ -77,6 +77,12 @@ def git_commit(start: Path) -> str | None:
         return None
 
 
+def _program() -> str:
+    """How this process was started, without this machine's paths ("python -m dllm" or "dllm")."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    return "python -m dllm" if name == "__main__.py" else name
+
+
 def run_metadata(*, model: str, data_dir: Path, device: str) -> dict[str, Any]:
     """What produced a summary: model, dllm version and commit, data, command, time, machine."""
     from importlib import metadata
@@ -91,7 +97,7 @@ def run_metadata(*, model: str, data_dir: Path, device: str) -> dict[str, Any]:
         "model": _display_path(model), "dllm_version": version,
         "git_commit": git_commit(Path(__file__).resolve().parent),
         "data_dir": _display_path(data_dir),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": " ".join([_program(), *sys.argv[1:]]),
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"system": platform.system(), "machine": platform.machine(),
                     "processor": platform.processor() or None, "cpu_count": os.cpu_count(),
