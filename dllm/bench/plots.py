@@ -96,7 +96,9 @@ def plot_pareto(summary: dict[str, Any], path: Path, title: str | None = None) -
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    entries = [e for e in summary["runs"] if e.get("mean_score") is not None and e.get("tpf") is not None]
+    tasks = {t for e in summary["runs"] for t in e["tasks"]}  # a run still going is not averaged over fewer tasks
+    entries = [e for e in summary["runs"] if e.get("mean_score") is not None and e.get("tpf") is not None
+               and set(e["tasks"]) == tasks]
     panels = _panels(entries) or [("", [])]
     cols = min(len(panels), 2)
     rows = (len(panels) + cols - 1) // cols
