@@ -2,17 +2,26 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from dllm.data.prompts import default_data_dir
+from dllm.data.prompts import DATA_DIR_ENV, default_data_dir
 
-DATA_DIR = default_data_dir()
+
+def _data_dir() -> Path | None:
+    try:
+        return default_data_dir()
+    except FileNotFoundError:
+        return None
+
+
+DATA_DIR = _data_dir()
 
 
 def require_data():
-    if not (DATA_DIR / "first_last_names.yaml").is_file():
-        pytest.skip(f"ParallelBench data not found at {DATA_DIR} (set DLLM_PARALLELBENCH_DIR)")
+    if DATA_DIR is None or not (DATA_DIR / "first_last_names.yaml").is_file():
+        pytest.skip(f"ParallelBench data not found at {DATA_DIR} (set {DATA_DIR_ENV})")
     return DATA_DIR
 
 

@@ -1,16 +1,18 @@
 """ParallelBench evaluation: official prompts and metrics, any policy, quality against speed.
 
 Reads the official JSONL + task_config.yaml files from a data directory (never shipped with
-dllm), builds prompts exactly as the benchmark does (template, optional one-shot turns, chat
-template), decodes each task with every configured run, scores with the benchmark's metric
-definitions (reimplemented in dllm.bench.metrics) and writes per-sample JSONL, a summary
-(JSON + CSV), PBx values and a Pareto plot.
+dllm), builds prompts exactly as the benchmark does (template, its one-shot turn unless told
+otherwise, chat template), decodes each task with every configured run, scores with the
+benchmark's metric definitions (reimplemented in dllm.bench.metrics) and writes per-sample
+JSONL, a summary (JSON + CSV) with PBx values as each (run, task) finishes, then Pareto plots.
+
+Everything that can be wrong with the input (data, tasks, runs, their rule / strategy / stopper
+/ cache objects, the output folder, prompt lengths) is checked before the first forward.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,12 @@ from tqdm import tqdm
 
 from dllm.api import DiffusionLM
 from dllm.bench.metrics import score
+from dllm.bench.results_store import ResultStore, run_metadata
+from dllm.cache import make_cache
 from dllm.config import GenerationConfig
-from dllm.data.prompts import build_messages, load_samples, load_task_configs
+from dllm.data.prompts import TaskSpec, build_messages, load_samples, load_task_configs
+from dllm.engine import check_prompts
+from dllm.samplers import make_rule, make_stopper, make_strategy
 
 OFFLINE_TASKS = (
     "waiting_line/copy", "waiting_line/reverse", "waiting_line/sort", "waiting_line/shuffle",
@@ -51,15 +57,105 @@ class Run:
         return GenerationConfig(gen_length=gen_length, **options)
 
 
-def evaluate_task(model: DiffusionLM, data_dir: Path, task: str, run: Run, *, shots: int,
-                  limit: int | None, batch_size: int, out_dir: Path) -> dict[str, Any]:
-    spec = load_task_configs(data_dir)[task]
-    samples = load_samples(data_dir, task)[:limit]
-    config = run.config(spec.max_tokens)
+def check_run(run: Run, gen_length: int) -> GenerationConfig:
+    """The run's config for ``gen_length`` with its rule, stopper, strategy and cache built once,
+    so a bad option (an unknown name, tau "high") fails before any task is decoded."""
+    try:
+        config = run.config(gen_length)
+        rule, stopper = make_rule(config.policy, config.policy_args), make_stopper(config.stopper, config.stopper_args)
+        make_strategy(config.strategy, config.strategy_args)
+        cache_options = {**config.cache_args, "block_length": config.block_length}
+        if config.sub_block_length is not None:
+            cache_options["sub_block_length"] = config.sub_block_length
+        make_cache(config.cache, **cache_options)
+        for part in (rule, stopper):
+            check = getattr(part, "check_config", None)
+            if check is not None:
+                check(config)
+    except (TypeError, ValueError, KeyError, FileNotFoundError) as err:
+        raise ValueError(f"run {run.name!r} (gen_length {gen_length}): {err}; fix this run's options "
+                         "(--runs file or --policy-arg) before benchmarking") from err
+    return config
+
+
+def select_samples(samples: list[dict], limit: int | None) -> tuple[list[int], str]:
+    """Indices of the samples to evaluate and how they were chosen.
+
+    ``limit`` None (or >= the file's size) takes the whole file. A smaller ``limit`` takes
+    evenly spaced samples across the file, one from the middle of each of ``limit`` equal
+    strata: the official files are ordered by list length, so a prefix would cover only the
+    shortest lists while this keeps every length in proportion.
+    """
+    n = len(samples)
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1 sample per task, got {limit}; leave it out to use every sample")
+    if limit is None or limit >= n:
+        return list(range(n)), "all"
+    return [(2 * i + 1) * n // (2 * limit) for i in range(limit)], "stratified"
+
+
+@dataclass(kw_only=True, slots=True)
+class TaskPlan:
+    """One (run, task) pair, validated: its config, samples and what identifies its results."""
+
+    run: Run
+    spec: TaskSpec
+    config: GenerationConfig
+    shots: int
+    samples: list[dict]
+    indices: list[int]
+    sampling: str  # "all" or "stratified" (see select_samples)
+    available: int  # samples in the task's file
+
+    def fingerprint(self, model: str) -> dict[str, Any]:
+        """What must match for a stored row to count as this pair's result."""
+        return {"line": self.run.line, "config": _config_dict(self.config), "shots": self.shots,
+                "sample_ids": self.indices, "model": model}
+
+
+def plan_parallelbench(data_dir: Path, runs: list[Run], *, tasks: list[str], shots: int | None,
+                       limit: int | None, batch_size: int) -> list[TaskPlan]:
+    """Validate everything about a benchmark before any model work; one TaskPlan per (run, task).
+
+    ``shots`` None follows the benchmark's protocol (each task's own one-shot example count).
+    """
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"ParallelBench data directory {data_dir} not found; pass --data DIR "
+                                "or set DLLM_PARALLELBENCH_DIR")
+    if batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {batch_size}")
+    if shots is not None and shots < 0:
+        raise ValueError(f"shots must be >= 0, got {shots}")
+    if not runs:
+        raise ValueError("no runs to evaluate; give --policy or --runs FILE")
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"run names must be unique, got {sorted({n for n in names if names.count(n) > 1})} twice")
+    known = load_task_configs(data_dir)
+    unknown = sorted(set(tasks) - set(known))
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown}; known: {sorted(known)}")
+    samples = {task: load_samples(data_dir, task) for task in tasks}
+    plans = []
+    for run in runs:
+        for task in tasks:
+            spec = known[task]
+            indices, sampling = select_samples(samples[task], limit)
+            plans.append(TaskPlan(run=run, spec=spec, config=check_run(run, spec.max_tokens),
+                                  shots=spec.icl_example_count if shots is None else shots,
+                                  samples=[samples[task][i] for i in indices], indices=indices, sampling=sampling,
+                                  available=len(samples[task])))
+    return plans
+
+
+def evaluate_task(model: DiffusionLM, plan: TaskPlan, *, batch_size: int, store: ResultStore,
+                  progress: tqdm | None = None) -> dict[str, Any]:
+    """Decode and score one (run, task) pair; its per-sample JSONL is written before returning."""
+    spec, config, run = plan.spec, plan.config, plan.run
     records, seconds = [], 0.0
-    for start in tqdm(range(0, len(samples), batch_size), desc=f"{run.name} {task}", leave=False):
-        batch = samples[start : start + batch_size]
-        messages = [build_messages(spec, s, shots) for s in batch]
+    for start in range(0, len(plan.samples), batch_size):
+        batch = plan.samples[start : start + batch_size]
+        messages = [build_messages(spec, s, plan.shots) for s in batch]
         ids = [model.encode(m) for m in messages]
         out = model.generate_ids(ids, config)
         seconds += out.stats[0]["seconds"]
@@ -68,13 +164,14 @@ def evaluate_task(model: DiffusionLM, data_dir: Path, task: str, run: Run, *, sh
                             "score": score(spec.metric, text, sample), "nfe": st["nfe"], "tpf": st["tpf"],
                             "tokens": st["tokens"], "draft_rows": st["draft_rows"],
                             "token_forwards": st["token_forwards"], "decode_order": order})
-    path = out_dir / "samples" / run.name / f"{task.replace('/', '__')}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        if progress is not None:
+            progress.update(len(batch))
+    store.write_samples(run.name, spec.name, records)
     scored = [r["score"] for r in records if r["score"] is not None]
     n = len(records)
     return {
-        "run": run.name, "line": run.line, "task": task, "samples": n,
+        "run": run.name, "line": run.line, "task": spec.name, "samples": n, "of": plan.available,
+        "sampling": plan.sampling, "sample_ids": plan.indices, "shots": plan.shots,
         "score": sum(scored) / len(scored) if scored else None,
         "nfe": sum(r["nfe"] for r in records) / n,
         "tpf": sum(r["tokens"] for r in records) / max(sum(r["nfe"] for r in records), 1),
@@ -90,7 +187,7 @@ def _config_dict(config: GenerationConfig) -> dict[str, Any]:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean over tasks per run, PBx per line, and QPS (gamma 4) against each line's first run."""
+    """Per run: mean score over tasks, TPF, NFE, samples and shots; per line: PBx."""
     runs: dict[str, dict[str, Any]] = {}
     for r in rows:
         entry = runs.setdefault(r["run"], {"run": r["run"], "line": r["line"], "tasks": {}})
@@ -102,6 +199,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         tokens = sum(t["tpf"] * t["nfe"] * t["samples"] for t in tasks)
         entry["tpf"] = tokens / nfe if nfe else None
         entry["nfe"] = nfe / max(sum(t["samples"] for t in tasks), 1)
+        entry["samples"] = sum(t["samples"] for t in entry["tasks"].values())
+        entry["shots"] = sorted({t.get("shots") for t in entry["tasks"].values()}, key=str)
     lines: dict[str, list[dict[str, Any]]] = {}
     for entry in runs.values():
         lines.setdefault(entry["line"], []).append(entry)
@@ -115,58 +214,68 @@ def qps(speedup: float, score_: float, baseline: float, gamma: float = 4.0) -> f
     return speedup * (score_ / baseline) ** gamma if baseline else 0.0
 
 
-def write_outputs(rows: list[dict[str, Any]], summary: dict[str, Any], out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.json").write_text(json.dumps({"rows": rows, **summary}, indent=1, default=str) + "\n")
-    with (out_dir / "summary.csv").open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["run", "line", "task", "samples", "score", "nfe", "tpf", "draft_rows", "tokens_per_s"])
-        for r in rows:
-            w.writerow([r["run"], r["line"], r["task"], r["samples"], r["score"], f"{r['nfe']:.2f}",
-                        f"{r['tpf']:.3f}", f"{r['draft_rows']:.2f}", r["tokens_per_s"]])
-    plot_pareto(summary, out_dir / "pareto.png")
+def model_name(model: DiffusionLM) -> str:
+    return str(getattr(model, "path", "") or type(model).__name__)
 
 
-def plot_pareto(summary: dict[str, Any], path: Path) -> None:
-    """Mean score against TPF, one line per policy line (needs matplotlib)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    lines: dict[str, list[tuple[float, float]]] = {}
-    for e in summary["runs"]:
-        if e["mean_score"] is not None:
-            lines.setdefault(e["line"], []).append((e["tpf"], 100 * e["mean_score"]))
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    colors = plt.get_cmap("tab20").colors
-    for i, (line, pts) in enumerate(sorted(lines.items())):
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="osD^v<>"[i % 7], color=colors[i % 20],
-                linestyle="--" if i % 2 else "-", label=line)
-    ax.set_xlabel("tokens per forward (TPF)")
-    ax.set_ylabel("mean ParallelBench score (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def check_prompt_lengths(model: DiffusionLM, plans: list[TaskPlan]) -> None:
+    """Every prompt (one-shot turns included) plus the answer fits the model's context."""
+    seen: set[tuple[str, int]] = set()
+    for plan in plans:
+        key = (plan.spec.name, plan.shots)
+        if key in seen:
+            continue
+        seen.add(key)
+        ids = [model.encode(build_messages(plan.spec, s, plan.shots)) for s in plan.samples]
+        try:
+            check_prompts(ids, plan.config, model.model.config.max_sequence_length)
+        except ValueError as err:
+            raise ValueError(f"{plan.spec.name} with {plan.shots} shot(s): {err}"
+                             + ("; or pass --shots 0" if plan.shots else "")) from err
 
 
 def run_parallelbench(model: DiffusionLM, data_dir: Path, runs: list[Run], *, tasks: list[str],
-                      shots: int, limit: int | None, batch_size: int, out_dir: Path) -> dict[str, Any]:
-    """Evaluate every run on every task; write and return the summary."""
-    if not data_dir.is_dir():
-        raise FileNotFoundError(f"ParallelBench data directory {data_dir} not found; pass --data DIR")
-    known = load_task_configs(data_dir)
-    unknown = sorted(set(tasks) - set(known))
-    if unknown:
-        raise ValueError(f"unknown task(s) {unknown}; known: {sorted(known)}")
-    for run in runs:  # validate every config before any model work
-        for task in tasks:
-            run.config(known[task].max_tokens)
-    rows = [evaluate_task(model, data_dir, task, run, shots=shots, limit=limit, batch_size=batch_size, out_dir=out_dir)
-            for run in tqdm(runs, desc="runs") for task in tasks]
-    summary = summarize(rows)
-    write_outputs(rows, summary, out_dir)
+                      shots: int | None, limit: int | None, batch_size: int, out_dir: Path,
+                      plans: list[TaskPlan] | None = None, show_progress: bool = False) -> dict[str, Any]:
+    """Evaluate every run on every task and return the summary.
+
+    Results go to ``out_dir`` as they are made: each finished (run, task) rewrites summary.json
+    / .csv atomically. Pairs already in ``out_dir``'s summary with the same options, shots and
+    samples are skipped, so an interrupted or extended sweep resumes where it stopped. Plots
+    are drawn last and only if matplotlib is installed (results never depend on it).
+    """
+    store = ResultStore(out_dir)  # a bad --out fails here, before any forward
+    if plans is None:
+        plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=shots, limit=limit, batch_size=batch_size)
+    name = model_name(model)
+    pending, done = [], 0
+    for plan in plans:
+        if store.finished(plan.run.name, plan.spec.name, plan.fingerprint(name)) is None:
+            pending.append(plan)
+        else:
+            done += len(plan.samples)
+    check_prompt_lengths(model, pending)
+    store.start(run_metadata(model=name, data_dir=data_dir, device=str(getattr(model.model, "device", "cpu"))))
+    total = done + sum(len(p.samples) for p in pending)
+    with tqdm(total=total, initial=done, desc="parallelbench", unit="sample", file=sys.stderr,
+              disable=not show_progress, dynamic_ncols=True) as progress:
+        for plan in pending:
+            progress.set_postfix_str(f"{plan.run.name} {plan.spec.name}", refresh=False)
+            row = evaluate_task(model, plan, batch_size=batch_size, store=store, progress=progress)
+            row["model"] = name
+            store.add(row)
+            store.write_summary(summarize(store.rows))
+    summary = summarize(store.rows)
+    store.write_summary(summary)
+    summary["plots"] = draw_plots({"meta": store.meta, "rows": store.rows, **summary}, out_dir)
     return summary
+
+
+def draw_plots(summary: dict[str, Any], out_dir: Path) -> list[Path] | str:
+    """Pareto plots beside the summary, or a note on how to get them when matplotlib is absent."""
+    from dllm.bench.plots import MissingMatplotlib, plot_pareto
+
+    try:
+        return plot_pareto(summary, out_dir / "pareto.png")
+    except MissingMatplotlib as err:
+        return str(err)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from dllm.cli_options import parse_kv
@@ -30,7 +31,12 @@ def build_runs(args: argparse.Namespace):
     from dllm.bench.parallelbench import Run
 
     if args.runs:
-        return [Run(**r) for r in json.loads(Path(args.runs).read_text())]
+        try:
+            entries = json.loads(Path(args.runs).read_text())
+            return [Run(**r) for r in entries]
+        except (OSError, json.JSONDecodeError, TypeError) as err:
+            raise ValueError(f"--runs {args.runs}: {err}; it must be a JSON list of "
+                             "{name, line, options, tokens_per_step}") from err
     common = {"cache": args.cache, "strategy": args.strategy, "stopper": args.stopper}
     if args.block_length:
         common["block_length"] = args.block_length
@@ -46,21 +52,49 @@ def build_runs(args: argparse.Namespace):
     return runs
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a limit or batch size of 0 would do no work or divide by 0)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """A progress bar only for a person watching: stderr is a terminal and -q was not given."""
+    return sys.stderr.isatty() and not getattr(args, "quiet", False)
+
+
 def cmd_parallelbench(args: argparse.Namespace) -> int:
     import dllm
-    from dllm.bench.parallelbench import OFFLINE_TASKS, run_parallelbench
+    from dllm.bench.parallelbench import OFFLINE_TASKS, plan_parallelbench, run_parallelbench
+    from dllm.bench.results_store import check_out_dir
     from dllm.data.prompts import default_data_dir
 
+    # everything that can be wrong with the command is found before the model loads
     runs = build_runs(args)
+    out_dir = Path(args.out)
+    check_out_dir(out_dir)
     data_dir = Path(args.data) if args.data else default_data_dir()
+    tasks = args.tasks or list(OFFLINE_TASKS)
+    plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=args.shots, limit=args.limit,
+                               batch_size=args.batch_size)
     model = dllm.load(args.model, device=args.device, dtype=args.dtype)
-    summary = run_parallelbench(model, data_dir, runs, tasks=args.tasks or list(OFFLINE_TASKS), shots=args.shots,
-                                limit=args.limit, batch_size=args.batch_size, out_dir=Path(args.out))
+    summary = run_parallelbench(model, data_dir, runs, tasks=tasks, shots=args.shots, limit=args.limit,
+                                batch_size=args.batch_size, out_dir=out_dir, plans=plans,
+                                show_progress=show_progress(args))
     for e in summary["runs"]:
         score = "n/a" if e["mean_score"] is None else f"{100 * e['mean_score']:.1f}"
-        print(f"{e['run']:<40} score {score:>5}  TPF {e['tpf']:.2f}  NFE {e['nfe']:.1f}")
+        tpf = "n/a" if e["tpf"] is None else f"{e['tpf']:.2f}"
+        print(f"{e['run']:<40} score {score:>5}  TPF {tpf}  NFE {e['nfe']:.1f}  samples {e['samples']}")
     for line, pb in summary["pb"].items():
         print(f"{line:<40} " + "  ".join(f"{k} {v:.2f}" for k, v in pb.items()))
+    print(f"results: {out_dir / 'summary.json'}")
+    plots = summary["plots"]
+    print(plots if isinstance(plots, str) else "plot: " + ", ".join(map(str, plots)))
     return 0
 
 
@@ -70,7 +104,8 @@ def register(sub) -> None:
     p = sub.add_parser("parallelbench", help="ParallelBench quality against TPF",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_model_options(p)
-    p.add_argument("--data", default=None, help="official ParallelBench data dir (default: $DLLM_PARALLELBENCH_DIR or ../shared/data/parallelbench)")
+    p.add_argument("--data", default=None, help="official ParallelBench data dir (default: $DLLM_PARALLELBENCH_DIR, or ../shared/data/parallelbench "
+                        "beside a source checkout)")
     p.add_argument("--tasks", nargs="+", default=None, help="tasks like waiting_line/copy (default: every offline-scored task)")
     p.add_argument("--policy", action=_PolicyAction, dest="lines", help="unmasking rule; starts a run line (repeatable)")
     p.add_argument("--policy-arg", action=_PolicyAction, dest="lines", metavar="K=V", help="option of the preceding --policy")
@@ -80,8 +115,13 @@ def register(sub) -> None:
     p.add_argument("--strategy", default="plain")
     p.add_argument("--stopper", default="none")
     p.add_argument("--runs", default=None, help="JSON file with a list of runs (overrides --policy)")
-    p.add_argument("--shots", type=int, default=0, choices=[0, 1])
-    p.add_argument("--limit", type=int, default=None, help="samples per task")
-    p.add_argument("--batch-size", type=int, default=50)
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--shots", type=int, default=None, choices=[0, 1],
+                   help="example exchanges before each prompt (default: the benchmark's protocol, each "
+                        "task's icl_example_count: one-shot for waiting-line and puzzle tasks)")
+    p.add_argument("--limit", type=positive_int, default=None,
+                   help="samples per task, evenly spaced across the file (which is ordered by list "
+                        "length); default: every sample")
+    p.add_argument("--batch-size", type=positive_int, default=50)
+    p.add_argument("--out", required=True, help="output directory; a rerun into it skips the (run, task) "
+                   "pairs it already holds")
     p.set_defaults(func=cmd_parallelbench)

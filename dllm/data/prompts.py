@@ -22,9 +22,24 @@ MAX_TOKENS = {"waiting_line": 32, "waiting_line_n15": 128, "puzzle": 64,
               "words_to_sentence": 64, "paraphrase_summarize": 64}
 
 
+DATA_DIR_ENV = "DLLM_PARALLELBENCH_DIR"
+
+
 def default_data_dir() -> Path:
-    """$DLLM_PARALLELBENCH_DIR if set, else ``../shared/data/parallelbench`` beside the repo."""
-    return Path(os.environ.get("DLLM_PARALLELBENCH_DIR") or _REPO_ROOT.parent / "shared" / "data" / "parallelbench")
+    """$DLLM_PARALLELBENCH_DIR if set, else ``../shared/data/parallelbench`` beside a source checkout.
+
+    The official files never ship with dllm, so an installed package has no default: without
+    the variable and without that checkout folder this raises an error naming both ways to
+    point at the data (``--data DIR`` or the environment variable).
+    """
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV])
+    beside_checkout = _REPO_ROOT.parent / "shared" / "data" / "parallelbench"
+    if beside_checkout.is_dir():
+        return beside_checkout
+    raise FileNotFoundError(
+        "no ParallelBench data directory given: pass --data DIR (the official data folder with "
+        f"waiting_line/, puzzle/, ... and their task_config.yaml) or set {DATA_DIR_ENV}=DIR")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -36,6 +51,7 @@ class TaskSpec:
     metric: str  # a name known to dllm.bench.metrics.score
     max_tokens: int  # generation length the benchmark used
     path: Path  # the task's JSONL file
+    icl_example_count: int = 0  # one-shot examples the benchmark's protocol prepends (0: zero-shot)
 
 
 def load_task_configs(data_dir: Path) -> dict[str, TaskSpec]:
@@ -51,7 +67,8 @@ def load_task_configs(data_dir: Path) -> dict[str, TaskSpec]:
             path = cfg_file.parent / f"{key.split('/', 1)[1]}.jsonl"
             if path.is_file():
                 specs[key] = TaskSpec(name=key, prompt=entry["prompt"], metric=entry["metric"],
-                                      max_tokens=MAX_TOKENS.get(folder, 64), path=path)
+                                      max_tokens=MAX_TOKENS.get(folder, 64), path=path,
+                                      icl_example_count=int(entry.get("icl_example_count") or 0))
     if not specs:
         raise FileNotFoundError(f"no ParallelBench task_config.yaml with data under {data_dir}; "
                                 "pass the official data directory or set DLLM_PARALLELBENCH_DIR")
@@ -71,12 +88,15 @@ def user_message(spec: TaskSpec, inputs: dict) -> str:
     return spec.prompt.format(**inputs).replace("\\n", "\n")
 
 
-def build_messages(spec: TaskSpec, sample: dict, shots: int = 0) -> list[dict]:
+def build_messages(spec: TaskSpec, sample: dict, shots: int | None = 0) -> list[dict]:
     """Chat messages for one sample, preceded by up to ``shots`` example exchanges.
 
     Examples come from ``sample["input"]["icl_examples"]``; tasks that ship none (Text Writing,
     zero-shot in the benchmark) get none, so ``shots=1`` mirrors the paper's setting.
+    ``shots=None`` follows the benchmark's protocol: the task's ``icl_example_count``.
     """
+    if shots is None:
+        shots = spec.icl_example_count
     if shots < 0:
         raise ValueError(f"shots must be >= 0, got {shots}")
     messages: list[dict] = []

@@ -96,3 +96,22 @@ def test_one_shot_turns():
         {"role": "user", "content": "Construct a single, coherent sentence using the words dog, park, ball, and throw."}]
     with pytest.raises(ValueError):
         build_messages(specs["waiting_line/copy"], s, -1)
+
+
+def test_no_data_dir_is_a_clear_error(monkeypatch, tmp_path):
+    import dllm.data.prompts as prompts
+
+    monkeypatch.delenv("DLLM_PARALLELBENCH_DIR", raising=False)
+    monkeypatch.setattr(prompts, "_REPO_ROOT", tmp_path / "installed")  # no ../shared beside it
+    with pytest.raises(FileNotFoundError, match="--data DIR.*DLLM_PARALLELBENCH_DIR"):
+        default_data_dir()
+
+
+def test_default_shots_are_the_task_config_icl_example_count():
+    specs = load_task_configs(require_data())
+    assert specs["waiting_line/copy"].icl_example_count == 1
+    assert specs["puzzle/latin_square_n4"].icl_example_count == 1
+    s = official("waiting_line/copy")[0]
+    assert build_messages(specs["waiting_line/copy"], s, None) == build_messages(specs["waiting_line/copy"], s, 1)
+    w2s = official("words_to_sentence/easy")[0]
+    assert len(build_messages(specs["words_to_sentence/easy"], w2s, None)) == 1  # Text Writing: zero-shot
