@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from dllm.cli_options import parse_kv
+from dllm.cli_options import parse_kv, positive_int
+from dllm.cli_output import check_output_dir, show_progress
 
 
 class _PolicyAction(argparse.Action):
@@ -52,32 +52,15 @@ def build_runs(args: argparse.Namespace):
     return runs
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (a limit or batch size of 0 would do no work or divide by 0)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def show_progress(args: argparse.Namespace) -> bool:
-    """A progress bar only for a person watching: stderr is a terminal and -q was not given."""
-    return sys.stderr.isatty() and not getattr(args, "quiet", False)
-
-
 def cmd_parallelbench(args: argparse.Namespace) -> int:
     import dllm
     from dllm.bench.parallelbench import OFFLINE_TASKS, plan_parallelbench, run_parallelbench
-    from dllm.bench.results_store import check_out_dir
     from dllm.data.prompts import default_data_dir
 
     # everything that can be wrong with the command is found before the model loads
     runs = build_runs(args)
     out_dir = Path(args.out)
-    check_out_dir(out_dir)
+    check_output_dir(out_dir)
     data_dir = Path(args.data) if args.data else default_data_dir()
     tasks = args.tasks or list(OFFLINE_TASKS)
     plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=args.shots, limit=args.limit,
@@ -85,7 +68,7 @@ def cmd_parallelbench(args: argparse.Namespace) -> int:
     model = dllm.load(args.model, device=args.device, dtype=args.dtype)
     summary = run_parallelbench(model, data_dir, runs, tasks=tasks, shots=args.shots, limit=args.limit,
                                 batch_size=args.batch_size, out_dir=out_dir, plans=plans,
-                                show_progress=show_progress(args))
+                                show_progress=show_progress(getattr(args, "quiet", False)))
     for e in summary["runs"]:
         score = "n/a" if e["mean_score"] is None else f"{100 * e['mean_score']:.1f}"
         tpf = "n/a" if e["tpf"] is None else f"{e['tpf']:.2f}"

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dllm.cli_output import check_output_dir
+
 SUMMARY = "summary.json"
 
 
@@ -31,19 +33,6 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def check_out_dir(out_dir: Path) -> None:
-    """Fail now, with the fix, if ``out_dir`` cannot hold results (a file, not writable)."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--out {out_dir} is a file, not a directory; pass a directory path")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / f".write-probe.{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise ValueError(f"--out {out_dir} is not writable ({err.strerror}); pass a writable directory") from err
 
 
 def _normalized(value: Any) -> Any:
@@ -110,7 +99,8 @@ class ResultStore:
     """Rows of one output folder: the finished ones read back, new ones written as they finish."""
 
     def __init__(self, out_dir: Path) -> None:
-        check_out_dir(out_dir)
+        check_output_dir(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
         self.path = out_dir / SUMMARY
         self.rows: list[dict[str, Any]] = []

@@ -97,7 +97,7 @@ def test_bad_output_or_batch_fails_before_any_forward(model, tmp_path, bad):
 def test_cli_rejects_zero_counts(tmp_path, flag, capsys):
     with pytest.raises(SystemExit):
         cli_main(["bench", "parallelbench", flag, "0", "--out", str(tmp_path)])
-    assert "must be >= 1" in capsys.readouterr().err
+    assert "must be a positive integer, got 0" in capsys.readouterr().err
 
 
 def test_cli_bad_out_fails_before_loading(tmp_path, capsys):
@@ -176,12 +176,10 @@ def test_plan_has_one_entry_per_run_and_task():
 
 
 def test_progress_bar_only_for_a_terminal(monkeypatch):
-    import argparse
-
-    from dllm.bench.parallelbench_cli import show_progress
+    from dllm.cli_output import show_progress
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    assert show_progress(argparse.Namespace())
-    assert not show_progress(argparse.Namespace(quiet=True))
+    assert show_progress(quiet=False)
+    assert not show_progress(quiet=True)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
-    assert not show_progress(argparse.Namespace())
+    assert not show_progress(quiet=False)
