@@ -7,6 +7,7 @@ from the GenerationConfig; nothing here branches on the model family.
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
@@ -17,7 +18,6 @@ from dllm.cache import make_cache
 from dllm.canvas import Canvas, build_canvas
 from dllm.config import GenerationConfig
 from dllm.kernels import TokenStats, confidence_stats
-from dllm.kernels.confidence_stats import fold_seed
 from dllm.memory import check_memory_budget, plan_memory
 from dllm.runner import ModelRunner
 from dllm.samplers import make_rule, make_stopper, make_strategy
@@ -58,7 +58,7 @@ class DecodeState:
         # Each row's random numbers (sampling noise, random rules) come from its own stream:
         # its seed, its own step count and the answer position, never its place in the batch.
         seeds = [config.seed] * B if seeds is None else seeds
-        self.row_seed = torch.tensor([fold_seed(s) for s in seeds], dtype=torch.long, device=device)
+        self.row_seed = torch.tensor(seeds, dtype=torch.long, device=device)  # the hash folds them
         self.order = torch.full((B, G), -1, dtype=torch.long, device=device)
         # step: rounds (strategy steps) in the active window; row_step: base-rule steps each row
         # took in it (rules' schedules read these); steps_before: each row's steps in earlier windows
@@ -146,7 +146,7 @@ class DecodeState:
         step = (self.row_step if rows is None else self.row_step[rows]) if step is None else step
         return RuleInput(stats=stats, eligible=self.eligible(tokens), step=step,
                          num_steps=self.config.steps_per_block, block_masks=block_masks,
-                         noise=self.noise(rows, step))
+                         noise=functools.partial(self.noise, rows, step))
 
     def commit(self, mask: Tensor, token: Tensor) -> None:
         """Write ``token`` where ``mask`` (B, W) is set, for active rows only."""

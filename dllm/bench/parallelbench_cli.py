@@ -101,9 +101,9 @@ def register(sub) -> None:
     p.add_argument("--shots", type=int, default=None, choices=[0, 1],
                    help="example exchanges before each prompt (default: the benchmark's protocol, each "
                         "task's icl_example_count: one-shot for waiting-line and puzzle tasks)")
-    p.add_argument("--limit", type=positive_int, default=None,
-                   help="samples per task, evenly spaced across the file (which is ordered by list "
-                        "length); default: every sample")
+    p.add_argument("--stratified-samples", "--limit", dest="limit", type=positive_int, default=None,
+                   metavar="N", help="N samples per task, one from the middle of each of N equal strata "
+                        "of the file (which is ordered by list length), never its first N; default: every sample")
     p.add_argument("--batch-size", type=positive_int, default=50)
     p.add_argument("--out", required=True, help="output directory; a rerun into it skips the (run, task) "
                    "pairs it already holds")

@@ -27,14 +27,15 @@ class RuleInput:
     step: int | Tensor  # base-rule steps each row already took in this block, (B,) or shared
     num_steps: int  # the block's step budget (schedules divide the block's masks over it)
     block_masks: Tensor  # (B,) masks in the block when the block started
-    noise: RowNoise | None = None  # each row's own random stream (rules that draw)
+    # each row's own random stream, built only when a rule draws (most rules never do)
+    noise: Callable[[], RowNoise] | None = None
 
     def uniform(self, draw: int = 0) -> Tensor:
         """(B, W) uniforms in (0, 1) from each row's own stream at this step."""
         if self.noise is None:
             raise ValueError("this rule draws random numbers: build its RuleInput with noise= "
                              "(DecodeState.rule_input does)")
-        return self.noise.uniform(draw)
+        return self.noise().uniform(draw)
 
 
 class UnmaskingRule(Protocol):

@@ -24,7 +24,7 @@ RULE_COLUMN = 0xFFFFFFFF
 class RowNoise:
     """The random stream of B states over a window of W answer positions."""
 
-    seed: Tensor  # (B,) int64 folded 32-bit seed of each state's row
+    seed: Tensor  # (B,) int64 non-negative seed of each state's row (the hash folds it)
     clock: Tensor  # (B,) int64 base-rule steps the state's row has taken in the decode
     positions: Tensor  # (W,) int64 answer-relative positions of the window
 
