@@ -107,3 +107,23 @@ class GenerationConfig:
     def steps_per_block(self) -> int:
         """Step budget of one decision window (a block, or a sub-block)."""
         return self.steps // self.num_windows
+
+
+def block_aligned_gen_length(max_tokens: int, block_length: int | None) -> int:
+    """The smallest gen_length that holds ``max_tokens`` and is a whole number of blocks
+    (``block_length`` None: one block of exactly ``max_tokens``). The answer is then cut at
+    ``max_tokens`` tokens (finish_reason "length" when that cut removes text)."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    if block_length is None:
+        return max_tokens
+    if isinstance(block_length, bool) or not isinstance(block_length, int) or block_length <= 0:
+        raise ValueError(f"block_length must be a positive int, got {block_length!r}")
+    return -(-max_tokens // block_length) * block_length
+
+
+def sample_seeds(seed: int, n: int) -> list[int]:
+    """Distinct seeds of ``n`` samples of one prompt: seed, seed + 1, ... (mod 2**63)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    return [(seed + i) % 2**63 for i in range(n)]

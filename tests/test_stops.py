@@ -45,3 +45,17 @@ def test_safe_text_holds_back_a_possible_stop_prefix():
 def test_bad_stop_conditions_are_refused(stop, ids, error):
     with pytest.raises(error):
         StopConditions.parse(stop, ids, vocab_size=10)
+
+
+def test_block_aligned_gen_length_and_sample_seeds():
+    from dllm.config import block_aligned_gen_length, sample_seeds
+    assert block_aligned_gen_length(20, 8) == 24
+    assert block_aligned_gen_length(24, 8) == 24
+    assert block_aligned_gen_length(20, None) == 20
+    assert sample_seeds(5, 3) == [5, 6, 7]
+    assert sample_seeds(2**63 - 1, 2) == [2**63 - 1, 0]
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError):
+            block_aligned_gen_length(bad, 8)
+        with pytest.raises(ValueError):
+            sample_seeds(0, bad)
