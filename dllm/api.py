@@ -13,6 +13,7 @@ from dllm.config import GenerationConfig
 from dllm.engine import DecodeResult, decode
 from dllm.inputs import check_token_ids, prompt_batch
 from dllm.models import load_model, load_tokenizer
+from dllm.models.bundled import resolve_model_path
 from dllm.models.tokenizer import check_decodable, check_tokenizer_fits
 from dllm.validation import OptionTypeError
 
@@ -22,7 +23,7 @@ Prompt = Union[str, Sequence[Message]]
 
 def default_model_path() -> Path:
     """The small trained model that ships inside the package."""
-    return Path(__file__).resolve().parent / "assets" / "models" / "dllm-waitingline-llada"
+    return resolve_model_path(None)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -112,14 +113,12 @@ def _merge(config: GenerationConfig | None, options: dict[str, Any]) -> Generati
 
 def load(path: str | Path | None = None, *, device: str | torch.device = "cpu",
          dtype: str | torch.dtype = "float32") -> DiffusionLM:
-    """Load a checkpoint directory (default: the bundled trained model)."""
+    """Load a checkpoint directory, or a bundled model by name (``dllm models`` lists them;
+    default: the bundled LLaDA-layout model)."""
     if path is not None and not isinstance(path, (str, os.PathLike)):
-        raise OptionTypeError(f"path must be a checkpoint directory (str or Path), got {type(path).__name__}")
-    path = Path(path) if path is not None else default_model_path()
-    if not path.exists():
-        raise FileNotFoundError(f"model directory {path} does not exist; pass a checkpoint directory "
-                                "(dllm never downloads: fetch a Hugging Face model's files into a "
-                                "directory first, e.g. with `huggingface-cli download ID --local-dir DIR`)")
+        raise OptionTypeError(f"path must be a checkpoint directory or a bundled model's name (str or Path), "
+                              f"got {type(path).__name__}")
+    path = resolve_model_path(path)
     model = load_model(path, dtype=dtype, device=device)
     tokenizer = load_tokenizer(path)
     check_tokenizer_fits(tokenizer, model.config, path)

@@ -105,10 +105,12 @@ def _subcommands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentP
 def _extra_commands():
     """Subcommands contributed by other modules (bench, training of filters)."""
     from dllm.bench.cli import register_bench
+    from dllm.models_cli import register as register_models
     from dllm.train.filter_cli import register as register_train_filter
 
     yield register_bench
     yield register_train_filter
+    yield register_models
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -140,7 +140,7 @@ def _build(make, name: str, options: dict, flag: str):
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="checkpoint directory (default: the bundled model)")
+    p.add_argument("--model", default=None, help="checkpoint directory or a bundled model's name (`dllm models`; default: the bundled LLaDA-layout model)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda or cuda:1")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="weight and activation dtype")

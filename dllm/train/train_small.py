@@ -5,8 +5,10 @@
 Objective (LLaDA SFT): t ~ U(0, 1), each answer token (answer + end-of-text padding up to the
 task's gen_length) is masked i.i.d. with p = (1 - 1e-3) t + 1e-3; plain cross-entropy over the
 masked positions (the 1/t weighting trained far slower at this scale). Prompts are never
-masked. Seeded and reproducible; evaluates on a held-out split of freshly generated samples and
-writes a loadable checkpoint directory at every evaluation.
+masked. ``--family dream`` adds Dream's logit shift; ``--family fast_dllm_v2`` trains a
+block-causal model with block-diffusion masking (dllm/train/objectives.py). Seeded and
+reproducible; evaluates on a held-out split of freshly generated samples and writes a loadable
+checkpoint directory at every evaluation.
 """
 from __future__ import annotations
 
@@ -34,7 +36,10 @@ from dllm.models.tiny import CHAT_TEMPLATES, SPECIAL_ROLES
 from dllm.models.tokenizer import load_tokenizer
 from dllm.models.transformer import DiffusionTransformer
 from dllm.models.visibility import KeyVisibility
+from dllm.models.visibility import block_causal_spans
 from dllm.train.corpus import TRAIN_TASKS, TaskCorpus
+from dllm.train.init_from import init_from_checkpoint
+from dllm.train.objectives import block_diffusion_masks, llada_masks
 from dllm.train.save import save_checkpoint
 
 # Special tokens per layout, in vocabulary order (this order fixes the shipped tokenizer's ids);
@@ -44,6 +49,7 @@ SPECIALS = {
               "<|end_header_id|>", "<|eot_id|>"],
     "dream": ["<|endoftext|>", "<|mask|>", "<|beginoftext|>", "<|im_start|>", "<|im_end|>"],
 }
+TOKENIZER_LAYOUT = {"llada": "llada", "dream": "dream", "fast_dllm_v2": "dream"}  # v2 is Qwen2.5's
 
 
 def template_fragments(corpus: TaskCorpus) -> list[str]:
@@ -115,15 +121,19 @@ def model_config(tokenizer, args) -> dict:
     vocab = len(tokenizer)
     ids = {"mask_token_id": tokenizer.mask_token_id, "eos_token_id": tokenizer.eos_token_id,
            "pad_token_id": tokenizer.pad_token_id}
-    if args.family == "dream":
-        return {
+    if args.family in ("dream", "fast_dllm_v2"):
+        qwen2 = {
             "model_type": "Dream", "architectures": ["DreamModel"],
             "hidden_size": args.d_model, "num_hidden_layers": args.n_layers,
-            "num_attention_heads": args.n_heads, "num_key_value_heads": args.n_heads,
+            "num_attention_heads": args.n_heads, "num_key_value_heads": args.n_kv_heads or args.n_heads,
             "intermediate_size": args.mlp_hidden, "hidden_act": "silu", "vocab_size": vocab,
             "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 512,
             "tie_word_embeddings": False, "bos_token_id": tokenizer.bos_token_id, **ids,
         }
+        if args.family == "fast_dllm_v2":
+            qwen2.update(model_type="Fast_dLLM_Qwen", architectures=["Fast_dLLM_QwenForCausalLM"],
+                         bd_size=args.bd_size)
+        return qwen2
     return {
         "model_type": "llada", "architectures": ["LLaDAModelLM"],
         "d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads,
@@ -156,12 +166,33 @@ def make_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Genera
         ids[r, width - len(seq):] = torch.tensor(seq)
         valid[r, width - len(seq):] = True
         answer[r, width - len(a):] = True
-    t = torch.rand(batch_size, 1, generator=gen)
-    p_mask = (1 - 1e-3) * t + 1e-3
-    masked = answer & (torch.rand(ids.shape, generator=gen) < p_mask)
+    masked = llada_masks(answer, gen)
     noisy = ids.masked_fill(masked, mask_id)
     positions = (valid.long().cumsum(-1) - 1).clamp_min(0)
     return noisy, positions, KeyVisibility(valid=valid), ids, masked
+
+
+def make_block_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, mask_id: int,
+                     bd_size: int):
+    """Block-diffusion rows: prompts left-padded to one width P so every answer starts at P and
+    the block partition is the engine's (blocks counted from P); shorter answers are right-padded
+    with invisible keys. Each row twice, with complementary masks over one drawn block."""
+    rows = [encode(tokenizer, corpus.sample()) for _ in range(batch_size)]
+    P = max(len(p) for p, _ in rows)
+    width = P + max(len(a) for _, a in rows)
+    ids = torch.full((batch_size, width), tokenizer.eos_token_id, dtype=torch.long)
+    valid = torch.zeros((batch_size, width), dtype=torch.bool)
+    answer = torch.zeros((batch_size, width), dtype=torch.bool)
+    for r, (p, a) in enumerate(rows):
+        ids[r, P - len(p): P + len(a)] = torch.tensor(p + a)
+        valid[r, P - len(p): P + len(a)] = True
+        answer[r, P: P + len(a)] = True
+    masked = block_diffusion_masks(answer, P, bd_size, gen)
+    ids, valid = ids.repeat(2, 1), valid.repeat(2, 1)
+    noisy = ids.masked_fill(masked, mask_id)
+    positions = (valid.long().cumsum(-1) - 1).clamp_min(0)
+    spans = block_causal_spans(0, width, width, prompt_width=P, block_size=bd_size)
+    return noisy, positions, KeyVisibility(valid=valid, spans=spans), ids, masked
 
 
 @torch.no_grad()
@@ -195,13 +226,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--n-layers", type=int, default=4)
     ap.add_argument("--n-heads", type=int, default=4)
+    ap.add_argument("--n-kv-heads", type=int, default=None,
+                    help="key/value heads (GQA) for the Qwen2 layouts; default: --n-heads")
+    ap.add_argument("--bd-size", type=int, default=8, help="fast_dllm_v2: block-diffusion block size")
     ap.add_argument("--mlp-hidden", type=int, default=384)
     ap.add_argument("--vocab-size", type=int, default=1024)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--heldout-per-task", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--family", choices=sorted(SPECIALS), default="llada",
-                    help="checkpoint layout: llada, or dream (Qwen2 names, logit shift)")
+    ap.add_argument("--family", choices=sorted(TOKENIZER_LAYOUT), default="llada",
+                    help="checkpoint layout: llada, dream (Qwen2 names, logit shift) or fast_dllm_v2 "
+                         "(Dream's layout, block-causal, block-diffusion objective)")
+    ap.add_argument("--init-weights", type=Path, default=None,
+                    help="start from this checkpoint's weights, of any family with the same widths and "
+                         "vocabulary (pair it with --tokenizer DIR of the same checkpoint)")
     ap.add_argument("--init", type=Path, default=None,
                     help="checkpoint directory to continue from (its tokenizer and weights)")
     ap.add_argument("--tokenizer", type=Path, default=None,
@@ -212,8 +250,8 @@ def main(argv: list[str] | None = None) -> None:
                          "as often); default: all of TRAIN_TASKS")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
-    if args.init and args.tokenizer:
-        ap.error("--init already brings its checkpoint's tokenizer; drop --tokenizer")
+    if args.init and (args.tokenizer or args.init_weights):
+        ap.error("--init already brings its checkpoint's tokenizer and weights; drop --tokenizer / --init-weights")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -231,12 +269,15 @@ def main(argv: list[str] | None = None) -> None:
         raw = json.loads((args.init / "config.json").read_text())
     else:
         tokenizer = (reuse_tokenizer(args.tokenizer, out) if args.tokenizer
-                     else build_tokenizer(corpus, out, args.vocab_size, args.family))
+                     else build_tokenizer(corpus, out, args.vocab_size, TOKENIZER_LAYOUT[args.family]))
         raw = model_config(tokenizer, args)
         model = DiffusionTransformer(family_for(raw["model_type"]).parse_config(raw))
         for name, p in model.named_parameters():
             if p.dim() == 2:
                 torch.nn.init.normal_(p, std=0.02 if name != "embed.weight" else 1.0 / math.sqrt(args.d_model))
+        if args.init_weights:
+            zeroed = init_from_checkpoint(model, args.init_weights)
+            tqdm.write(f"initialised from {args.init_weights} ({len(zeroed)} bias tensors start at zero)")
     n_params = sum(p.numel() for p in model.parameters())
     heldout_corpus = TaskCorpus(data_dir, seed=args.seed + 10_000)
     heldout = [heldout_corpus.sample(task) for task in dict.fromkeys(tasks) for _ in range(args.heldout_per_task)]
@@ -251,7 +292,11 @@ def main(argv: list[str] | None = None) -> None:
     model.train()
     bar = tqdm(range(1, args.steps + 1), desc=f"train {n_params / 1e6:.2f}M", dynamic_ncols=True)
     for step in bar:
-        noisy, positions, attn, target, masked = make_batch(tokenizer, corpus, args.batch_size, gen, raw["mask_token_id"])
+        if model.attention == "block_causal":  # the pair of complementary rows counts as two
+            noisy, positions, attn, target, masked = make_block_batch(
+                tokenizer, corpus, args.batch_size // 2, gen, raw["mask_token_id"], model.config.block_size)
+        else:
+            noisy, positions, attn, target, masked = make_batch(tokenizer, corpus, args.batch_size, gen, raw["mask_token_id"])
         logits = model(noisy, positions, attn)
         if model.config.shift_logits:  # Dream: position i - 1 predicts token i
             logits, target, masked = logits[:, :-1], target[:, 1:], masked[:, 1:]

@@ -37,7 +37,7 @@ def test_tokenizer_with_init_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "o"), "--init", str(default_model_path()),
               "--tokenizer", str(default_model_path())])
-    assert "--init already brings its checkpoint's tokenizer; drop --tokenizer" in capsys.readouterr().err
+    assert "--init already brings its checkpoint's tokenizer and weights; drop --tokenizer" in capsys.readouterr().err
 
 
 def test_missing_data_folder_is_named(tmp_path):
