@@ -125,7 +125,7 @@ class BatchScheduler(Scheduler):
     def _step(self) -> None:
         batch = self._batch
         updates = batch.cancel_marked()
-        if not batch.decoding.done:
+        if not batch.at_boundary():  # stopping rows may have ended the block: rebuild first
             updates += batch.step()
         self._send(updates)
         if batch.at_boundary():

@@ -198,3 +198,44 @@ def test_other_families_and_static_only_configs_equal_single_runs(tiny_models, b
         assert collect.final[request.request_id] == single_run(lm.model, request), request.request_id
     joined = any(any(done > 0 for _, done in batch) and any(done == 0 for _, done in batch) for batch in compositions)
     assert joined == (family == "dream")
+
+
+def test_cancelling_the_last_moving_row_of_a_block_keeps_the_others_exact(tiny_models):
+    """Cancel a row while it is the only one still decoding its block: the block ends there, and
+    the other row goes on from the next block exactly as its single run (sampling)."""
+    lm = tiny_models["llada"]
+    config = GenerationConfig(gen_length=16, block_length=4, policy="threshold", policy_args={"tau": 0.09},
+                              temperature=0.8)
+    fired = 0
+    for pair in range(4):
+        requests = {f"a{pair}": ServeRequest(request_id=f"a{pair}", prompt_ids=[11 + pair, 12], config=config, seed=pair),
+                    f"b{pair}": ServeRequest(request_id=f"b{pair}", prompt_ids=[40 + pair], config=config, seed=50 + pair)}
+        scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=2, continuous=True))
+        collect = Collector(2)
+        positions = {rid: set() for rid in requests}
+        cancelled = []
+
+        def blocks_done(rid, positions=positions):
+            return next(b for b in range(5) if not set(range(4 * b, 4 * b + 4)) <= positions[rid])
+
+        def watch(update, positions=positions, cancelled=cancelled, scheduler=scheduler, collect=collect):
+            collect(update)  # updates of one round all arrive before the next round
+            positions[update.request_id].update(update.committed)
+            one, other = sorted(positions, key=blocks_done)
+            if not cancelled and blocks_done(one) < blocks_done(other) < 4 and one not in collect.ends:
+                cancelled.append(one)  # ``one`` alone still decodes the block ``other`` finished
+                scheduler.cancel(one)
+
+        with scheduler._cond:  # both rows start in the same batch
+            for request in requests.values():
+                scheduler.submit(request, watch)
+        try:
+            collect.wait()
+        finally:
+            scheduler.close()
+        if cancelled:
+            fired += 1
+            kept = next(rid for rid in requests if rid != cancelled[0])
+            assert collect.ends[cancelled[0]].finish_reason == "cancelled"
+            assert collect.final[kept] == single_run(lm.model, requests[kept])
+    assert fired, "the cancel never hit a row that was the last one moving in its block"
