@@ -110,9 +110,14 @@ def _merge(config: GenerationConfig | None, options: dict[str, Any]) -> Generati
     return GenerationConfig(**{**values, **options})
 
 
-def load(path: str | Path | None = None, *, device: str | torch.device = "cpu",
-         dtype: str | torch.dtype = "float32") -> DiffusionLM:
-    """Load a checkpoint directory (default: the bundled trained model)."""
+def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
+         dtype: str | torch.dtype = "auto") -> DiffusionLM:
+    """Load a checkpoint directory (default: the bundled trained model).
+
+    device: "auto" (CUDA when present, else CPU; ``$DLLM_DEVICE`` overrides), "cpu", "cuda:N".
+    dtype: "auto" (the checkpoint's ``torch_dtype``, else bfloat16 on a GPU, float32 on the
+    CPU), "float32", "bfloat16" or "float16".
+    """
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise OptionTypeError(f"path must be a checkpoint directory (str or Path), got {type(path).__name__}")
     path = Path(path) if path is not None else default_model_path()
