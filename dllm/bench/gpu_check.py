@@ -41,14 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
     from dllm.models.placement import DTYPE_CHOICES
 
     p = argparse.ArgumentParser(prog="python -m dllm.bench.gpu_check", formatter_class=HelpFormatter,
-                                description=__doc__.split("\n\n")[0])
+                                description="Prove dllm on a CUDA machine: the test suite on the GPU, then "
+                                            "random-weight models of real shapes measured against the roofline.")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cuda, cuda:N, or cpu")
     p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                    help="weights and activations; auto: bfloat16 on a GPU, float32 on the CPU")
     p.add_argument("--tiny", action="store_true",
                    help="seconds-sized models and shapes (a dry run of every stage; the suite runs it on CPU)")
-    p.add_argument("--models", nargs="+", choices=sorted(SHAPES), default=None,
-                   help=f"model shapes (default: {' '.join(REAL_SHAPES)}; with --tiny the tiny ones)")
+    p.add_argument("--models", nargs="+", choices=sorted(SHAPES), default=None, metavar="SHAPE",
+                   help=f"model shapes, any of {', '.join(sorted(SHAPES))} (default: {' '.join(REAL_SHAPES)}; with --tiny the tiny ones)")
     p.add_argument("--batch-sizes", nargs="+", type=positive_int, default=None,
                    help=f"default: {FULL['batch_sizes']} ({TINY['batch_sizes']} with --tiny)")
     p.add_argument("--prompt-length", type=positive_int, default=None,

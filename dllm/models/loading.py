@@ -13,7 +13,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from dllm.models.config import ArchConfig
-from dllm.models.placement import DTYPES, checkpoint_dtype, resolve_device, resolve_dtype  # noqa: F401 (re-exported)
+from dllm.models.placement import checkpoint_dtype, resolve_device, resolve_dtype
 from dllm.models.registry import family_for, weight_map
 from dllm.models.transformer import DiffusionTransformer
 
