@@ -94,7 +94,10 @@ def run_decode(model, method: Method, shape: Shape, peak: DevicePeak, extra: dic
     config = make_config(method, shape, extra)
     prompts = random_prompts(model, shape)
     timer = ForwardTimer(model)
+    cuda = timer.cuda
     try:
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(timer.device)
         with timer:
             result = decode(model, prompts, config)
         records = timer.records()
@@ -111,7 +114,9 @@ def run_decode(model, method: Method, shape: Shape, peak: DevicePeak, extra: dic
     row.update(wall_s=wall, forwards=len(records), forward_s=forward_total, nfe=nfe,
                tpf=shape.gen_length / nfe if nfe else None, tokens_per_s=tokens / wall if wall > 0 else None,
                overhead_s_per_step=(wall - forward_total) / max(len(records), 1),
-               overhead_share=(wall - forward_total) / wall if wall > 0 else None)
+               overhead_share=(wall - forward_total) / wall if wall > 0 else None,
+               planned_peak_bytes=result.memory["total_bytes"],  # dllm.memory's upper bound
+               peak_memory_bytes=torch.cuda.max_memory_allocated(timer.device) if cuda else None)
     # window forwards (queries < keys: a cached step) are the steady state; uncached decodes
     # have only canvas forwards. Block-start refreshes (queries == keys) are reported apart.
     window = [r for r in records if r.queries < r.keys] or records

@@ -52,14 +52,16 @@ def forward_table(model: str, rows: list[dict[str, Any]]) -> list[str]:
 
 def decoding_table(model: str, rows: list[dict[str, Any]]) -> list[str]:
     lines = [f"### {model}: tokens/s per decoding method (dual cache)", "",
-             "| batch | gen | method | tokens/s | NFE | TPF | forwards | overhead share |",
-             "|---:|---:|---|---:|---:|---:|---:|---:|"]
+             "| batch | gen | method | tokens/s | NFE | TPF | forwards | overhead share | peak GiB (planned) |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['batch']} | {r['gen_length']} | {r['method']} | {r['error']} | | | | |")
+            lines.append(f"| {r['batch']} | {r['gen_length']} | {r['method']} | {r['error']} | | | | | |")
             continue
+        peak = "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 2**30:.1f}"
         lines.append(f"| {r['batch']} | {r['gen_length']} | {r['method']} | {_num(r['tokens_per_s'], '.1f')} "
-                     f"| {r['nfe']:.1f} | {_num(r['tpf'], '.2f')} | {r['forwards']} | {_pct(r['overhead_share'])} |")
+                     f"| {r['nfe']:.1f} | {_num(r['tpf'], '.2f')} | {r['forwards']} | {_pct(r['overhead_share'])} "
+                     f"| {peak} ({r['planned_peak_bytes'] / 2**30:.1f}) |")
     return lines
 
 
@@ -85,5 +87,7 @@ def markdown_report(folder: Path) -> str:
               "max(bytes read / peak bandwidth, FLOPs / peak bf16 throughput); HBM share: (bytes / peak "
               "bandwidth) / measured. Overhead: decode wall "
               "time minus the forwards' time (CUDA events), per forward and as a share of wall time. "
-              "Random weights: confidences are low, so threshold methods commit few tokens per step.", ""]
+              "Peak: the device's allocated high-water mark during the decode (CUDA only), next to "
+              "dllm.memory's planned upper bound. Random weights: confidences are low, so threshold "
+              "methods commit few tokens per step.", ""]
     return "\n".join(parts)

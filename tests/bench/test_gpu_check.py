@@ -48,6 +48,7 @@ def test_tiny_run_end_to_end_on_cpu(tiny_run, capsys):
             assert "error" not in row, row
             assert 0 < row["forward_s"] <= row["wall_s"]  # forwards happen inside the decode
             assert row["tokens_per_s"] * row["wall_s"] == pytest.approx(row["batch"] * row["gen_length"])
+            assert row["planned_peak_bytes"] > 0 and row["peak_memory_bytes"] is None  # measured on CUDA only
             plain = not any(k in row["method"] for k in ("FreeDave", "LoPA"))
             if plain:  # one forward per step, charged to every row
                 assert row["forwards"] == row["nfe"]
