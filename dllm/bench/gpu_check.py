@@ -83,7 +83,7 @@ def device_name(device) -> str:
 
 def _resolve(args: argparse.Namespace):
     """Device, dtype and sizes from the options, every check before any model work."""
-    from dllm.bench.random_models import REAL_SHAPES, TINY_SHAPES
+    from dllm.bench.random_models import REAL_SHAPES, TINY_SHAPES, shape_config
     from dllm.config import GenerationConfig
     from dllm.models.placement import resolve_device, resolve_dtype
 
@@ -107,6 +107,12 @@ def _resolve(args: argparse.Namespace):
                          f"use one of {sorted(known - owned)}")
     for gen in args.gen_lengths:  # every length and option checked by GenerationConfig itself
         GenerationConfig(gen_length=gen, block_length=args.block_length, **extra)
+    canvas = args.prompt_length + max(args.gen_lengths)
+    for name in args.models:
+        context = shape_config(name).max_sequence_length
+        if canvas > context:
+            raise ValueError(f"--prompt-length {args.prompt_length} + --gen-lengths {max(args.gen_lengths)} = "
+                             f"{canvas} positions exceed {name}'s context of {context}; shorten one of them")
     if not args.no_tests and not (REPO / "tests").is_dir():
         raise ValueError(f"no tests/ folder beside the package ({REPO}); run from a checkout, or pass --no-tests")
     return device, dtype, extra

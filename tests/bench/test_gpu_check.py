@@ -89,6 +89,7 @@ def test_unknown_peaks_leave_the_ceiling_blank(tiny_run):
     (["--device", "cpu", "--tiny", "--config-arg", "gen_length=8"], "not a GenerationConfig field"),
     (["--device", "cpu", "--tiny", "--config-arg", "colour=red"], "not a GenerationConfig field"),
     (["--device", "tpu:7", "--tiny"], "not a torch device"),
+    (["--device", "cpu", "--tiny", "--prompt-length", "1000", "--gen-lengths", "32"], "exceed tiny-llada's context"),
 ])
 def test_bad_input_is_one_error_before_any_model_work(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(gpu_check, "measure_model", lambda *a, **k: pytest.fail("a model was built"))
