@@ -132,10 +132,15 @@ def _merge(config: GenerationConfig | None, options: dict[str, Any]) -> Generati
     return GenerationConfig(**{**values, **options})
 
 
-def load(path: str | Path | None = None, *, device: str | torch.device = "cpu",
-         dtype: str | torch.dtype = "float32") -> DiffusionLM:
+def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
+         dtype: str | torch.dtype = "auto") -> DiffusionLM:
     """Load a checkpoint directory, or a bundled model by name (``dllm models`` lists them;
-    default: the bundled LLaDA-layout model)."""
+    default: the bundled LLaDA-layout model).
+
+    device: "auto" (CUDA when present, else CPU; ``$DLLM_DEVICE`` overrides), "cpu", "cuda:N".
+    dtype: "auto" (the checkpoint's ``torch_dtype``, else bfloat16 on a GPU, float32 on the
+    CPU), "float32", "bfloat16" or "float16".
+    """
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise OptionTypeError(f"path must be a checkpoint directory or a bundled model's name (str or Path), "
                               f"got {type(path).__name__}")

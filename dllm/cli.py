@@ -43,7 +43,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 print(json.dumps({"text": text, **stats}) if args.json else text, flush=True)
                 if not args.json:
                     tps = stats["tokens"] / stats["seconds"] if stats["seconds"] > 0 else float("inf")
-                    log.info("[NFE %d | TPF %.2f | %.1f tokens/s on %s]", stats["nfe"], stats["tpf"], tps, args.device)
+                    log.info("[NFE %d | TPF %.2f | %.1f tokens/s on %s]", stats["nfe"], stats["tpf"], tps, model.model.device)
         bar.update(len(out.texts))
     bar.close()
     return 0

@@ -141,9 +141,11 @@ def _build(make, name: str, options: dict, flag: str):
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="checkpoint directory or a bundled model's name (`dllm models`; default: the bundled LLaDA-layout model)")
-    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda or cuda:1")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="weight and activation dtype")
+    p.add_argument("--device", default="auto",
+                   help="torch device: auto (CUDA when present, else cpu; $DLLM_DEVICE overrides), cpu, cuda, cuda:1")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="weight and activation dtype: auto is the checkpoint's torch_dtype, else "
+                        "bfloat16 on a GPU and float32 on the CPU")
 
 
 def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> None:

@@ -1,4 +1,11 @@
-"""Shared fixtures: tiny random checkpoints of each family, written once per session."""
+"""Shared fixtures: tiny random checkpoints of each family, written once per session, and the
+device the suite runs on.
+
+The suite's device is ``--dllm-device`` or ``DLLM_TEST_DEVICE`` (default: cpu). It becomes
+``DLLM_DEVICE`` (what ``device="auto"`` resolves to, in this process and in the commands tests
+start), so every test that loads through ``dllm.load()`` / the CLI defaults is device-generic;
+tests that pin ``device="cpu"`` (CPU-only oracles, gloo) stay on the CPU.
+"""
 from __future__ import annotations
 
 import os
@@ -6,6 +13,29 @@ import os
 import pytest
 
 os.environ.setdefault("DLLM_KERNELS", "auto")
+TEST_DEVICE_ENV = "DLLM_TEST_DEVICE"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--dllm-device", default=None,
+                     help=f"device of the device-generic tests: cpu, cuda, cuda:N (default: ${TEST_DEVICE_ENV} or cpu)")
+
+
+def pytest_configure(config):
+    import torch
+
+    device = config.getoption("--dllm-device") or os.environ.get(TEST_DEVICE_ENV) or "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise pytest.UsageError(f"test device {device!r} asked for, but this torch sees no CUDA device; "
+                                f"unset {TEST_DEVICE_ENV} / --dllm-device to run the suite on the CPU")
+    os.environ[TEST_DEVICE_ENV] = device
+    os.environ["DLLM_DEVICE"] = device  # device="auto" (dllm.load's default) means the test device
+
+
+@pytest.fixture(scope="session")
+def test_device() -> str:
+    """The device the device-generic tests run on ("cpu" unless asked otherwise)."""
+    return os.environ[TEST_DEVICE_ENV]
 
 
 @pytest.fixture(scope="session")
@@ -23,8 +53,8 @@ def tiny_dirs(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tiny_models(tiny_dirs):
-    """Loaded float32 models for the unsharded tiny checkpoints."""
+def tiny_models(tiny_dirs, test_device):
+    """Loaded float32 models for the unsharded tiny checkpoints, on the test device."""
     import dllm
 
-    return {name: dllm.load(tiny_dirs[name]) for name in ("llada", "dream")}
+    return {name: dllm.load(tiny_dirs[name], device=test_device, dtype="float32") for name in ("llada", "dream")}

@@ -7,9 +7,21 @@ buffers and attention masks.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from dllm.models.visibility import KeyVisibility
+
+
+def _on_model_device(loop):
+    """No autograd, and every tensor the loop creates on the model's device (the suite may run
+    on a GPU: DLLM_TEST_DEVICE)."""
+    @functools.wraps(loop)
+    def run(model, *args, **kwargs):
+        with torch.no_grad(), torch.device(model.device):
+            return loop(model, *args, **kwargs)
+    return run
 
 
 def _logits(model, x):
@@ -19,7 +31,7 @@ def _logits(model, x):
     return logits
 
 
-@torch.no_grad()
+@_on_model_device
 def llada_generate(model, prompt, *, steps, gen_length, block_length, remasking="low_confidence"):
     mask_id = model.mask_token_id
     P = len(prompt)
@@ -51,7 +63,7 @@ def llada_generate(model, prompt, *, steps, gen_length, block_length, remasking=
     return x[0, P:].tolist()
 
 
-@torch.no_grad()
+@_on_model_device
 def dream_generate(model, prompt, *, steps, gen_length, alg, eps=1e-3):
     mask_id = model.mask_token_id
     P = len(prompt)
@@ -116,7 +128,7 @@ def _forward(model, x, start, end, cache, block_size=None):
     return logits
 
 
-@torch.no_grad()
+@_on_model_device
 def fastdllm_dream_generate(model, prompt, *, gen_length, block_length, threshold, dual_cache):
     """Fast-dLLM's Dream block loop (``dream/model/generation_utils_block.py``, ``_sample`` with
     ``alg="confidence_threshold"``). Per block: a full forward fills the cache and commits the
@@ -150,7 +162,7 @@ def fastdllm_dream_generate(model, prompt, *, gen_length, block_length, threshol
     return x[0, P:].tolist()
 
 
-@torch.no_grad()
+@_on_model_device
 def fastdllm_v2_generate(model, prompt, *, gen_length, small_block_size, threshold):
     """Fast-dLLM v2's ``batch_sample`` (``v2/generation_functions.py``) without the sub-block
     cache (``use_block_cache=False``): the decode block is the model's ``bd_size``; the prompt
@@ -184,7 +196,7 @@ def fastdllm_v2_generate(model, prompt, *, gen_length, small_block_size, thresho
     return x[0, P:].tolist()
 
 
-@torch.no_grad()
+@_on_model_device
 def dream_threshold_generate(model, prompt, *, steps, gen_length, threshold):
     """Dream's official ``alg="confidence_threshold"`` (``_sample``, no cache, one block): a step
     takes the most confident mask plus those >= threshold among its budget, masks // steps plus

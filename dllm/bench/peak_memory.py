@@ -69,7 +69,7 @@ def main() -> None:
     import dllm
 
     request = json.loads(sys.stdin.read())
-    lm = dllm.load(request["checkpoint"])
+    lm = dllm.load(request["checkpoint"], device="cpu", dtype="float32")  # host RSS is what is measured
     for options in request["configs"]:
         print(json.dumps(measure_decode(lm, request["prompts"], GenerationConfig(**options))), flush=True)
 

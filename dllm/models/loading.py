@@ -13,45 +13,13 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from dllm.models.config import ArchConfig
+from dllm.models.placement import checkpoint_dtype, resolve_device, resolve_dtype
 from dllm.models.registry import family_for, weight_map
 from dllm.models.transformer import DiffusionTransformer
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class CheckpointError(ValueError):
     """A checkpoint directory that cannot be loaded; the message says what to fix."""
-
-
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        if dtype not in DTYPES.values():
-            raise ValueError(f"dtype {dtype} is not supported; use one of {list(DTYPES)}")
-        return dtype
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not supported; use one of {list(DTYPES)}")
-    return DTYPES[dtype]
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """A device this torch can use, or a clear error before anything is read."""
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device {device!r} is not a torch device ({err}); use 'cpu', 'cuda' or 'cuda:N'") from err
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(
-                f"device {str(device)!r} asked for, but this torch sees no CUDA device "
-                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}); "
-                "use device='cpu' or install a CUDA build of torch on a machine with a GPU"
-            )
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"device {str(device)!r} asked for, but only {torch.cuda.device_count()} "
-                             "CUDA device(s) are visible; use cuda:0 .. cuda:N-1")
-    elif device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError("device 'mps' asked for, but MPS is not available here; use device='cpu'")
-    return device
 
 
 def read_json_object(file: Path) -> dict:
@@ -155,11 +123,20 @@ def _read_tensor(f, file: Path, name: str) -> torch.Tensor:
 def load_model(
     path: str | Path, *, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu"
 ) -> DiffusionTransformer:
-    """Load a LLaDA / Dream (or registered) checkpoint directory for inference."""
+    """Load a LLaDA / Dream (or registered) checkpoint directory for inference.
+
+    ``device`` / ``dtype`` may be ``"auto"`` (``dllm.models.placement``); the defaults stay
+    explicit here, ``dllm.load`` is the one that defaults to ``"auto"``."""
     path = Path(path)
-    torch_dtype = resolve_dtype(dtype)
     device = resolve_device(device)
+    if dtype != "auto":
+        resolve_dtype(dtype)  # a bad dtype fails before the directory is read
     raw, cfg = read_config(path)
+    try:  # the checkpoint's declared dtype matters only to "auto"
+        declared = checkpoint_dtype(raw) if dtype == "auto" else None
+    except ValueError as err:
+        raise CheckpointError(f"{path / 'config.json'}: {err}") from err
+    torch_dtype = resolve_dtype(dtype, device=device, declared=declared)
     family = family_for(raw.get("model_type"))
     names = weight_map(family, cfg)
     files = safetensors_files(path)

@@ -21,8 +21,12 @@ class DistContext:
         return self.rank == 0
 
 
-def init_distributed(device: str = "cpu", timeout_s: float = 120.0) -> DistContext:
-    """Join the torchrun group (a no-op context when not launched by torchrun)."""
+def init_distributed(device: str = "auto", timeout_s: float = 120.0) -> DistContext:
+    """Join the torchrun group (a no-op context when not launched by torchrun); ``device`` may be
+    "auto" (CUDA when present)."""
+    from dllm.models.placement import resolve_device
+
+    device = str(resolve_device(device))
     if "RANK" not in os.environ:
         return DistContext(rank=0, world_size=1, device=torch.device(device))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

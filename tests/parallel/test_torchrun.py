@@ -21,7 +21,7 @@ def _torchrun(model_dir, prompts_file, out_dir, extra, env=None, nproc=2, timeou
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "dllm", "bench", "throughput", "--model", str(model_dir), "--prompts", str(prompts_file),
            "--out", str(out_dir), "--timeout", "60", *GEN, *extra]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd(), **(env or {})}
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd(), "DLLM_DEVICE": "cpu", **(env or {})}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
@@ -34,7 +34,7 @@ def setup(tiny_dirs, tmp_path_factory):
 
 
 def _single(model_dir, prompts, **options):
-    model = dllm.load(model_dir)
+    model = dllm.load(model_dir, device="cpu")  # gloo runs on the CPU, whatever the suite's device
     cfg = GenerationConfig(gen_length=16, block_length=8, steps=16, stop_at_eos=False, **options)
     return model.generate(prompts, cfg).token_ids
 
@@ -65,7 +65,7 @@ def test_branch_parallel_lopa_matches_single_process(setup, batch):
 
 
 def _single_outputs(model_dir, prompts, **options):
-    model = dllm.load(model_dir)
+    model = dllm.load(model_dir, device="cpu")  # gloo runs on the CPU, whatever the suite's device
     cfg = GenerationConfig(gen_length=16, block_length=8, steps=16, stop_at_eos=False, **options)
     out = model.generate(prompts, cfg)
     return [{"token_ids": ids, **{k: st[k] for k in ("nfe", "draft_rows", "token_forwards")}}

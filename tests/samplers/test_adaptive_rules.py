@@ -135,8 +135,8 @@ def test_sched_schedules():
 def _expected_argmax(model, prompt: list[int], gen_length: int) -> list[int]:
     """The argmax of the first full forward at every answer position (mask id excluded)."""
     L = len(prompt) + gen_length
-    tokens = torch.tensor([prompt + [model.mask_token_id] * gen_length])
-    logits = model(tokens, torch.arange(L)[None])
+    tokens = torch.tensor([prompt + [model.mask_token_id] * gen_length], device=model.device)
+    logits = model(tokens, torch.arange(L, device=model.device)[None])
     if model.shift_logits:
         logits = torch.cat([logits[:, :1], logits[:, :-1]], 1)
     logits[..., model.mask_token_id] = float("-inf")

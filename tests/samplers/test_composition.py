@@ -43,7 +43,7 @@ class EosBias:
     def __call__(self, tokens, positions, visible=None, cache=None, cache_write=0):
         logits = self.inner(tokens, positions, visible, cache, cache_write)
         bias = (20.0 - 0.5 * (positions - self.start).float()) * (positions >= self.start)  # (N, T)
-        return logits.index_add(-1, torch.tensor([self.eos_token_ids[0]]), bias[..., None].to(logits.dtype))
+        return logits.index_add(-1, torch.tensor([self.eos_token_ids[0]], device=logits.device), bias[..., None].to(logits.dtype))
 
 
 def _cache_id(cache: dict) -> str:

@@ -1,0 +1,75 @@
+"""Time every forward the engine makes, without changing the engine: module hooks around the
+model's ``forward``.
+
+On CUDA each forward is bracketed by two CUDA events recorded on the current stream (read after
+the decode's final synchronisation, so timing adds no host sync inside a step); elsewhere by
+``time.perf_counter``. Each record keeps the forward's shape (rows N, query length T, key
+length S), so forwards can be grouped into block-start refreshes and window forwards.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardRecord:
+    rows: int  # N: batch rows (candidate states count as rows)
+    queries: int  # T: query positions
+    keys: int  # S: key positions attended (the cache length when cached, else T)
+    seconds: float
+
+
+class ForwardTimer:
+    """``with ForwardTimer(model) as timer: decode(...)`` then ``timer.records()``."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cuda = self.device.type == "cuda"
+        self._open: list = []  # (rows, queries, keys, start event | time)
+        self._done: list = []
+        self._handles: list = []
+
+    def __enter__(self) -> "ForwardTimer":
+        self._handles = [self.model.register_forward_pre_hook(self._before, with_kwargs=True),
+                         self.model.register_forward_hook(self._after, with_kwargs=True)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _stamp(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def _before(self, module, args, kwargs) -> None:
+        input_ids = args[0] if args else kwargs["input_ids"]
+        cache = args[3] if len(args) > 3 else kwargs.get("cache")
+        rows, queries = input_ids.shape
+        keys = cache.layers[0][0].shape[2] if cache is not None else queries
+        self._open.append((rows, queries, keys, self._stamp()))
+
+    def _after(self, module, args, kwargs, output) -> None:
+        rows, queries, keys, start = self._open.pop()
+        self._done.append((rows, queries, keys, start, self._stamp()))
+
+    def records(self) -> list[ForwardRecord]:
+        """Every forward so far (synchronises CUDA once, after the work being timed)."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        out = []
+        for rows, queries, keys, start, end in self._done:
+            seconds = start.elapsed_time(end) / 1000.0 if self.cuda else end - start
+            out.append(ForwardRecord(rows, queries, keys, seconds))
+        return out
+
+    def reset(self) -> None:
+        self._open, self._done = [], []

@@ -1,0 +1,77 @@
+"""Check, before any work, that every module the GPU check needs imports, and name what is
+missing.
+
+A machine lent for a GPU check has its own torch and no package registry: nothing is installed
+from here; the message says what to install where one can. Runnable as a script that imports
+nothing of dllm (``python dllm/bench/preflight.py [--no-tests] [--device D]``), so
+``bench/gpu_check.sh`` names a missing torch or transformers before ``import dllm`` would fail
+on it with a traceback.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+
+# module -> (pip package, what needs it)
+CORE = {"torch": ("torch", "everything"), "transformers": ("transformers", "tokenizers (import dllm)"),
+        "tokenizers": ("tokenizers", "tokenizers"), "safetensors": ("safetensors", "checkpoints (import dllm)")}
+SUITE = {"pytest": ("pytest", "the test suite"), "jinja2": ("jinja2", "chat templates in the suite"),
+         "tqdm": ("tqdm", "progress bars in the suite"), "yaml": ("pyyaml", "task files in the suite")}
+CUDA = {"triton": ("triton", "the confidence_stats kernel on CUDA (or set DLLM_KERNELS=torch)")}
+
+
+class MissingModules(RuntimeError):
+    """Modules a command needs that do not import; the message lists them all."""
+
+
+@dataclass(frozen=True, slots=True)
+class Preflight:
+    versions: dict[str, str]  # module -> version ("?" when it has no __version__)
+
+
+def check_imports(*, tests: bool, cuda: bool) -> Preflight:
+    """Import every needed module; raise MissingModules naming each one that fails, and why."""
+    needed = {**CORE, **(SUITE if tests else {}), **(CUDA if cuda else {})}
+    versions, missing = {}, []
+    for module, (package, purpose) in needed.items():
+        try:
+            versions[module] = str(getattr(importlib.import_module(module), "__version__", "?"))
+        except Exception as err:  # an ImportError, or a broken install raising anything else
+            missing.append(f"{module} (pip package {package!r}, for {purpose}): {type(err).__name__}: {err}")
+    if missing:
+        hint = " (or skip the suite with --no-tests)" if tests and any(m.split()[0] in SUITE for m in missing) else ""
+        raise MissingModules("these modules do not import:\n  " + "\n  ".join(missing)
+                             + "\nInstall them where a package registry is reachable (pip install -e "
+                               f"'.[test]' from the checkout){hint}; this command never installs anything.")
+    return Preflight(versions=versions)
+
+
+def wants_cuda(device: str) -> bool:
+    """Whether ``--device`` means a GPU ("auto": when this torch sees one)."""
+    if device.startswith("cuda"):
+        return True
+    if device != "auto":
+        return False
+    try:
+        import torch
+    except Exception:
+        return False  # reported as missing by check_imports
+    return torch.cuda.is_available()
+
+
+def main(argv: list[str]) -> int:
+    device = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--device"), "auto")
+    try:
+        check_imports(tests="--no-tests" not in argv, cuda=wants_cuda(device))
+    except MissingModules as err:
+        print(f"gpu_check: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    here = os.path.dirname(os.path.abspath(__file__))  # dllm/bench must not shadow installed modules
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    raise SystemExit(main(sys.argv[1:]))

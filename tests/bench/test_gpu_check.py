@@ -1,0 +1,188 @@
+"""The GPU check command runs end to end on CPU with tiny models (every stage: imports, the
+test stage, models built on the device, timed decodes, JSON + markdown), refuses bad input
+before any model work, and its pieces (peak table, roofline, model builder) behave."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dllm.bench import gpu_check, preflight
+from dllm.bench.device_peaks import device_peak
+from dllm.bench.random_models import build_random_model, shape_config
+from dllm.bench.roofline import forward_cost
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One ``--device cpu --tiny`` run; its test stage runs one small test file of the suite."""
+    out = tmp_path_factory.mktemp("gpu_check")
+    argv = ["--device", "cpu", "--tiny", "--out", str(out), "-q",
+            "--pytest-args", "tests/models/test_placement.py -k checkpoint_dtype -p no:cacheprovider"]
+    status = gpu_check.main(argv)
+    folders = list(out.glob("gpu_*"))
+    return status, folders
+
+
+def test_tiny_run_end_to_end_on_cpu(tiny_run, capsys):
+    status, folders = tiny_run
+    assert status == 0 and len(folders) == 1 and folders[0].name.startswith("gpu_cpu")
+    folder = folders[0]
+    tests = json.loads((folder / "tests.json").read_text())
+    assert tests["returncode"] == 0 and "passed" in tests["summary"] and "DLLM_TEST_DEVICE=cpu" in tests["command"]
+    assert (folder / "tests.log").read_text()
+    env = json.loads((folder / "environment.json").read_text())
+    assert {"torch", "transformers", "safetensors", "pytest"} <= set(env["versions"])
+    report = (folder / "results.md").read_text()
+    for name in ("tiny-llada", "tiny-dream"):
+        result = json.loads((folder / f"model_{name}_b1-2_g16.json").read_text())
+        assert result["dtype"] == "float32"  # dtype auto on the CPU
+        assert {r["method"] for r in result["forwards"]} >= {"none", "prefix", "dual"}
+        assert f"### {name}: one forward per cache mode" in report
+        for row in result["forwards"] + result["decoding"]:
+            assert "error" not in row, row
+            assert 0 < row["forward_s"] <= row["wall_s"]  # forwards happen inside the decode
+            assert row["tokens_per_s"] * row["wall_s"] == pytest.approx(row["batch"] * row["gen_length"])
+            assert row["planned_peak_bytes"] > 0 and row["peak_memory_bytes"] is None  # measured on CUDA only
+            plain = not any(k in row["method"] for k in ("FreeDave", "LoPA"))
+            if plain:  # one forward per step, charged to every row
+                assert row["forwards"] == row["nfe"]
+            else:
+                assert row["forwards"] >= row["nfe"]
+        by_mode = {r["method"]: r for r in result["forwards"] if r["batch"] == 1}
+        length, shift = 8 + 16, int(name == "tiny-dream")  # Dream's window starts one position early
+        none, dual = by_mode["none"]["forward"], by_mode["dual"]["forward"]
+        assert none["queries"] == none["keys"] == length and none["refresh_median_s"] is None
+        assert dual["queries"] == 8 + shift and dual["keys"] == length and dual["refresh_median_s"] > 0
+        prefix_windows = [s["queries"] for s in by_mode["prefix"]["forward_shapes"] if s["queries"] < s["keys"]]
+        assert sorted(prefix_windows) == [8 + shift, 16 + shift]  # [block start, canvas end)
+
+
+def test_a_failing_measurement_is_reported_and_fails_the_run(tmp_path, monkeypatch, capsys):
+    import dllm.bench.gpu_measure as gm
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore detail")
+
+    monkeypatch.setattr(gm, "decode", broken)
+    argv = ["--device", "cpu", "--tiny", "--no-tests", "--models", "tiny-llada", "--batch-sizes", "1",
+            "--out", str(tmp_path), "-q"]
+    assert gpu_check.main(argv) == gpu_check.EXIT_FAILED
+    report = capsys.readouterr().out
+    assert "RuntimeError: CUDA error: an illegal memory access was encountered |" in report
+
+
+def test_unknown_peaks_leave_the_ceiling_blank(tiny_run):
+    folder = tiny_run[1][0]
+    row = json.loads((folder / "model_tiny-llada_b1-2_g16.json").read_text())["forwards"][0]
+    assert row["forward"]["ceiling_s"] is None and row["forward"]["x_ceiling"] is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--device", "cpu"], "pass --tiny"),
+    (["--device", "cpu", "--tiny", "--gen-lengths", "12"], "not a multiple of block_length"),
+    (["--device", "cpu", "--tiny", "--config-arg", "gen_length=8"], "not a GenerationConfig field"),
+    (["--device", "cpu", "--tiny", "--config-arg", "colour=red"], "not a GenerationConfig field"),
+    (["--device", "tpu:7", "--tiny"], "not a torch device"),
+    (["--device", "cpu", "--tiny", "--prompt-length", "1000", "--gen-lengths", "32"], "exceed tiny-llada's context"),
+])
+def test_bad_input_is_one_error_before_any_model_work(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(gpu_check, "measure_model", lambda *a, **k: pytest.fail("a model was built"))
+    monkeypatch.setattr(gpu_check, "run_tests", lambda *a, **k: pytest.fail("the tests ran"))
+    assert gpu_check.main([*argv, "--out", str(tmp_path / "out")]) == gpu_check.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("gpu_check: error:") and message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cuda_without_cuda_and_missing_modules_are_named(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.main(["--device", "cuda", "--out", str(tmp_path)]) == gpu_check.EXIT_USAGE
+    assert "this torch sees no CUDA device" in capsys.readouterr().err
+    real_import = preflight.importlib.import_module
+
+    def without_yaml(name, *args):
+        if name in ("yaml", "pytest"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args)
+
+    monkeypatch.setattr(preflight.importlib, "import_module", without_yaml)
+    assert gpu_check.main(["--device", "cpu", "--tiny", "--out", str(tmp_path)]) == gpu_check.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "yaml (pip package 'pyyaml'" in err and "pytest (pip package 'pytest'" in err and "never installs" in err
+    with pytest.raises(preflight.MissingModules, match="triton"):  # CUDA needs the kernel's triton too
+        monkeypatch.setattr(preflight.importlib, "import_module",
+                            lambda name, *a: (_ for _ in ()).throw(ImportError("gone")) if name == "triton"
+                            else real_import(name, *a))
+        preflight.check_imports(tests=False, cuda=True)
+
+
+def test_preflight_script_names_a_broken_module_before_dllm_is_imported(tmp_path):
+    """bench/gpu_check.sh runs the preflight as a plain script: it must report, not crash."""
+    (tmp_path / "yaml.py").write_text("raise ImportError('this yaml is broken')\n")
+    script = Path(preflight.__file__)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(script), "--device", "cpu"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "yaml (pip package 'pyyaml'" in done.stderr and "this yaml is broken" in done.stderr
+    assert "--no-tests" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("name, table", [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H100 NVL", "H100 NVL"),
+    ("NVIDIA H200", "H200"), ("NVIDIA A100-SXM4-40GB", "A100 40GB"), ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
+    ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"), ("NVIDIA L40S", "L40S"), ("NVIDIA L4", "L4"),
+    ("NVIDIA A10G", "A10G"), ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+])
+def test_peak_table_picks_the_specific_sku_first(name, table):
+    peak = device_peak(name)
+    assert peak.name == table and peak.source == "table" and peak.bandwidth_gbs > 0 and peak.bf16_tflops > 0
+
+
+def test_peak_override_and_unknown_device():
+    unknown = device_peak("Some Future Accelerator")
+    assert unknown.bandwidth_gbs is None and unknown.source == "unknown"
+    h100 = device_peak("NVIDIA H100 80GB HBM3", bandwidth_gbs=3000.0)
+    assert h100.bandwidth_gbs == 3000.0 and h100.bf16_tflops == device_peak("NVIDIA H100").bf16_tflops
+    assert h100.source == "override"
+
+
+def test_roofline_counts_weights_once_and_kv_per_key():
+    model = build_random_model("tiny-dream", device=torch.device("cpu"), dtype=torch.bfloat16)
+    cfg = model.config
+    one = forward_cost(model, rows=2, queries=4, keys=40)
+    more_keys = forward_cost(model, rows=2, queries=4, keys=80)
+    kv_per_key = 2 * cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2  # K and V, 2 rows, bf16
+    assert more_keys.bytes_read - one.bytes_read == 40 * kv_per_key
+    more_queries = forward_cost(model, rows=2, queries=8, keys=40)
+    assert more_queries.bytes_read - one.bytes_read == 2 * 4 * cfg.d_model * 2  # only the embedding rows
+    assert more_queries.flops > one.flops
+    peak = device_peak("x", bandwidth_gbs=1.0, tflops=1e-3)  # 1 GB/s, 1 GFLOP/s
+    assert one.ceiling_seconds(peak) == max(one.bytes_read / 1e9, one.flops / 1e9)
+
+
+@pytest.mark.parametrize("name", ["tiny-llada", "tiny-dream"])
+def test_random_models_are_built_in_the_asked_dtype_and_run(name):
+    model = build_random_model(name, device=torch.device("cpu"), dtype=torch.bfloat16)
+    assert all(p.dtype == torch.bfloat16 and p.device.type == "cpu" for p in model.parameters())
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert torch.equal(model.norm.weight, torch.ones_like(model.norm.weight))
+    ids = torch.randint(0, model.config.vocab_size, (2, 12))
+    logits = model(ids, torch.arange(12).expand(2, 12))
+    assert logits.shape == (2, 12, model.config.vocab_size) and torch.isfinite(logits).all()
+    again = build_random_model(name, device=torch.device("cpu"), dtype=torch.bfloat16)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))  # seeded
+
+
+def test_real_shapes_are_the_published_configs():
+    llada, dream = shape_config("llada-8b"), shape_config("dream-7b")
+    assert (llada.d_model, llada.n_layers, llada.n_heads, llada.mlp_hidden_size, llada.vocab_size) == \
+        (4096, 32, 32, 12288, 126464)
+    assert (dream.d_model, dream.n_layers, dream.n_heads, dream.n_kv_heads, dream.shift_logits) == \
+        (3584, 28, 28, 4, True)
