@@ -78,6 +78,17 @@ class DllmLM(LM):
     def tok_encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    def encode_context(self, text: str) -> list[int]:
+        """A context's ids, after the beginning-of-text token when ``add_bos_token`` asks."""
+        ids = self.tok_encode(text)
+        bos = self.tokenizer.bos_token_id
+        if self.options.add_bos_token:
+            if bos is None:
+                raise ValueError(f"add_bos_token=true, but the tokenizer in {self.dllm.path} has no bos token")
+            if ids[:1] != [bos]:
+                ids = [bos, *ids]
+        return ids
+
     # ------------------------------------------------------------------ generate_until
 
     def request_config(self, gen_kwargs: dict[str, Any]) -> tuple[GenerationConfig, int]:
@@ -120,7 +131,7 @@ class DllmLM(LM):
         for i, request in enumerate(requests):
             context, gen_kwargs = request.args
             config, max_tokens = self.request_config(dict(gen_kwargs or {}))
-            ids = self.tok_encode(context)
+            ids = self.encode_context(context)
             try:
                 check_prompts([ids], config, self.model.config.max_sequence_length)
             except ValueError as err:
@@ -171,10 +182,12 @@ class DllmLM(LM):
             context, continuation = context[:-spaces], context[-spaces:] + continuation
         whole = self.tok_encode(context + continuation)
         context_ids = self.tok_encode(context)
+        continuation_ids = whole[len(context_ids):]
+        context_ids = self.encode_context(context) if context_ids else []
         if not context_ids:  # an empty context is conditioned on a start token
             start = self.tokenizer.bos_token_id
-            return [start if start is not None else self.model.eos_token_ids[0]], whole
-        return context_ids, whole[len(context_ids):]
+            context_ids = [start if start is not None else self.model.eos_token_ids[0]]
+        return context_ids, continuation_ids
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         if self.config.cfg_scale > 0:

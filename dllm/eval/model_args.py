@@ -33,6 +33,8 @@ class EvalOptions:
       forward per continuation token); off, is_greedy is reported False.
     save_dir: where per-request records (resume) and the speed summary go (None: nowhere);
       ``python -m dllm.eval`` sets it to ``--output_path``.
+    add_bos_token: start every context with the tokenizer's beginning-of-text token (Dream's
+      evaluation does for Base models; chat templates already write it).
     max_batch_size: lm-eval's ceiling for ``batch_size=auto``, which dllm refuses; unused.
     """
 
@@ -43,6 +45,7 @@ class EvalOptions:
     mc_num: int = 128
     greedy_check: bool = True
     save_dir: str | None = None
+    add_bos_token: bool = False
     max_batch_size: int | None = None
 
     def __post_init__(self) -> None:

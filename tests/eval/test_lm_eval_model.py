@@ -114,3 +114,12 @@ def test_a_rerun_answers_from_its_records_and_writes_speed(tiny_dirs, tmp_path, 
     other = _lm(tiny_dirs["llada"], **{**args, "policy": "threshold"})  # another config: decoded anew
     other.generate_until(gen[:1], disable_tqdm=True)
     assert len((tmp_path / "dllm_requests.rank0.jsonl").read_text().splitlines()) == 7
+
+
+def test_add_bos_token_starts_every_context_once(tiny_dirs):
+    lm = _lm(tiny_dirs["dream"], add_bos_token=True)
+    bos = lm.tokenizer.bos_token_id
+    assert lm.encode_context("hello") == [bos, *lm.tok_encode("hello")]
+    assert lm.encode_context(lm.tokenizer.bos_token + "hello") == [bos, *lm.tok_encode("hello")]
+    assert lm._encode_pair("hello", " there")[0] == [bos, *lm.tok_encode("hello")]
+    assert _lm(tiny_dirs["dream"]).encode_context("hello") == lm.tok_encode("hello")
