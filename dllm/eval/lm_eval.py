@@ -214,22 +214,23 @@ class DllmLM(LM):
             estimates = mc_loglikelihood(self.model, [pairs[i] for i in chunk], mc_num=self.options.mc_num,
                                          batch_size=self.options.batch_size, seed=self.config.seed)
             greedy = self._greedy([pairs[i] for i in chunk])
-            for i, est, (is_greedy, greedy_nfe, greedy_s) in zip(chunk, estimates, greedy):
+            for i, est, (is_greedy, greedy_nfe, greedy_tf, greedy_s) in zip(chunk, estimates, greedy):
                 results[i] = (est.mean, is_greedy)
                 self._record("loglikelihood", requests[i], [est.mean, is_greedy], {
                     "stderr": est.stderr, "mc_num": self.options.mc_num, "nfe": est.nfe + greedy_nfe,
-                    "token_forwards": est.token_forwards, "tokens": 0, "scored_tokens": len(pairs[i][1]), "seconds": est.seconds + greedy_s})
+                    "token_forwards": est.token_forwards + greedy_tf, "tokens": 0,
+                    "scored_tokens": len(pairs[i][1]), "seconds": est.seconds + greedy_s})
             bar.update(len(chunk))
         bar.close()
         self._write_speed()
         return results
 
-    def _greedy(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[bool, int, float]]:
-        """(continuation == greedy decode, its NFE, its seconds) per pair: one token per step,
-        most confident first (LLaDA's check), batched by continuation length."""
+    def _greedy(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[bool, int, int, float]]:
+        """(continuation == greedy decode, its NFE, token-forwards, seconds) per pair: one token
+        per step, most confident first (LLaDA's check), batched by continuation length."""
         if not self.options.greedy_check:
-            return [(False, 0, 0.0)] * len(pairs)
-        out: list[tuple[bool, int, float] | None] = [None] * len(pairs)
+            return [(False, 0, 0, 0.0)] * len(pairs)
+        out: list[tuple[bool, int, int, float] | None] = [None] * len(pairs)
         by_length: dict[int, list[int]] = {}
         for i, (_, continuation) in enumerate(pairs):
             by_length.setdefault(len(continuation), []).append(i)
@@ -239,7 +240,7 @@ class DllmLM(LM):
             result = decode(self.model, [pairs[i][0] for i in rows], config)
             for row, i in enumerate(rows):
                 same = result.answer[row].tolist() == list(pairs[i][1])
-                out[i] = (same, int(result.nfe[row]), result.wall_time / len(rows))
+                out[i] = (same, int(result.nfe[row]), int(result.token_forwards[row]), result.wall_time / len(rows))
         return out
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:

@@ -67,3 +67,14 @@ def test_token_limits_round_up_to_whole_blocks():
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="max_gen_toks"):
             block_aligned_length(bad, 32)
+
+
+def test_output_path_becomes_the_records_folder_unless_one_is_given():
+    from dllm.eval.__main__ import _with_save_dir
+
+    argv = ["--model", "dllm", "--output_path", "OUT", "--tasks", "gsm8k"]
+    assert _with_save_dir(argv) == [*argv, "--model_args", "save_dir=OUT"]
+    assert _with_save_dir(["--output_path=OUT"])[-1] == "save_dir=OUT"
+    given = ["--model_args", "save_dir=MINE", "--output_path", "OUT"]
+    assert _with_save_dir(given) == given
+    assert _with_save_dir(["--tasks", "gsm8k"]) == ["--tasks", "gsm8k"]
