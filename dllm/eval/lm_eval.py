@@ -127,20 +127,23 @@ class DllmLM(LM):
             raise ValueError(f"generation kwargs {gen_kwargs}: {err}") from err
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        prepared = []
+        prepared, seen = [], {}
         for i, request in enumerate(requests):
             context, gen_kwargs = request.args
-            config, max_tokens = self.request_config(dict(gen_kwargs or {}))
+            gen_kwargs = dict(gen_kwargs or {})
+            config, max_tokens = self.request_config(gen_kwargs)
             ids = self.encode_context(context)
             try:
                 check_prompts([ids], config, self.model.config.max_sequence_length)
             except ValueError as err:
                 raise ValueError(f"request {i} ({_where(request)}): {err}") from err
-            prepared.append((ids, config, max_tokens, gen_kwargs.get("until")))
+            # lm-eval repeats a request for several samples: the k-th copy samples with seed + k
+            repeat = seen[repr(request.args)] = seen.get(repr(request.args), -1) + 1
+            prepared.append((ids, config, max_tokens, gen_kwargs.get("until"), [*request.args, repeat]))
         results: list[str | None] = [None] * len(requests)
         pending: dict[str, list[int]] = {}
-        for i, (request, (ids, config, _, _)) in enumerate(zip(requests, prepared)):
-            done = self.records.get("generate_until", request.args)
+        for i, (ids, config, _, _, key) in enumerate(prepared):
+            done = self.records.get("generate_until", key)
             if done is not None:
                 results[i] = done["result"]
             else:  # requests that decode alike share batches, longest prompt first
@@ -152,12 +155,13 @@ class DllmLM(LM):
             for start in range(0, len(group), self.options.batch_size):
                 batch = group[start : start + self.options.batch_size]
                 config = prepared[batch[0]][1]
-                out = self.dllm.generate_ids([prepared[i][0] for i in batch], config)
+                seeds = [config.seed + prepared[i][4][-1] for i in batch]
+                out = self.dllm.generate_ids([prepared[i][0] for i in batch], config, seeds=seeds)
                 for i, ids, stats in zip(batch, out.token_ids, out.stats):
-                    _, _, max_tokens, until = prepared[i]
+                    _, _, max_tokens, until, key = prepared[i]
                     text = self._answer_text(ids, max_tokens)
                     results[i] = cut_at_stop(text, until)
-                    self._record("generate_until", requests[i], results[i], {
+                    self._record("generate_until", requests[i], key, results[i], {
                         "text": text, "nfe": stats["nfe"], "tokens": stats["tokens"],
                         "token_forwards": stats["token_forwards"], "draft_rows": stats["draft_rows"],
                         "seconds": stats["seconds"] / len(batch)})
@@ -216,7 +220,7 @@ class DllmLM(LM):
             greedy = self._greedy([pairs[i] for i in chunk])
             for i, est, (is_greedy, greedy_nfe, greedy_tf, greedy_s) in zip(chunk, estimates, greedy):
                 results[i] = (est.mean, is_greedy)
-                self._record("loglikelihood", requests[i], [est.mean, is_greedy], {
+                self._record("loglikelihood", requests[i], requests[i].args, [est.mean, is_greedy], {
                     "stderr": est.stderr, "mc_num": self.options.mc_num, "nfe": est.nfe + greedy_nfe,
                     "token_forwards": est.token_forwards + greedy_tf, "tokens": 0,
                     "scored_tokens": len(pairs[i][1]), "seconds": est.seconds + greedy_s})
@@ -252,9 +256,9 @@ class DllmLM(LM):
 
     # ------------------------------------------------------------------ records, processes
 
-    def _record(self, kind: str, request, result: Any, fields: dict[str, Any]) -> None:
-        self.records.add(kind, request.args, {"task": request.task_name, "doc_id": request.doc_id,
-                                              "result": result, **fields})
+    def _record(self, kind: str, request, key: Any, result: Any, fields: dict[str, Any]) -> None:
+        self.records.add(kind, key, {"task": request.task_name, "doc_id": request.doc_id,
+                                     "result": result, **fields})
         self.cache_hook.add_partial(kind, request.args, result)
 
     def _write_speed(self) -> None:

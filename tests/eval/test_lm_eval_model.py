@@ -123,3 +123,13 @@ def test_add_bos_token_starts_every_context_once(tiny_dirs):
     assert lm.encode_context(lm.tokenizer.bos_token + "hello") == [bos, *lm.tok_encode("hello")]
     assert lm._encode_pair("hello", " there")[0] == [bos, *lm.tok_encode("hello")]
     assert _lm(tiny_dirs["dream"]).encode_context("hello") == lm.tok_encode("hello")
+
+
+def test_repeated_requests_sample_anew_and_each_is_a_single_runs_sample(tiny_dirs):
+    lm = _lm(tiny_dirs["llada"], temperature=1.0, batch_size=4)
+    request = _gen("hello", 0)
+    first, second, other = lm.generate_until([request, request, _gen("x y z", 1)], disable_tqdm=True)
+    assert first != second  # the second copy samples with the next seed
+    assert lm.generate_until([request], disable_tqdm=True) == [first]
+    alone = _lm(tiny_dirs["llada"], temperature=1.0, seed=1).generate_until([request], disable_tqdm=True)
+    assert alone == [second]
