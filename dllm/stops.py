@@ -72,14 +72,19 @@ def cut_at_stop(ids: Sequence[int], decode: Callable[[list[int]], str], eos_ids:
         reason = "eos" if ids[cut] in set(eos_ids) and ids[cut] not in stops.token_ids else "stop"
         ids = ids[:cut]
     text = decode(ids)
-    hits = [i for i in (text.find(s) for s in stops.strings) if i >= 0]
-    if hits:
-        first = min(hits)
+    first = first_stop_string(text, stops)
+    if first is not None:
         text, reason = text[:first], "stop"
         ids = _ids_covering(ids, decode, first)
     if reason is None and complete:
         reason = "length"
     return StoppedText(text=text, ids=ids, finish_reason=reason)
+
+
+def first_stop_string(text: str, stops: StopConditions) -> int | None:
+    """Where the earliest stop string starts in ``text`` (None: no stop string in it)."""
+    hits = [i for i in (text.find(s) for s in stops.strings) if i >= 0]
+    return min(hits) if hits else None
 
 
 def safe_text_length(text: str, stops: StopConditions) -> int:

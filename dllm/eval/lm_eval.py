@@ -1,0 +1,314 @@
+"""``dllm`` as an lm-evaluation-harness model (registered under the name ``dllm``).
+
+    python -m dllm.eval --model dllm --model_args pretrained=DIR,policy=threshold,tau=0.9,\\
+        cache=dual,block_length=32,gen_length=256 --tasks gsm8k --device cuda --output_path OUT
+
+* generate_until: requests are decoded in batches of ``--batch_size`` (ragged prompts, longest
+  first) with the one decode engine; a task's ``max_gen_toks`` becomes the answer length
+  (rounded up to a multiple of ``block_length``; the text keeps at most ``max_gen_toks`` tokens),
+  and its ``until`` strings cut the finished text at the first one.
+* loglikelihood: LLaDA's Monte-Carlo estimate of the masked-diffusion bound
+  (``dllm.eval.likelihood``), ``mc_num`` draws per request; is_greedy from a one-token-per-step
+  low-confidence decode of the continuation (``greedy_check``).
+* loglikelihood_rolling (perplexity tasks) is refused with a message.
+* Every request's NFE, tokens and seconds go to ``save_dir`` (``dllm.eval.records``), which
+  also lets a rerun skip finished requests; ``dllm_speed.json`` sums them per task.
+* Under torchrun, lm-eval shards the documents by rank; the group is joined here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import torch
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from tqdm import tqdm
+
+import dllm
+from dllm.config import GenerationConfig
+from dllm.engine import check_prompts, decode
+from dllm.eval.likelihood import check_likelihood_model, mc_loglikelihood
+from dllm.eval.model_args import parse_model_args
+from dllm.eval.records import RequestRecords, fingerprint
+from dllm.eval.text import block_aligned_length, cut_at_stop
+
+log = logging.getLogger("dllm.eval")
+
+# lm-eval generation kwargs and what they set; anything else is named in a warning.
+SAMPLING_KWARGS = ("temperature", "top_p", "top_k")
+HANDLED_KWARGS = {"until", "max_gen_toks", "do_sample", *SAMPLING_KWARGS}
+
+
+@register_model("dllm")
+class DllmLM(LM):
+    """A dllm checkpoint and a GenerationConfig, answering lm-eval's requests."""
+
+    def __init__(self, **model_args: Any) -> None:
+        super().__init__()
+        self.options, self.config = parse_model_args(model_args)
+        self.block_given = model_args.get("block_length") is not None
+        self._rank, self._world_size = _join_group(self.options.device)
+        device = _device(self.options.device, self._rank if self._world_size > 1 else None)
+        self._device = torch.device(device)
+        self.dllm = dllm.load(self.options.pretrained, device=device, dtype=self.options.dtype)
+        self.model, self.tokenizer = self.dllm.model, self.dllm.tokenizer
+        run = {"model": str(self.dllm.path), "dtype": self.options.dtype, "config": _config_dict(self.config),
+               "mc_num": self.options.mc_num, "greedy_check": self.options.greedy_check}
+        self.records = RequestRecords(self.options.save_dir, self._rank, fingerprint(run))
+        self._warned: set[str] = set()
+
+    # ------------------------------------------------------------------ chat template
+
+    @property
+    def tokenizer_name(self) -> str:
+        return str(self.dllm.path).replace("/", "__")
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        return self.tokenizer.chat_template
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        if self.tokenizer.chat_template is None:
+            raise ValueError(f"the tokenizer in {self.dllm.path} has no chat template; drop --apply_chat_template")
+        return self.tokenizer.apply_chat_template(chat_history, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt)
+
+    def tok_encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encode_context(self, text: str) -> list[int]:
+        """A context's ids, after the beginning-of-text token when ``add_bos_token`` asks."""
+        ids = self.tok_encode(text)
+        bos = self.tokenizer.bos_token_id
+        if self.options.add_bos_token:
+            if bos is None:
+                raise ValueError(f"add_bos_token=true, but the tokenizer in {self.dllm.path} has no bos token")
+            if ids[:1] != [bos]:
+                ids = [bos, *ids]
+        return ids
+
+    # ------------------------------------------------------------------ generate_until
+
+    def request_config(self, gen_kwargs: dict[str, Any]) -> tuple[GenerationConfig, int]:
+        """The GenerationConfig of one request and its token limit (``max_gen_toks``).
+
+        Without ``block_length`` in model_args the answer is one block of ``max_gen_toks``
+        (steps scaled to keep model_args' tokens per step); with it, whole blocks of that size
+        and model_args' steps per block. Sampling kwargs of the task replace model_args'.
+        """
+        unknown = sorted(set(gen_kwargs) - HANDLED_KWARGS)
+        if unknown and str(unknown) not in self._warned:
+            self._warned.add(str(unknown))
+            log.warning("generation kwargs %s have no meaning for the dllm model and are ignored", unknown)
+        base = self.config
+        max_tokens = gen_kwargs.get("max_gen_toks", base.gen_length)
+        values = _config_dict(base)
+        if self.block_given:
+            gen_length = block_aligned_length(max_tokens, base.block_length)
+            values["steps"] = base.steps_per_block * (gen_length // base.block_length)
+        else:
+            gen_length = block_aligned_length(max_tokens, None)
+            values["block_length"] = gen_length
+            values["steps"] = max(1, round(gen_length * base.steps / base.gen_length))
+            if base.sub_block_length is not None:
+                windows = gen_length // base.sub_block_length
+                values["steps"] = windows * max(1, values["steps"] // windows)
+        values["gen_length"] = gen_length
+        for key in SAMPLING_KWARGS:
+            if key in gen_kwargs:
+                values[key] = gen_kwargs[key]
+        if gen_kwargs.get("do_sample") is False:
+            values["temperature"] = 0.0
+        try:
+            return GenerationConfig(**values), max_tokens
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"generation kwargs {gen_kwargs}: {err}") from err
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        prepared, seen = [], {}
+        for i, request in enumerate(requests):
+            context, gen_kwargs = request.args
+            gen_kwargs = dict(gen_kwargs or {})
+            config, max_tokens = self.request_config(gen_kwargs)
+            ids = self.encode_context(context)
+            try:
+                check_prompts([ids], config, self.model.config.max_sequence_length)
+            except ValueError as err:
+                raise ValueError(f"request {i} ({_where(request)}): {err}") from err
+            # lm-eval repeats a request for several samples: the k-th copy samples with seed + k
+            repeat = seen[repr(request.args)] = seen.get(repr(request.args), -1) + 1
+            prepared.append((ids, config, max_tokens, gen_kwargs.get("until"), [*request.args, repeat]))
+        results: list[str | None] = [None] * len(requests)
+        pending: dict[str, list[int]] = {}
+        for i, (ids, config, _, _, key) in enumerate(prepared):
+            done = self.records.get("generate_until", key)
+            if done is not None:
+                results[i] = done["result"]
+            else:  # requests that decode alike share batches, longest prompt first
+                pending.setdefault(repr(_config_dict(config)), []).append(i)
+        bar = tqdm(total=sum(map(len, pending.values())), desc="dllm generate_until",
+                   disable=disable_tqdm or self._rank != 0)
+        for group in pending.values():
+            group.sort(key=lambda i: -len(prepared[i][0]))
+            for start in range(0, len(group), self.options.batch_size):
+                batch = group[start : start + self.options.batch_size]
+                config = prepared[batch[0]][1]
+                seeds = [config.seed + prepared[i][4][-1] for i in batch]
+                out = self.dllm.generate_ids([prepared[i][0] for i in batch], config, seeds=seeds)
+                for i, ids, stats in zip(batch, out.token_ids, out.stats):
+                    _, _, max_tokens, until, key = prepared[i]
+                    text = self._answer_text(ids, max_tokens)
+                    results[i] = cut_at_stop(text, until)
+                    self._record("generate_until", requests[i], key, results[i], {
+                        "text": text, "nfe": stats["nfe"], "tokens": stats["tokens"],
+                        "token_forwards": stats["token_forwards"], "draft_rows": stats["draft_rows"],
+                        "seconds": stats["seconds"] / len(batch)})
+                bar.update(len(batch))
+        bar.close()
+        self._write_speed()
+        return results
+
+    def _answer_text(self, ids: list[int], max_tokens: int) -> str:
+        """The answer's text before its first end-of-text, at most ``max_tokens`` tokens."""
+        eos = set(self.model.eos_token_ids)
+        text_ids = ids[:-1] if ids and ids[-1] in eos else ids
+        return self.tokenizer.decode(text_ids[:max_tokens], skip_special_tokens=False)
+
+    # ------------------------------------------------------------------ loglikelihood
+
+    def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """Context and continuation ids as lm-eval's models split them: trailing spaces of the
+        context move to the continuation, and the continuation is what the joint text adds."""
+        spaces = len(context) - len(context.rstrip())
+        if spaces:
+            context, continuation = context[:-spaces], context[-spaces:] + continuation
+        whole = self.tok_encode(context + continuation)
+        context_ids = self.tok_encode(context)
+        continuation_ids = whole[len(context_ids):]
+        context_ids = self.encode_context(context) if context_ids else []
+        if not context_ids:  # an empty context is conditioned on a start token
+            start = self.tokenizer.bos_token_id
+            context_ids = [start if start is not None else self.model.eos_token_ids[0]]
+        return context_ids, continuation_ids
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        if self.config.cfg_scale > 0:
+            raise ValueError("cfg_scale applies to generate_until only; pass cfg_scale=0 for loglikelihood "
+                             "(multiple-choice) tasks")
+        check_likelihood_model(self.model)
+        pairs = [self._encode_pair(*request.args) for request in requests]
+        for i, (context, continuation) in enumerate(pairs):
+            if not continuation:
+                raise ValueError(f"request {i} ({_where(requests[i])}): the continuation {requests[i].args[1]!r} "
+                                 "encodes to no tokens")
+        results: list[tuple[float, bool] | None] = [None] * len(requests)
+        pending = []
+        for i, request in enumerate(requests):
+            done = self.records.get("loglikelihood", request.args)
+            if done is not None:
+                results[i] = tuple(done["result"])
+            else:
+                pending.append(i)
+        bar = tqdm(total=len(pending), desc="dllm loglikelihood", disable=disable_tqdm or self._rank != 0)
+        step = self.options.batch_size
+        for start in range(0, len(pending), step):  # a few requests at a time: records keep up
+            chunk = pending[start : start + step]
+            estimates = mc_loglikelihood(self.model, [pairs[i] for i in chunk], mc_num=self.options.mc_num,
+                                         batch_size=self.options.batch_size, seed=self.config.seed)
+            greedy = self._greedy([pairs[i] for i in chunk])
+            for i, est, (is_greedy, greedy_nfe, greedy_tf, greedy_s) in zip(chunk, estimates, greedy):
+                results[i] = (est.mean, is_greedy)
+                self._record("loglikelihood", requests[i], requests[i].args, [est.mean, is_greedy], {
+                    "stderr": est.stderr, "mc_num": self.options.mc_num, "nfe": est.nfe + greedy_nfe,
+                    "token_forwards": est.token_forwards + greedy_tf, "tokens": 0,
+                    "scored_tokens": len(pairs[i][1]), "seconds": est.seconds + greedy_s})
+            bar.update(len(chunk))
+        bar.close()
+        self._write_speed()
+        return results
+
+    def _greedy(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[bool, int, int, float]]:
+        """(continuation == greedy decode, its NFE, token-forwards, seconds) per pair: one token
+        per step, most confident first (LLaDA's check), batched by continuation length."""
+        if not self.options.greedy_check:
+            return [(False, 0, 0, 0.0)] * len(pairs)
+        out: list[tuple[bool, int, int, float] | None] = [None] * len(pairs)
+        by_length: dict[int, list[int]] = {}
+        for i, (_, continuation) in enumerate(pairs):
+            by_length.setdefault(len(continuation), []).append(i)
+        for length, rows in by_length.items():
+            config = GenerationConfig(gen_length=length, steps=length, policy="low_confidence", stop_at_eos=False,
+                                      seed=self.config.seed)
+            result = decode(self.model, [pairs[i][0] for i in rows], config)
+            for row, i in enumerate(rows):
+                same = result.answer[row].tolist() == list(pairs[i][1])
+                out[i] = (same, int(result.nfe[row]), int(result.token_forwards[row]), result.wall_time / len(rows))
+        return out
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        raise NotImplementedError(
+            "the dllm model does not answer loglikelihood_rolling (perplexity tasks such as wikitext): a "
+            "masked-diffusion model gives a Monte-Carlo bound on a continuation given its context, not the "
+            "left-to-right token probabilities a rolling perplexity sums; evaluate generate_until or "
+            "multiple-choice (loglikelihood) tasks")
+
+    # ------------------------------------------------------------------ records, processes
+
+    def _record(self, kind: str, request, key: Any, result: Any, fields: dict[str, Any]) -> None:
+        self.records.add(kind, key, {"task": request.task_name, "doc_id": request.doc_id,
+                                     "result": result, **fields})
+        self.cache_hook.add_partial(kind, request.args, result)
+
+    def _write_speed(self) -> None:
+        if self._world_size > 1:
+            self.barrier()  # every rank's records are written
+        if self._rank == 0:
+            self.records.write_speed()
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self._world_size == 1:
+            return tensor
+        parts = [torch.zeros_like(tensor) for _ in range(self._world_size)]
+        torch.distributed.all_gather(parts, tensor)
+        return torch.stack(parts)
+
+    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
+        if self._world_size == 1:
+            return [obj]
+        gathered = [None] * self._world_size if self._rank == dst else None
+        torch.distributed.gather_object(obj, gathered, dst=dst)
+        return gathered
+
+    def barrier(self) -> None:
+        if self._world_size > 1:
+            torch.distributed.barrier()
+
+
+def _config_dict(config: GenerationConfig) -> dict[str, Any]:
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+
+
+def _where(request) -> str:
+    return f"task {request.task_name}, doc {request.doc_id}"
+
+
+def _join_group(device: str) -> tuple[int, int]:
+    """(rank, world size): the torchrun group when launched by torchrun, else (0, 1)."""
+    if "RANK" not in os.environ:
+        return 0, 1
+    from dllm.parallel.dist import init_distributed
+
+    ctx = init_distributed(device)
+    return ctx.rank, ctx.world_size
+
+
+def _device(device: str, rank: int | None) -> str:
+    """The torch device to load on; a CUDA device that is not there is an error naming --device."""
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} is not available on this machine (no CUDA); pass --device cpu")
+        if rank is not None:
+            return f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}"
+    return device

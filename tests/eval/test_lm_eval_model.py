@@ -1,0 +1,135 @@
+"""The lm-eval model on tiny checkpoints: batches equal single requests, a task's token limit
+and stop strings hold, the likelihood is the estimator's, and a rerun answers from its records."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from lm_eval.api.instance import Instance
+
+import dllm
+from dllm.eval.likelihood import mc_loglikelihood
+from dllm.eval.lm_eval import DllmLM
+
+PROMPTS = ["a", "hello there, how are you", "x y z", "the quick brown fox jumps over the lazy dog again"]
+
+
+def _gen(context: str, doc_id: int, **gen_kwargs) -> Instance:
+    return Instance("generate_until", {}, (context, {"max_gen_toks": 16, **gen_kwargs}), 0, ("t", doc_id, 1))
+
+
+def _ll(context: str, continuation: str, doc_id: int) -> Instance:
+    return Instance("loglikelihood", {}, (context, continuation), 0, ("t", doc_id, 1))
+
+
+def _lm(path, **args) -> DllmLM:
+    return DllmLM(pretrained=str(path), device="cpu", **args)
+
+
+def test_ragged_batches_give_the_tokens_of_single_requests(tiny_dirs):
+    args = {"policy": "threshold", "tau": 0.5, "cache": "dual", "block_length": 8}
+    requests = [_gen(p, i) for i, p in enumerate(PROMPTS)]
+    batched = _lm(tiny_dirs["llada"], batch_size=3, **args).generate_until(requests, disable_tqdm=True)
+    single = _lm(tiny_dirs["llada"], batch_size=1, **args).generate_until(requests, disable_tqdm=True)
+    assert batched == single
+
+
+def test_max_gen_toks_sets_a_block_aligned_answer_and_until_cuts_it(tiny_dirs):
+    lm = _lm(tiny_dirs["llada"], block_length=8, steps=8, gen_length=16, stop_at_eos=False)
+    config, limit = lm.request_config({"max_gen_toks": 20})
+    assert (config.gen_length, config.block_length, config.steps, limit) == (24, 8, 12, 20)  # 4 steps / block
+    unblocked = _lm(tiny_dirs["llada"], gen_length=16, steps=8)
+    config, _ = unblocked.request_config({"max_gen_toks": 6})
+    assert (config.gen_length, config.block_length, config.steps) == (6, 6, 3)  # 2 tokens per step kept
+    (full,) = lm.generate_until([_gen("hello", 0, max_gen_toks=20)], disable_tqdm=True)
+    config, _ = lm.request_config({"max_gen_toks": 20})
+    answer = lm.dllm.generate_ids([lm.tok_encode("hello")], config).token_ids[0]
+    assert len(answer) == 24 and full == lm.tokenizer.decode(answer[:20])  # stop_at_eos off: no end-of-text
+    stop = full[len(full) // 2 : len(full) // 2 + 2]
+    (cut,) = lm.generate_until([_gen("hello", 0, max_gen_toks=20, until=[stop])], disable_tqdm=True)
+    assert cut == full[: full.index(stop)]
+    config, _ = lm.request_config({"do_sample": False, "temperature": 0.7})
+    assert config.temperature == 0.0
+    with pytest.raises(ValueError, match="max_gen_toks"):
+        lm.request_config({"max_gen_toks": 0})
+
+
+def test_chat_template_is_the_apis(tiny_dirs):
+    lm = _lm(tiny_dirs["llada"])
+    messages = [{"role": "user", "content": "reverse [a, b]"}]
+    assert lm.tok_encode(lm.apply_chat_template(messages)) == lm.dllm.encode(messages)
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_loglikelihood_is_the_estimate_and_greedy_is_the_models_own_answer(tiny_dirs, family):
+    lm = _lm(tiny_dirs[family], mc_num=8, batch_size=4, seed=3)
+    (greedy_ids,) = [lm.dllm.generate_ids([lm.tok_encode("hello")], gen_length=4, steps=4,
+                                          stop_at_eos=False).token_ids[0]]
+    greedy_text = lm.tokenizer.decode(greedy_ids)
+    requests = [_ll("hello", greedy_text, 0), _ll("hello there", " you", 1)]
+    results = lm.loglikelihood(requests, disable_tqdm=True)
+    pairs = [lm._encode_pair(*r.args) for r in requests]
+    estimates = mc_loglikelihood(lm.model, pairs, mc_num=8, batch_size=4, seed=3)
+    assert [r[0] for r in results] == pytest.approx([e.mean for e in estimates], abs=1e-5)
+    context = lm.tok_encode("hello")
+    other = greedy_ids[:-1] + [greedy_ids[0] if greedy_ids[-1] != greedy_ids[0] else greedy_ids[1]]
+    assert [g[0] for g in lm._greedy([(context, greedy_ids), (context, other)])] == [True, False]
+
+
+def test_unsupported_requests_are_refused_with_the_fix(tiny_dirs):
+    lm = _lm(tiny_dirs["llada"], cfg_scale=1.0)
+    with pytest.raises(ValueError, match="cfg_scale=0"):
+        lm.loglikelihood([_ll("a", " b", 0)])
+    with pytest.raises(NotImplementedError, match="perplexity"):
+        lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, ("text",), 0, ("t", 0, 1))])
+    with pytest.raises(ValueError, match="no CUDA|pass --device cpu"):
+        DllmLM(pretrained=str(tiny_dirs["llada"]), device="cuda:0") if not __import__("torch").cuda.is_available() \
+            else pytest.skip("CUDA present")
+    with pytest.raises(ValueError, match="context of"):
+        lm.generate_until([_gen("a " * 5000, 0)])
+
+
+def test_a_rerun_answers_from_its_records_and_writes_speed(tiny_dirs, tmp_path, monkeypatch):
+    args = {"save_dir": str(tmp_path), "mc_num": 4, "batch_size": 2, "greedy_check": False}
+    gen = [_gen(p, i) for i, p in enumerate(PROMPTS)]
+    ll = [_ll("hello", " there", 0), _ll("a", " b", 1)]
+    first = _lm(tiny_dirs["llada"], **args)
+    answers, scores = first.generate_until(gen, disable_tqdm=True), first.loglikelihood(ll, disable_tqdm=True)
+    speed = json.loads((tmp_path / "dllm_speed.json").read_text())["rows"]
+    gen_row = next(r for r in speed if r["request_type"] == "generate_until")
+    assert gen_row["requests"] == 4 and gen_row["nfe"] > 0 and gen_row["tpf"] > 0 and gen_row["tokens_per_s"] > 0
+    lines = (tmp_path / "dllm_requests.rank0.jsonl").read_text().splitlines()
+    assert len(lines) == 6
+
+    def no_model_work(*a, **k):
+        raise AssertionError("a finished request was decoded again")
+
+    again = _lm(tiny_dirs["llada"], **args)
+    monkeypatch.setattr(again.dllm, "generate_ids", no_model_work)
+    monkeypatch.setattr("dllm.eval.lm_eval.mc_loglikelihood", no_model_work)
+    assert again.generate_until(gen, disable_tqdm=True) == answers
+    assert again.loglikelihood(ll, disable_tqdm=True) == scores
+    assert (tmp_path / "dllm_requests.rank0.jsonl").read_text().splitlines() == lines
+    monkeypatch.undo()
+    other = _lm(tiny_dirs["llada"], **{**args, "policy": "threshold"})  # another config: decoded anew
+    other.generate_until(gen[:1], disable_tqdm=True)
+    assert len((tmp_path / "dllm_requests.rank0.jsonl").read_text().splitlines()) == 7
+
+
+def test_add_bos_token_starts_every_context_once(tiny_dirs):
+    lm = _lm(tiny_dirs["dream"], add_bos_token=True)
+    bos = lm.tokenizer.bos_token_id
+    assert lm.encode_context("hello") == [bos, *lm.tok_encode("hello")]
+    assert lm.encode_context(lm.tokenizer.bos_token + "hello") == [bos, *lm.tok_encode("hello")]
+    assert lm._encode_pair("hello", " there")[0] == [bos, *lm.tok_encode("hello")]
+    assert _lm(tiny_dirs["dream"]).encode_context("hello") == lm.tok_encode("hello")
+
+
+def test_repeated_requests_sample_anew_and_each_is_a_single_runs_sample(tiny_dirs):
+    lm = _lm(tiny_dirs["llada"], temperature=1.0, batch_size=4)
+    request = _gen("hello", 0)
+    first, second, other = lm.generate_until([request, request, _gen("x y z", 1)], disable_tqdm=True)
+    assert first != second  # the second copy samples with the next seed
+    assert lm.generate_until([request], disable_tqdm=True) == [first]
+    alone = _lm(tiny_dirs["llada"], temperature=1.0, seed=1).generate_until([request], disable_tqdm=True)
+    assert alone == [second]
