@@ -13,8 +13,8 @@ import sys
 from typing import Iterator, Sequence
 
 from dllm.cli_options import (
-    HelpFormatter, add_generation_options, add_model_options, add_verbosity_options, generation_config,
-    positive_int,
+    HelpFormatter, add_generation_options, add_model_options, add_request_options, add_verbosity_options,
+    generation_config, output_request, positive_int,
 )
 from dllm.cli_output import LOGGER_NAME, configure_logging, progress_bar
 from dllm.cli_prompts import PromptLine, check_prompt_lengths, read_prompts
@@ -30,21 +30,28 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     config = generation_config(args)  # validate before loading anything
+    request = output_request(args)
     prompts = _generate_prompts(args)
     model = dllm.load(args.model, device=args.device, dtype=args.dtype)
+    request = output_request(args, model.model.config.vocab_size)
     chat = False if args.raw else None
     ids = check_prompt_lengths(model, prompts, config, chat)
     log.debug("decoding %d prompt(s) in batches of %d", len(ids), args.batch_size)
     bar = progress_bar(len(ids), desc="generate", quiet=args.quiet)
     for start in range(0, len(ids), args.batch_size):
-        out = model.generate_ids(ids[start : start + args.batch_size], config)
+        out = model.generate_ids(ids[start : start + args.batch_size], config, stop=list(request.stops.strings),
+                                 stop_token_ids=list(request.stops.token_ids), max_tokens=request.max_tokens,
+                                 n=request.n, echo=request.echo)
         with tqdm.external_write_mode(file=sys.stderr):
-            for text, stats in zip(out.texts, out.stats):
-                print(json.dumps({"text": text, **stats}) if args.json else text, flush=True)
+            for row, (text, reason, stats) in enumerate(zip(out.texts, out.finish_reasons, out.stats)):
+                sample = {"sample": row % request.n} if request.n > 1 else {}
+                print(json.dumps({"text": text, "finish_reason": reason, **sample, **stats}) if args.json else text,
+                      flush=True)
                 if not args.json:
                     tps = stats["tokens"] / stats["seconds"] if stats["seconds"] > 0 else float("inf")
-                    log.info("[NFE %d | TPF %.2f | %.1f tokens/s on %s]", stats["nfe"], stats["tpf"], tps, args.device)
-        bar.update(len(out.texts))
+                    log.info("[%s | NFE %d | TPF %.2f | %.1f tokens/s on %s]", reason, stats["nfe"], stats["tpf"],
+                             tps, args.device)
+        bar.update(len(out.texts) // request.n)
     bar.close()
     return 0
 
@@ -79,11 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompts-file", metavar="FILE", default=None,
                      help="read prompts from FILE (- for stdin): one per text line, or .jsonl lines "
                           'with "prompt" or "messages"')
-    gen.add_argument("--batch-size", type=positive_int, default=8, help="prompts decoded together")
+    gen.add_argument("--batch-size", type=positive_int, default=8,
+                     help="prompts decoded together (each with its --n samples)")
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
-    gen.add_argument("--json", action="store_true", help="one JSON line per prompt with text and stats")
+    gen.add_argument("--json", action="store_true", help="one JSON line per answer: text, finish_reason, stats (and sample with --n)")
     add_model_options(gen)
     add_generation_options(gen)
+    add_request_options(gen)
     gen.set_defaults(func=cmd_generate)
     for register in _extra_commands():
         register(sub)

@@ -90,7 +90,7 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sub-block-length", type=int, default=None, help="sub-block cache size (default: off)")
     g.add_argument("--cache-arg", action="append", metavar="K=V",
                    help="cache option, repeatable (e.g. refresh_every=4)")
-    g.add_argument("--gen-length", type=int, default=128, help="answer tokens")
+    g.add_argument("--gen-length", type=int, default=None, help="answer tokens (default: 128)")
     g.add_argument("--block-length", type=int, default=None, help="block size (default: gen-length)")
     g.add_argument("--steps", type=int, default=None, help="step budget (default: gen-length)")
     g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
@@ -107,19 +107,21 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
 def generation_config(args: argparse.Namespace):
     """The GenerationConfig of the decoding options, with its rule, strategy and stopper built
     once, so a bad name or option is an error before any model is loaded."""
-    from dllm.config import GenerationConfig
+    from dllm.request import merge_config
     from dllm.samplers import make_rule, make_stopper, make_strategy
 
-    config = GenerationConfig(
-        gen_length=args.gen_length, block_length=args.block_length, steps=args.steps,
+    options = dict(
         policy=args.policy, policy_args=parse_kv(args.policy_arg),
         strategy=args.strategy, strategy_args=parse_kv(args.strategy_arg),
         stopper=args.stopper, stopper_args=parse_kv(args.stopper_arg),
         cache=args.cache, sub_block_length=args.sub_block_length, cache_args=parse_kv(args.cache_arg),
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
         cfg_scale=args.cfg_scale, stop_at_eos=not args.no_stop_at_eos, seed=args.seed,
-        memory_budget_mb=args.memory_budget_mb,
+        memory_budget_mb=args.memory_budget_mb, block_length=args.block_length, steps=args.steps,
     )
+    if args.gen_length is not None:
+        options["gen_length"] = args.gen_length
+    config = merge_config(None, options, getattr(args, "max_tokens", None))
     built = [_build(make_strategy, config.strategy, config.strategy_args, "--strategy-arg"),
              _build(make_rule, config.policy, config.policy_args, "--policy-arg"),
              _build(make_stopper, config.stopper, config.stopper_args, "--stopper-arg")]
@@ -128,6 +130,28 @@ def generation_config(args: argparse.Namespace):
         if check is not None:
             check(config)
     return config
+
+
+def add_request_options(p: argparse.ArgumentParser) -> None:
+    """What a request asks beyond decoding: stops, answer length, samples, echo."""
+    g = p.add_argument_group("request")
+    g.add_argument("--stop", action="append", metavar="TEXT",
+                   help="end the text before the first TEXT, repeatable (default: none)")
+    g.add_argument("--stop-token-id", action="append", type=int, metavar="ID",
+                   help="end the text before token ID, repeatable (default: none)")
+    g.add_argument("--max-tokens", type=positive_int, default=None,
+                   help="answer tokens kept; the canvas is the smallest whole number of blocks that "
+                        "holds them (instead of --gen-length; default: off)")
+    g.add_argument("--n", type=positive_int, default=1, help="samples per prompt (seeds seed, seed + 1, ...)")
+    g.add_argument("--echo", action="store_true", help="print each prompt's text before its answer")
+
+
+def output_request(args: argparse.Namespace, vocab_size: int | None = None):
+    """The OutputRequest of the request options (checked again against the model's vocabulary)."""
+    from dllm.request import OutputRequest
+
+    return OutputRequest.parse(stop=args.stop, stop_token_ids=args.stop_token_id, max_tokens=args.max_tokens,
+                               n=args.n, echo=args.echo, vocab_size=vocab_size)
 
 
 def _build(make, name: str, options: dict, flag: str):
