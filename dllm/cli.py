@@ -1,4 +1,4 @@
-"""Command line: ``dllm generate | bench parallelbench | bench throughput | train-filter``.
+"""Command line: ``dllm generate | chat | bench parallelbench | bench throughput | train-filter``.
 
 Results go to stdout; diagnostics go through ``logging`` to stderr (-v / -q, on every command);
 bad input is one ``dllm: error: ...`` line and exit status 2, before any model work.
@@ -56,6 +56,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    import dllm
+    from dllm.chat import HELP, run_chat
+
+    config = generation_config(args)  # validate before loading anything
+    model = dllm.load(args.model, device=args.device, dtype=args.dtype)
+    interactive = sys.stdin.isatty()
+    live = sys.stdout.isatty() if args.live is None else args.live
+    if interactive:
+        log.info("%s", HELP)
+    return run_chat(model, config, live=live, out=sys.stdout,
+                    read_line=lambda: input("> " if interactive else ""))
+
+
 def _generate_prompts(args: argparse.Namespace) -> list[PromptLine]:
     if args.prompt and args.prompts_file:
         raise ValueError("give prompts as arguments or with --prompts-file, not both")
@@ -94,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_generation_options(gen)
     add_request_options(gen)
     gen.set_defaults(func=cmd_generate)
+    chat = sub.add_parser("chat", help="a terminal chat with multi-turn history, showing the canvas filling")
+    chat.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
+                      help="redraw the filling canvas in place (default: on when stdout is a terminal); "
+                           "--no-live prints the final text as it becomes final")
+    add_model_options(chat)
+    add_generation_options(chat)
+    chat.set_defaults(func=cmd_chat)
     for register in _extra_commands():
         register(sub)
     for command in _subcommands(parser):

@@ -55,9 +55,10 @@ def merge_config(config: GenerationConfig | None, options: dict[str, Any],
     """``config`` (default: GenerationConfig()) with ``options`` applied on top.
 
     With ``max_tokens`` the answer length is ``block_aligned_gen_length(max_tokens, block)``:
-    ``gen_length`` may not be given too. Values a config derived from its gen_length follow the
-    new length (a single block stays one block; one token per step stays one per step); values
-    set to something else (a block_length, a steps budget) are kept and must fit it.
+    ``gen_length`` may not be given too. When the answer length changes, values a config
+    derived from its gen_length follow the new length (a single block stays one block; one
+    token per step stays one per step); values set to something else (a block_length, a steps
+    budget) are kept and must fit it.
     """
     if config is not None and not isinstance(config, GenerationConfig):
         raise OptionTypeError(f"config must be a dllm.GenerationConfig, got {type(config).__name__}; "
@@ -67,16 +68,16 @@ def merge_config(config: GenerationConfig | None, options: dict[str, Any],
     if unknown:
         raise ValueError(f"unknown generation option(s) {unknown}; known: {sorted(known)}")
     values = {} if config is None else {f.name: getattr(config, f.name) for f in dataclasses.fields(GenerationConfig)}
+    if max_tokens is not None and "gen_length" in options:
+        raise ValueError(f"pass max_tokens={max_tokens} or gen_length={options['gen_length']}, not both: "
+                         "max_tokens is the answer's length (rounded up to whole blocks for the canvas), "
+                         "gen_length the canvas' own")
+    if config is not None and (max_tokens is not None or options.get("gen_length", config.gen_length) != config.gen_length):
+        if config.block_length == config.gen_length:
+            values["block_length"] = None  # one block, of the new length
+        if config.steps == config.gen_length:
+            values["steps"] = None  # one token per step
     if max_tokens is not None:
-        if "gen_length" in options:
-            raise ValueError(f"pass max_tokens={max_tokens} or gen_length={options['gen_length']}, not both: "
-                             "max_tokens is the answer's length (rounded up to whole blocks for the canvas), "
-                             "gen_length the canvas' own")
-        if config is not None:
-            if config.block_length == config.gen_length:
-                values["block_length"] = None  # one block, of the new length
-            if config.steps == config.gen_length:
-                values["steps"] = None  # one token per step
         block = options.get("block_length", values.get("block_length"))
         values["gen_length"] = block_aligned_gen_length(max_tokens, block)
     return GenerationConfig(**{**values, **options})
