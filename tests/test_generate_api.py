@@ -101,6 +101,11 @@ def test_max_tokens_follows_a_config_whose_lengths_were_derived(lm):
             == [ids[:12] for ids in lm.generate(PROMPTS, blocked, gen_length=16, steps=32).token_ids])
 
 
+def test_a_new_gen_length_carries_a_config_single_block_and_one_token_per_step(lm):
+    config = dllm.GenerationConfig(gen_length=64)
+    assert lm.generate(PROMPTS, config, gen_length=8).token_ids == lm.generate(PROMPTS, gen_length=8).token_ids
+
+
 def test_n_samples_are_grouped_by_prompt_and_equal_seeded_single_runs(lm):
     opts = dict(gen_length=16, temperature=1.0, seed=5)
     out = lm.generate(PROMPTS, n=3, **opts)
