@@ -106,7 +106,7 @@ class DiffusionLM:
             out.stats.append({
                 "nfe": nfe, "tokens": len(kept), "tpf": len(kept) / max(nfe, 1),
                 "token_forwards": int(result.token_forwards[row]),
-                "draft_rows": int(result.draft_rows[row]), "seconds": result.wall_time,
+                "draft_rows": int(result.draft_rows[row]), "seconds": result.row_seconds[row],
             })
         return out
 
