@@ -36,6 +36,14 @@ def test_plain_rows_end_at_end_of_text_or_length(lm, plain):
     assert short.finish_reasons == ["eos" if ids[-1] in eos else "length" for ids in short.token_ids]
 
 
+def test_seconds_are_each_rows_own_latency(lm):
+    out = lm.generate(["Copy: Ann Lee", "Reverse: Cy Dunn, Di Ely, Ed Fox, Al Bo, Cy Dee"], gen_length=32,
+                      block_length=4)
+    (early, late) = sorted(out.stats, key=lambda s: s["nfe"])
+    assert early["nfe"] < late["nfe"], "this test needs rows that stop after different forwards"
+    assert 0 < early["seconds"] < late["seconds"]
+
+
 def test_stop_string_cuts_before_its_first_occurrence(lm, plain):
     stops = [_stop_string(t) for t in plain.texts]
     for prompt, text, ids, stop in zip(PROMPTS, plain.texts, plain.token_ids, stops):
