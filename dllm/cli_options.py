@@ -90,7 +90,7 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sub-block-length", type=int, default=None, help="sub-block cache size (default: off)")
     g.add_argument("--cache-arg", action="append", metavar="K=V",
                    help="cache option, repeatable (e.g. refresh_every=4)")
-    g.add_argument("--gen-length", type=int, default=None, help="answer tokens (default: 128)")
+    g.add_argument("--gen-length", type=int, default=128, action=_RecordGiven, help="answer tokens")
     g.add_argument("--block-length", type=int, default=None, help="block size (default: gen-length)")
     g.add_argument("--steps", type=int, default=None, help="step budget (default: gen-length)")
     g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
@@ -107,21 +107,19 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
 def generation_config(args: argparse.Namespace):
     """The GenerationConfig of the decoding options, with its rule, strategy and stopper built
     once, so a bad name or option is an error before any model is loaded."""
-    from dllm.request import merge_config
+    from dllm.config import GenerationConfig
     from dllm.samplers import make_rule, make_stopper, make_strategy
 
-    options = dict(
+    config = GenerationConfig(
+        gen_length=answer_length(args), block_length=args.block_length, steps=args.steps,
         policy=args.policy, policy_args=parse_kv(args.policy_arg),
         strategy=args.strategy, strategy_args=parse_kv(args.strategy_arg),
         stopper=args.stopper, stopper_args=parse_kv(args.stopper_arg),
         cache=args.cache, sub_block_length=args.sub_block_length, cache_args=parse_kv(args.cache_arg),
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
         cfg_scale=args.cfg_scale, stop_at_eos=not args.no_stop_at_eos, seed=args.seed,
-        memory_budget_mb=args.memory_budget_mb, block_length=args.block_length, steps=args.steps,
+        memory_budget_mb=args.memory_budget_mb,
     )
-    if args.gen_length is not None:
-        options["gen_length"] = args.gen_length
-    config = merge_config(None, options, getattr(args, "max_tokens", None))
     built = [_build(make_strategy, config.strategy, config.strategy_args, "--strategy-arg"),
              _build(make_rule, config.policy, config.policy_args, "--policy-arg"),
              _build(make_stopper, config.stopper, config.stopper_args, "--stopper-arg")]
@@ -130,6 +128,29 @@ def generation_config(args: argparse.Namespace):
         if check is not None:
             check(config)
     return config
+
+
+class _RecordGiven(argparse.Action):
+    """Stores the value and notes that it was given (``args.given_options``), so a conflicting
+    option can be refused while the default stays in the help and in the namespace."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, "given_options", {*getattr(namespace, "given_options", ()), self.dest})
+
+
+def answer_length(args: argparse.Namespace) -> int:
+    """The canvas' answer length: ``--gen-length``, or the smallest whole number of blocks that
+    holds ``--max-tokens`` (not both)."""
+    from dllm.config import block_aligned_gen_length
+
+    max_tokens = getattr(args, "max_tokens", None)
+    if max_tokens is None:
+        return args.gen_length
+    if "gen_length" in getattr(args, "given_options", ()):
+        raise ValueError(f"pass --max-tokens {max_tokens} or --gen-length {args.gen_length}, not both: "
+                         "--max-tokens is the answer's length (rounded up to whole blocks for the canvas)")
+    return block_aligned_gen_length(max_tokens, args.block_length)
 
 
 def add_request_options(p: argparse.ArgumentParser) -> None:

@@ -31,6 +31,17 @@ def test_request_options_give_the_api_rows_with_finish_reasons(lm, capsys):
     assert [r["sample"] for r in rows] == [0, 1, 0, 1]
 
 
+def test_max_tokens_sizes_the_canvas_with_the_given_block_length():
+    from dllm.cli import build_parser
+    from dllm.cli_options import generation_config
+
+    for argv, expected in ((["--max-tokens", "12"], (12, 12, 12)),
+                           (["--max-tokens", "12", "--block-length", "8"], (16, 8, 16)),
+                           (["--max-tokens", "12", "--block-length", "12", "--steps", "6"], (12, 12, 6))):
+        config = generation_config(build_parser().parse_args(["generate", "hi", *argv]))
+        assert (config.gen_length, config.block_length, config.steps) == expected
+
+
 def test_finish_reason_in_every_json_line_and_in_the_stats_line(capsys):
     assert main(["generate", PROMPTS[0], "--json", "--max-tokens", "2"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -41,7 +52,8 @@ def test_finish_reason_in_every_json_line_and_in_the_stats_line(capsys):
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["--max-tokens", "8", "--gen-length", "16"], "pass max_tokens=8 or gen_length=16, not both"),
+    (["--max-tokens", "8", "--gen-length", "16"], "pass --max-tokens 8 or --gen-length 16, not both"),
+    (["--max-tokens", "8", "--gen-length", "128"], "pass --max-tokens 8 or --gen-length 128, not both"),
     (["--max-tokens", "12", "--block-length", "8", "--steps", "3"], "steps=3 must be a positive multiple"),
     (["--stop", ""], "stop strings must be non-empty"),
 ])
