@@ -92,3 +92,13 @@ def test_a_tokenizer_without_chat_template_is_refused(lm, monkeypatch):
     monkeypatch.setattr(lm.tokenizer, "chat_template", None)
     with pytest.raises(ValueError, match="no chat template"):
         run_chat(lm, dllm.GenerationConfig(**GEN), live=False, read_line=_reader([]), out=io.StringIO())
+
+
+def test_live_is_the_default_on_a_terminal_and_no_live_on_a_pipe(lm, monkeypatch, capsys):
+    import sys
+
+    for tty, live in ((True, True), (False, False)):
+        monkeypatch.setattr("sys.stdin", io.StringIO("Copy: Ann Lee\n"))
+        monkeypatch.setattr(sys.stdout, "isatty", lambda: tty)
+        assert main(["chat", *ARGS]) == 0
+        assert ("\r\x1b[K" in capsys.readouterr().out) == live
