@@ -3,17 +3,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Iterator, Sequence, Union
 
 import torch
 
 from dllm.config import GenerationConfig
-from dllm.engine import DecodeResult, decode
+from dllm.engine import DecodeResult, Decoding, RowStart, check_prompts, decode
 from dllm.inputs import check_token_ids, prompt_batch
 from dllm.models import load_model, load_tokenizer
 from dllm.models.tokenizer import check_decodable, check_tokenizer_fits
 from dllm.outputs import GenerationOutput, end_row
 from dllm.request import OutputRequest, merge_config, row_seeds
+from dllm.stops import StopConditions
+from dllm.streaming import StreamUpdate, stream_decoding
 from dllm.validation import OptionTypeError
 
 Message = dict[str, str]
@@ -71,6 +73,25 @@ class DiffusionLM:
         request = self._request(stop, stop_token_ids, max_tokens, n, echo)
         config = merge_config(config, options, request.max_tokens)
         return self._generate(ids, config, seeds, request)
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None,
+               seed: int | None = None, stop: Any = None, stop_token_ids: Any = None,
+               **options: Any) -> Iterator[StreamUpdate]:
+        """Decode one prompt, yielding a ``StreamUpdate`` after each forward (newly committed
+        positions, the canvas, the final prefix and its new text), then a last one with
+        ``finished=True``. Same tokens as ``generate``; ``stop`` / ``stop_token_ids`` end the
+        text (and the decode) at the first stop. Bad input raises here, before any model work."""
+        config = merge_config(config, options)
+        prompts = prompt_batch(prompt)
+        if len(prompts) != 1:
+            raise ValueError(f"stream takes one prompt (a string or chat messages), got {len(prompts)}; "
+                             "call it once per prompt, or use generate for a batch")
+        ids = check_token_ids([self.encode(prompts[0], chat)], self.model.config.vocab_size)
+        check_prompts(ids, config, self.model.config.max_sequence_length)
+        stops = StopConditions.parse(stop, stop_token_ids, vocab_size=self.model.config.vocab_size)
+        seed = config.seed if seed is None else seed
+        decoding = Decoding(self.model, [RowStart(prefix=ids[0], gen_length=config.gen_length, seed=seed)], config)
+        return stream_decoding(self, decoding, stops)
 
     def _request(self, stop, stop_token_ids, max_tokens, n, echo) -> OutputRequest:
         return OutputRequest.parse(stop=stop, stop_token_ids=stop_token_ids, max_tokens=max_tokens, n=n,
