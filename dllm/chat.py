@@ -71,6 +71,10 @@ class ChatSession:
 
     def _set(self, pairs: list[str]) -> None:
         """Apply key=value options if the config they make is valid; otherwise keep the old ones."""
+        malformed = [p for p in pairs if "=" not in p]
+        if malformed:
+            log.error("expected key=value, got %r (e.g. /set temperature=0.7); options unchanged", malformed[0])
+            return
         try:
             options = {**self.options, **parse_kv(pairs)}
             merge_config(self.config, options)
