@@ -108,7 +108,7 @@ def generation_config(args: argparse.Namespace):
     """The GenerationConfig of the decoding options, with its rule, strategy and stopper built
     once, so a bad name or option is an error before any model is loaded."""
     from dllm.config import GenerationConfig
-    from dllm.samplers import make_rule, make_stopper, make_strategy
+    from dllm.policies import check_policies
 
     config = GenerationConfig(
         gen_length=answer_length(args), block_length=args.block_length, steps=args.steps,
@@ -120,14 +120,28 @@ def generation_config(args: argparse.Namespace):
         cfg_scale=args.cfg_scale, stop_at_eos=not args.no_stop_at_eos, seed=args.seed,
         memory_budget_mb=args.memory_budget_mb,
     )
-    built = [_build(make_strategy, config.strategy, config.strategy_args, "--strategy-arg"),
-             _build(make_rule, config.policy, config.policy_args, "--policy-arg"),
-             _build(make_stopper, config.stopper, config.stopper_args, "--stopper-arg")]
-    for part in built:
-        check = getattr(part, "check_config", None)
-        if check is not None:
-            check(config)
+    check_policies(config, {"policy_args": "--policy-arg", "strategy_args": "--strategy-arg",
+                            "stopper_args": "--stopper-arg", "cache_args": "--cache-arg"})
     return config
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="checkpoint directory (default: the bundled model)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda or cuda:1")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="weight and activation dtype")
+
+
+def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> None:
+    """-v / -q: accepted before the command (``dllm -q generate``) and after it; a subcommand's
+    copy leaves the top-level value alone unless given (SUPPRESS)."""
+    count_default = 0 if top_level else argparse.SUPPRESS
+    flag_default = False if top_level else argparse.SUPPRESS
+    g = p.add_argument_group("output")
+    g.add_argument("-v", "--verbose", action="count", default=count_default,
+                   help="debug diagnostics on stderr")
+    g.add_argument("-q", "--quiet", action="store_true", default=flag_default,
+                   help="only warnings and errors on stderr, no progress bars")
 
 
 class _RecordGiven(argparse.Action):
@@ -173,31 +187,3 @@ def output_request(args: argparse.Namespace, vocab_size: int | None = None):
 
     return OutputRequest.parse(stop=args.stop, stop_token_ids=args.stop_token_id, max_tokens=args.max_tokens,
                                n=args.n, echo=args.echo, vocab_size=vocab_size)
-
-
-def _build(make, name: str, options: dict, flag: str):
-    """``make(name, options)``; a value of the wrong type (``tau=high``) becomes a ValueError
-    naming the option flag, so every command reports it as one line."""
-    try:
-        return make(name, options)
-    except TypeError as err:
-        raise ValueError(f"{name!r}: an option has a value of the wrong type ({err}); check {flag} {options}") from err
-
-
-def add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="checkpoint directory (default: the bundled model)")
-    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda or cuda:1")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="weight and activation dtype")
-
-
-def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> None:
-    """-v / -q: accepted before the command (``dllm -q generate``) and after it; a subcommand's
-    copy leaves the top-level value alone unless given (SUPPRESS)."""
-    count_default = 0 if top_level else argparse.SUPPRESS
-    flag_default = False if top_level else argparse.SUPPRESS
-    g = p.add_argument_group("output")
-    g.add_argument("-v", "--verbose", action="count", default=count_default,
-                   help="debug diagnostics on stderr")
-    g.add_argument("-q", "--quiet", action="store_true", default=flag_default,
-                   help="only warnings and errors on stderr, no progress bars")
