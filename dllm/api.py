@@ -1,9 +1,7 @@
 """The Python API: ``model = dllm.load(path)``; ``out = model.generate(prompts, ...)``."""
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence, Union
 
@@ -15,6 +13,8 @@ from dllm.inputs import check_token_ids, prompt_batch
 from dllm.models import load_model, load_tokenizer
 from dllm.models.bundled import resolve_model_path
 from dllm.models.tokenizer import check_decodable, check_tokenizer_fits
+from dllm.outputs import GenerationOutput, end_row
+from dllm.request import OutputRequest, merge_config, row_seeds
 from dllm.stops import StopConditions
 from dllm.streaming import StreamUpdate, stream_decoding
 from dllm.validation import OptionTypeError
@@ -26,15 +26,6 @@ Prompt = Union[str, Sequence[Message]]
 def default_model_path() -> Path:
     """The small trained model that ships inside the package."""
     return resolve_model_path(None)
-
-
-@dataclass(kw_only=True, slots=True)
-class GenerationOutput:
-    texts: list[str]  # answer text up to (not including) the first end-of-text
-    token_ids: list[list[int]]  # answer ids up to and including the first end-of-text
-    stats: list[dict[str, Any]]  # per row: nfe, tpf, token_forwards, draft_rows, tokens, seconds
-    decode_order: list[list[int]] = field(default_factory=list)  # forward index per answer token
-    memory: dict[str, int] = field(default_factory=dict)  # dllm.memory plan + kv_cache_peak_bytes
 
 
 class DiffusionLM:
@@ -57,25 +48,32 @@ class DiffusionLM:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def generate(self, prompts: Prompt | Sequence[Prompt], config: GenerationConfig | None = None,
-                 *, chat: bool | None = None, seeds: Sequence[int] | None = None,
-                 **options: Any) -> GenerationOutput:
+                 *, chat: bool | None = None, seeds: Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
+                 stop_token_ids: Sequence[int] | None = None, max_tokens: int | None = None, n: int = 1,
+                 echo: bool = False, **options: Any) -> GenerationOutput:
         """Generate for one prompt or many (ragged lengths are fine).
 
         ``options`` are GenerationConfig fields, applied on top of ``config``. ``seeds``: one
         sampling seed per prompt (default: ``config.seed`` for each); a row samples the same
-        tokens alone or in any batch, at any position.
+        tokens alone or in any batch, at any position. ``stop`` / ``stop_token_ids`` end a
+        row's text before the first one; ``max_tokens`` sets the answer length (instead of
+        ``gen_length``); ``n`` samples per prompt (seeds ``seed, seed + 1, ...``; rows grouped
+        by prompt); ``echo`` puts the prompt's text before each answer. Every row says why it
+        ended in ``finish_reasons``. All of it is checked before any model work.
         """
-        config = _merge(config, options)
+        request = self._request(stop, stop_token_ids, max_tokens, n, echo)
+        config = merge_config(config, options, request.max_tokens)
         ids = [self.encode(p, chat) for p in prompt_batch(prompts)]
-        return self.generate_ids(ids, config, seeds=seeds)
+        return self._generate(ids, config, seeds, request)
 
     def generate_ids(self, ids: list[list[int]], config: GenerationConfig | None = None, *,
-                     seeds: Sequence[int] | None = None, **options: Any) -> GenerationOutput:
-        """Generate from token ids (a list of prompts, each a list of ids of this model)."""
-        config = _merge(config, options)
-        ids = check_token_ids(ids, self.model.config.vocab_size)
-        result = decode(self.model, ids, config, seeds=None if seeds is None else list(seeds))
-        return self.to_output(result)
+                     seeds: Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
+                     stop_token_ids: Sequence[int] | None = None, max_tokens: int | None = None, n: int = 1,
+                     echo: bool = False, **options: Any) -> GenerationOutput:
+        """``generate`` from token ids (a list of prompts, each a list of ids of this model)."""
+        request = self._request(stop, stop_token_ids, max_tokens, n, echo)
+        config = merge_config(config, options, request.max_tokens)
+        return self._generate(ids, config, seeds, request)
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None,
                seed: int | None = None, stop: Any = None, stop_token_ids: Any = None,
@@ -84,7 +82,7 @@ class DiffusionLM:
         positions, the canvas, the final prefix and its new text), then a last one with
         ``finished=True``. Same tokens as ``generate``; ``stop`` / ``stop_token_ids`` end the
         text (and the decode) at the first stop. Bad input raises here, before any model work."""
-        config = _merge(config, options)
+        config = merge_config(config, options)
         prompts = prompt_batch(prompt)
         if len(prompts) != 1:
             raise ValueError(f"stream takes one prompt (a string or chat messages), got {len(prompts)}; "
@@ -96,40 +94,43 @@ class DiffusionLM:
         decoding = Decoding(self.model, [RowStart(prefix=ids[0], gen_length=config.gen_length, seed=seed)], config)
         return stream_decoding(self, decoding, stops)
 
-    def to_output(self, result: DecodeResult) -> GenerationOutput:
-        eos = set(self.model.eos_token_ids)
-        texts, token_ids, stats, orders = [], [], [], []
+    def _request(self, stop, stop_token_ids, max_tokens, n, echo) -> OutputRequest:
+        return OutputRequest.parse(stop=stop, stop_token_ids=stop_token_ids, max_tokens=max_tokens, n=n,
+                                   echo=echo, vocab_size=self.model.config.vocab_size)
+
+    def _generate(self, ids: Any, config: GenerationConfig, seeds: Sequence[int] | None,
+                  request: OutputRequest) -> GenerationOutput:
+        ids = check_token_ids(ids, self.model.config.vocab_size)
+        row_seed = row_seeds(config, seeds, len(ids), request.n)
+        rows = [prompt for prompt in ids for _ in range(request.n)]
+        result = decode(self.model, rows, config, seeds=row_seed)
+        return self.to_output(result, rows, request)
+
+    def decode_text(self, ids: list[int]) -> str:
+        """Text of ids this model produced (special tokens kept; unknown ids are an error)."""
+        check_decodable(ids, self.tokenizer, self.model.config.vocab_size, self.path)
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def to_output(self, result: DecodeResult, prompts: list[list[int]] | None = None,
+                  request: OutputRequest | None = None) -> GenerationOutput:
+        """Each row of a decode cut at its end (``outputs.end_row``), with its own statistics."""
+        request = request or OutputRequest()
+        out = GenerationOutput(texts=[], token_ids=[], memory=result.memory)
         for row, answer in enumerate(result.answer.tolist()):
-            end = next((i for i, t in enumerate(answer) if t in eos), None)
-            kept = answer if end is None else answer[: end + 1]
+            stopped, kept = end_row(answer, self.decode_text, self.model.eos_token_ids, request)
             check_decodable(kept, self.tokenizer, self.model.config.vocab_size, self.path)
-            text_ids = answer if end is None else answer[:end]
-            texts.append(self.tokenizer.decode(text_ids, skip_special_tokens=False))
-            token_ids.append(kept)
-            orders.append(result.order[row, : len(kept)].tolist())
+            echoed = self.decode_text(prompts[row]) if request.echo and prompts is not None else ""
+            out.texts.append(echoed + stopped.text)
+            out.token_ids.append(kept)
+            out.finish_reasons.append(stopped.finish_reason)
+            out.decode_order.append(result.order[row, : len(kept)].tolist())
             nfe = int(result.nfe[row])
-            stats.append({
+            out.stats.append({
                 "nfe": nfe, "tokens": len(kept), "tpf": len(kept) / max(nfe, 1),
                 "token_forwards": int(result.token_forwards[row]),
                 "draft_rows": int(result.draft_rows[row]), "seconds": result.row_seconds[row],
             })
-        return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, decode_order=orders,
-                                memory=result.memory)
-
-
-def _merge(config: GenerationConfig | None, options: dict[str, Any]) -> GenerationConfig:
-    """``config`` (default: GenerationConfig()) with ``options`` applied on top."""
-    if config is not None and not isinstance(config, GenerationConfig):
-        raise OptionTypeError(f"config must be a dllm.GenerationConfig, got {type(config).__name__}; "
-                              "pass generation options as keywords (e.g. gen_length=32)")
-    known = {f.name for f in dataclasses.fields(GenerationConfig)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ValueError(f"unknown generation option(s) {unknown}; known: {sorted(known)}")
-    if config is None:
-        return GenerationConfig(**options)
-    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(GenerationConfig)}
-    return GenerationConfig(**{**values, **options})
+        return out
 
 
 def load(path: str | Path | None = None, *, device: str | torch.device = "auto",

@@ -1,4 +1,4 @@
-"""Command line: ``dllm generate | bench parallelbench | bench throughput | train-filter``.
+"""Command line: ``dllm generate | chat | bench parallelbench | bench throughput | train-filter``.
 
 Results go to stdout; diagnostics go through ``logging`` to stderr (-v / -q, on every command);
 bad input is one ``dllm: error: ...`` line and exit status 2, before any model work.
@@ -13,8 +13,8 @@ import sys
 from typing import Iterator, Sequence
 
 from dllm.cli_options import (
-    HelpFormatter, add_generation_options, add_model_options, add_verbosity_options, generation_config,
-    positive_int,
+    HelpFormatter, add_generation_options, add_model_options, add_request_options, add_verbosity_options,
+    generation_config, output_request, positive_int,
 )
 from dllm.cli_output import LOGGER_NAME, configure_logging, progress_bar
 from dllm.cli_prompts import PromptLine, check_prompt_lengths, read_prompts
@@ -30,23 +30,44 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     config = generation_config(args)  # validate before loading anything
+    request = output_request(args)
     prompts = _generate_prompts(args)
     model = dllm.load(args.model, device=args.device, dtype=args.dtype)
+    request = output_request(args, model.model.config.vocab_size)
     chat = False if args.raw else None
     ids = check_prompt_lengths(model, prompts, config, chat)
     log.debug("decoding %d prompt(s) in batches of %d", len(ids), args.batch_size)
     bar = progress_bar(len(ids), desc="generate", quiet=args.quiet)
     for start in range(0, len(ids), args.batch_size):
-        out = model.generate_ids(ids[start : start + args.batch_size], config)
+        out = model.generate_ids(ids[start : start + args.batch_size], config, stop=list(request.stops.strings),
+                                 stop_token_ids=list(request.stops.token_ids), max_tokens=request.max_tokens,
+                                 n=request.n, echo=request.echo)
         with tqdm.external_write_mode(file=sys.stderr):
-            for text, stats in zip(out.texts, out.stats):
-                print(json.dumps({"text": text, **stats}) if args.json else text, flush=True)
+            for row, (text, reason, stats) in enumerate(zip(out.texts, out.finish_reasons, out.stats)):
+                sample = {"sample": row % request.n} if request.n > 1 else {}
+                print(json.dumps({"text": text, "finish_reason": reason, **sample, **stats}) if args.json else text,
+                      flush=True)
                 if not args.json:
                     tps = stats["tokens"] / stats["seconds"] if stats["seconds"] > 0 else float("inf")
-                    log.info("[NFE %d | TPF %.2f | %.1f tokens/s on %s]", stats["nfe"], stats["tpf"], tps, model.model.device)
-        bar.update(len(out.texts))
+                    log.info("[%s | NFE %d | TPF %.2f | %.1f tokens/s on %s]", reason, stats["nfe"], stats["tpf"],
+                             tps, model.model.device)
+        bar.update(len(out.texts) // request.n)
     bar.close()
     return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    import dllm
+    from dllm.chat import HELP, run_chat
+
+    config = generation_config(args)  # validate before loading anything
+    model = dllm.load(args.model, device=args.device, dtype=args.dtype)
+    interactive = sys.stdin.isatty()
+    live = sys.stdout.isatty() if args.live is None else args.live
+    if interactive:
+        log.info("%s", HELP)
+    return run_chat(model, config, live=live, out=sys.stdout,
+                    read_line=lambda: input("> " if interactive else ""))
 
 
 def _generate_prompts(args: argparse.Namespace) -> list[PromptLine]:
@@ -79,12 +100,21 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompts-file", metavar="FILE", default=None,
                      help="read prompts from FILE (- for stdin): one per text line, or .jsonl lines "
                           'with "prompt" or "messages"')
-    gen.add_argument("--batch-size", type=positive_int, default=8, help="prompts decoded together")
+    gen.add_argument("--batch-size", type=positive_int, default=8,
+                     help="prompts decoded together (each with its --n samples)")
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
-    gen.add_argument("--json", action="store_true", help="one JSON line per prompt with text and stats")
+    gen.add_argument("--json", action="store_true", help="one JSON line per answer: text, finish_reason, stats (and sample with --n)")
     add_model_options(gen)
     add_generation_options(gen)
+    add_request_options(gen)
     gen.set_defaults(func=cmd_generate)
+    chat = sub.add_parser("chat", help="a terminal chat with multi-turn history, showing the canvas filling")
+    chat.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
+                      help="redraw the filling canvas in place (default: on when stdout is a terminal); "
+                           "--no-live prints the final text as it becomes final")
+    add_model_options(chat)
+    add_generation_options(chat)
+    chat.set_defaults(func=cmd_chat)
     for register in _extra_commands():
         register(sub)
     for command in _subcommands(parser):

@@ -90,7 +90,7 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sub-block-length", type=int, default=None, help="sub-block cache size (default: off)")
     g.add_argument("--cache-arg", action="append", metavar="K=V",
                    help="cache option, repeatable (e.g. refresh_every=4)")
-    g.add_argument("--gen-length", type=int, default=128, help="answer tokens")
+    g.add_argument("--gen-length", type=int, default=128, action=_RecordGiven, help="answer tokens")
     g.add_argument("--block-length", type=int, default=None, help="block size (default: gen-length)")
     g.add_argument("--steps", type=int, default=None, help="step budget (default: gen-length)")
     g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
@@ -108,10 +108,10 @@ def generation_config(args: argparse.Namespace):
     """The GenerationConfig of the decoding options, with its rule, strategy and stopper built
     once, so a bad name or option is an error before any model is loaded."""
     from dllm.config import GenerationConfig
-    from dllm.samplers import make_rule, make_stopper, make_strategy
+    from dllm.policies import check_policies
 
     config = GenerationConfig(
-        gen_length=args.gen_length, block_length=args.block_length, steps=args.steps,
+        gen_length=answer_length(args), block_length=args.block_length, steps=args.steps,
         policy=args.policy, policy_args=parse_kv(args.policy_arg),
         strategy=args.strategy, strategy_args=parse_kv(args.strategy_arg),
         stopper=args.stopper, stopper_args=parse_kv(args.stopper_arg),
@@ -120,23 +120,9 @@ def generation_config(args: argparse.Namespace):
         cfg_scale=args.cfg_scale, stop_at_eos=not args.no_stop_at_eos, seed=args.seed,
         memory_budget_mb=args.memory_budget_mb,
     )
-    built = [_build(make_strategy, config.strategy, config.strategy_args, "--strategy-arg"),
-             _build(make_rule, config.policy, config.policy_args, "--policy-arg"),
-             _build(make_stopper, config.stopper, config.stopper_args, "--stopper-arg")]
-    for part in built:
-        check = getattr(part, "check_config", None)
-        if check is not None:
-            check(config)
+    check_policies(config, {"policy_args": "--policy-arg", "strategy_args": "--strategy-arg",
+                            "stopper_args": "--stopper-arg", "cache_args": "--cache-arg"})
     return config
-
-
-def _build(make, name: str, options: dict, flag: str):
-    """``make(name, options)``; a value of the wrong type (``tau=high``) becomes a ValueError
-    naming the option flag, so every command reports it as one line."""
-    try:
-        return make(name, options)
-    except TypeError as err:
-        raise ValueError(f"{name!r}: an option has a value of the wrong type ({err}); check {flag} {options}") from err
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
@@ -158,3 +144,48 @@ def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> Non
                    help="debug diagnostics on stderr")
     g.add_argument("-q", "--quiet", action="store_true", default=flag_default,
                    help="only warnings and errors on stderr, no progress bars")
+
+
+class _RecordGiven(argparse.Action):
+    """Stores the value and notes that it was given (``args.given_options``), so a conflicting
+    option can be refused while the default stays in the help and in the namespace."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, "given_options", {*getattr(namespace, "given_options", ()), self.dest})
+
+
+def answer_length(args: argparse.Namespace) -> int:
+    """The canvas' answer length: ``--gen-length``, or the smallest whole number of blocks that
+    holds ``--max-tokens`` (not both)."""
+    from dllm.config import block_aligned_gen_length
+
+    max_tokens = getattr(args, "max_tokens", None)
+    if max_tokens is None:
+        return args.gen_length
+    if "gen_length" in getattr(args, "given_options", ()):
+        raise ValueError(f"pass --max-tokens {max_tokens} or --gen-length {args.gen_length}, not both: "
+                         "--max-tokens is the answer's length (rounded up to whole blocks for the canvas)")
+    return block_aligned_gen_length(max_tokens, args.block_length)
+
+
+def add_request_options(p: argparse.ArgumentParser) -> None:
+    """What a request asks beyond decoding: stops, answer length, samples, echo."""
+    g = p.add_argument_group("request")
+    g.add_argument("--stop", action="append", metavar="TEXT",
+                   help="end the text before the first TEXT, repeatable (default: none)")
+    g.add_argument("--stop-token-id", action="append", type=int, metavar="ID",
+                   help="end the text before token ID, repeatable (default: none)")
+    g.add_argument("--max-tokens", type=positive_int, default=None,
+                   help="answer tokens kept; the canvas is the smallest whole number of blocks that "
+                        "holds them (instead of --gen-length; default: off)")
+    g.add_argument("--n", type=positive_int, default=1, help="samples per prompt (seeds seed, seed + 1, ...)")
+    g.add_argument("--echo", action="store_true", help="print each prompt's text before its answer")
+
+
+def output_request(args: argparse.Namespace, vocab_size: int | None = None):
+    """The OutputRequest of the request options (checked again against the model's vocabulary)."""
+    from dllm.request import OutputRequest
+
+    return OutputRequest.parse(stop=args.stop, stop_token_ids=args.stop_token_id, max_tokens=args.max_tokens,
+                               n=args.n, echo=args.echo, vocab_size=vocab_size)

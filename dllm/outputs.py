@@ -1,0 +1,40 @@
+"""From a decode's answer ids to what a caller reads: each row's text cut at its first
+end-of-text, stop or ``max_tokens``, why it ended, its ids and its own statistics."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from dllm.request import OutputRequest
+from dllm.stops import StoppedText, cut_at_stop
+
+
+@dataclass(kw_only=True, slots=True)
+class GenerationOutput:
+    """One row per prompt (per sample with ``n`` > 1: prompt 0's samples first, then prompt 1's)."""
+
+    texts: list[str]  # answer text up to its end (prompt text first with echo=True)
+    token_ids: list[list[int]]  # answer ids up to its end, the ending end-of-text / stop id included
+    finish_reasons: list[str] = field(default_factory=list)  # per row: "eos", "stop" or "length"
+    stats: list[dict[str, Any]] = field(default_factory=list)  # per row: nfe, tpf, token_forwards,
+    # draft_rows, tokens, seconds (the row's own time, from the decode's start to its last commit)
+    decode_order: list[list[int]] = field(default_factory=list)  # forward index per answer token
+    memory: dict[str, int] = field(default_factory=dict)  # dllm.memory plan + kv_cache_peak_bytes
+
+
+def end_row(answer: Sequence[int], decode: Callable[[list[int]], str], eos_ids: Sequence[int],
+            request: OutputRequest) -> tuple[StoppedText, list[int]]:
+    """A finished row's text, finish reason and kept ids (the ending end-of-text / stop id
+    included, as in ``token_ids``). ``max_tokens`` cuts the answer first; "length" then means
+    the cut removed text (an answer ending exactly at ``max_tokens`` keeps its own reason)."""
+    answer = list(answer)
+    stopped = cut_at_stop(answer, decode, eos_ids, request.stops, complete=True)
+    if request.max_tokens is not None and len(stopped.ids) > request.max_tokens:
+        stopped = cut_at_stop(answer[: request.max_tokens], decode, eos_ids, request.stops, complete=True)
+    kept = list(stopped.ids)
+    ends = set(eos_ids) | set(request.stops.token_ids)
+    after = len(kept)
+    if (stopped.finish_reason in ("eos", "stop") and after < len(answer) and answer[after] in ends
+            and decode(kept) == stopped.text and (request.max_tokens is None or after < request.max_tokens)):
+        kept.append(answer[after])  # the token that ended the row, not a stop string's
+    return stopped, kept

@@ -1,0 +1,96 @@
+"""What a generate call asks beyond decoding knobs: stops, ``max_tokens``, ``n`` samples per
+prompt, echo. Checked before any model work and turned into the decode's GenerationConfig and
+per-row seeds, so the Python API, the CLI and the server map a request one way.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from dllm.config import GenerationConfig, block_aligned_gen_length, sample_seeds
+from dllm.engine import check_seeds
+from dllm.stops import StopConditions
+from dllm.validation import OptionTypeError
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRequest:
+    """How rows are turned into outputs.
+
+    stops: stop strings / token ids; the text ends before the first one (finish_reason "stop").
+    max_tokens: answer tokens kept; the canvas is the smallest block-aligned length that holds
+      them and the answer is cut there (finish_reason "length" when the cut removes text).
+    n: samples per prompt, seeded ``sample_seeds(seed, n)``; output rows are grouped by prompt
+      (prompt 0's n samples, then prompt 1's, ...).
+    echo: each text starts with its prompt's text (as the model saw it, chat template included).
+    """
+
+    stops: StopConditions = field(default_factory=StopConditions)
+    max_tokens: int | None = None
+    n: int = 1
+    echo: bool = False
+
+    @classmethod
+    def parse(cls, *, stop: Any = None, stop_token_ids: Any = None, max_tokens: Any = None, n: Any = 1,
+              echo: Any = False, vocab_size: int | None = None) -> "OutputRequest":
+        """Check each value and name the fix; nothing is rounded or clipped."""
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral)):
+            raise OptionTypeError(f"max_tokens must be a positive int, got {max_tokens!r}")
+        if max_tokens is not None and max_tokens <= 0:
+            raise ValueError(f"max_tokens must be a positive int, got {max_tokens}")
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise OptionTypeError(f"n (samples per prompt) must be a positive int, got {n!r}")
+        if n <= 0:
+            raise ValueError(f"n (samples per prompt) must be a positive int, got {n}")
+        if not isinstance(echo, bool):
+            raise OptionTypeError(f"echo must be True or False, got {echo!r}")
+        stops = StopConditions.parse(stop, stop_token_ids, vocab_size=vocab_size)
+        return cls(stops=stops, max_tokens=None if max_tokens is None else int(max_tokens), n=int(n), echo=echo)
+
+
+def merge_config(config: GenerationConfig | None, options: dict[str, Any],
+                 max_tokens: int | None = None) -> GenerationConfig:
+    """``config`` (default: GenerationConfig()) with ``options`` applied on top.
+
+    With ``max_tokens`` the answer length is ``block_aligned_gen_length(max_tokens, block)``:
+    ``gen_length`` may not be given too. When the answer length changes, values a config
+    derived from its gen_length follow the new length (a single block stays one block; one
+    token per step stays one per step); values set to something else (a block_length, a steps
+    budget) are kept and must fit it.
+    """
+    if config is not None and not isinstance(config, GenerationConfig):
+        raise OptionTypeError(f"config must be a dllm.GenerationConfig, got {type(config).__name__}; "
+                              "pass generation options as keywords (e.g. gen_length=32)")
+    known = {f.name for f in dataclasses.fields(GenerationConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown generation option(s) {unknown}; known: {sorted(known)}")
+    values = {} if config is None else {f.name: getattr(config, f.name) for f in dataclasses.fields(GenerationConfig)}
+    if max_tokens is not None and "gen_length" in options:
+        raise ValueError(f"pass max_tokens={max_tokens} or gen_length={options['gen_length']}, not both: "
+                         "max_tokens is the answer's length (rounded up to whole blocks for the canvas), "
+                         "gen_length the canvas' own")
+    if config is not None and (max_tokens is not None or options.get("gen_length", config.gen_length) != config.gen_length):
+        if config.block_length == config.gen_length:
+            values["block_length"] = None  # one block, of the new length
+        if config.steps == config.gen_length:
+            values["steps"] = None  # one token per step
+    if max_tokens is not None:
+        block = options.get("block_length", values.get("block_length"))
+        values["gen_length"] = block_aligned_gen_length(max_tokens, block)
+    return GenerationConfig(**{**values, **options})
+
+
+def row_seeds(config: GenerationConfig, seeds: Sequence[int] | None, prompts: int, n: int) -> list[int] | None:
+    """One seed per output row: each prompt's seed (``seeds``, default ``config.seed``) spread
+    over its ``n`` samples; None when every row uses ``config.seed``."""
+    if seeds is not None:
+        if not isinstance(seeds, (list, tuple)):
+            raise OptionTypeError(f"seeds must be a list of ints, one per prompt; got {type(seeds).__name__}")
+        check_seeds(list(seeds), prompts)
+    base = [config.seed] * prompts if seeds is None else [int(s) for s in seeds]
+    if n == 1:
+        return None if seeds is None else base
+    return [s for seed in base for s in sample_seeds(seed, n)]

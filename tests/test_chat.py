@@ -1,0 +1,105 @@
+"""``dllm chat`` through stdin / stdout: each turn answers the whole conversation exactly as
+``generate`` does; /reset, /set and /exit; the live display shows the canvas filling."""
+from __future__ import annotations
+
+import io
+
+import pytest
+
+import dllm
+from dllm.chat import MASK_GLYPH, run_chat
+from dllm.cli import main
+
+GEN = dict(gen_length=16, block_length=8)
+ARGS = ["--gen-length", "16", "--block-length", "8"]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return dllm.load()
+
+
+def _conversation_answers(lm, turns: list[tuple[str, dict]]) -> list[str]:
+    """What generate answers for each user turn given the history before it (None: /reset)."""
+    history, answers = [], []
+    for text, options in turns:
+        if text is None:
+            history = []
+            continue
+        history.append({"role": "user", "content": text})
+        answer = lm.generate(history, **{**GEN, **options}).texts[0]
+        history.append({"role": "assistant", "content": answer})
+        answers.append(answer)
+    return answers
+
+
+def _reader(lines: list[str]):
+    feed = iter(lines)
+
+    def read_line() -> str:
+        try:
+            return next(feed)
+        except StopIteration:
+            raise EOFError from None
+
+    return read_line
+
+
+def test_turns_answer_the_whole_conversation_with_reset_set_and_exit(lm, monkeypatch, capsys):
+    expected = _conversation_answers(lm, [("Copy: Ann Lee", {}), ("Reverse: Bo Kim, Cy Dunn", {}),
+                                          ("again", {"steps": 8}), (None, {}), ("Copy: Ann Lee", {"steps": 8})])
+    stdin = "Copy: Ann Lee\nReverse: Bo Kim, Cy Dunn\n/set steps=8\nagain\n/reset\nCopy: Ann Lee\n/exit\nnever\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    assert main(["chat", "--no-live", *ARGS]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "".join(answer + "\n" for answer in expected)
+    assert "(conversation cleared)" in captured.err and "(set steps=8)" in captured.err
+    assert captured.err.count("| NFE") == 4
+
+
+def test_end_of_input_ends_the_session(lm):
+    out = io.StringIO()
+    assert run_chat(lm, dllm.GenerationConfig(**GEN), live=False, read_line=_reader(["Copy: Ann Lee"]), out=out) == 0
+    assert out.getvalue() == _conversation_answers(lm, [("Copy: Ann Lee", {})])[0] + "\n"
+
+
+def test_live_display_redraws_the_filling_canvas_then_prints_the_final_text(lm):
+    out = io.StringIO()
+    run_chat(lm, dllm.GenerationConfig(**GEN), live=True, read_line=_reader(["Copy: Ann Lee"]), out=out)
+    frames = out.getvalue().split("\r\x1b[K")
+    answer = _conversation_answers(lm, [("Copy: Ann Lee", {})])[0]
+    assert frames[-1] == answer + "\n"
+    drawn = frames[1:-1]
+    assert len(drawn) > 1 and MASK_GLYPH in drawn[0]
+    assert sum(f.count(MASK_GLYPH) for f in drawn[:1]) >= sum(f.count(MASK_GLYPH) for f in drawn[-1:])
+
+
+def test_bad_set_and_failed_turns_leave_the_session_as_it_was(lm, monkeypatch, capsys):
+    expected = _conversation_answers(lm, [("Copy: Ann Lee", {}), ("again", {})])
+    stdin = ("Copy: Ann Lee\n/set block_length=5\n/set bogus=1\n/set temperature\n/set gen_length=4096\n" + "again\n"
+             "/set gen_length=16\n/nope\nagain\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    assert main(["chat", "--no-live", *ARGS]) == 0
+    captured = capsys.readouterr()
+    # block_length=5 and bogus are refused at /set; gen_length=4096 is valid alone but the
+    # conversation does not fit the context: that turn fails and is forgotten
+    assert "not a multiple of block_length" in captured.err and "unknown generation option" in captured.err
+    assert "expected key=value, got 'temperature' (e.g. /set temperature=0.7)" in captured.err
+    assert "context" in captured.err and "unknown command '/nope'" in captured.err
+    assert captured.out == "".join(answer + "\n" for answer in expected)
+
+
+def test_a_tokenizer_without_chat_template_is_refused(lm, monkeypatch):
+    monkeypatch.setattr(lm.tokenizer, "chat_template", None)
+    with pytest.raises(ValueError, match="no chat template"):
+        run_chat(lm, dllm.GenerationConfig(**GEN), live=False, read_line=_reader([]), out=io.StringIO())
+
+
+def test_live_is_the_default_on_a_terminal_and_no_live_on_a_pipe(lm, monkeypatch, capsys):
+    import sys
+
+    for tty, live in ((True, True), (False, False)):
+        monkeypatch.setattr("sys.stdin", io.StringIO("Copy: Ann Lee\n"))
+        monkeypatch.setattr(sys.stdout, "isatty", lambda: tty)
+        assert main(["chat", *ARGS]) == 0
+        assert ("\r\x1b[K" in capsys.readouterr().out) == live

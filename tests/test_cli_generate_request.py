@@ -1,0 +1,77 @@
+"""``dllm generate`` request options (--stop, --stop-token-id, --max-tokens, --n, --echo): the
+same rows as the Python API, finish_reason in the JSON lines, conflicts refused before loading."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import dllm
+from dllm.cli import main
+
+PROMPTS = ["Copy: Ann Lee, Bo Kim", "Reverse: Cy Dunn, Di Ely, Ed Fox"]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return dllm.load()
+
+
+def test_request_options_give_the_api_rows_with_finish_reasons(lm, capsys):
+    opts = dict(max_tokens=12, block_length=4, temperature=1.0, seed=3)
+    stop = lm.generate(PROMPTS[0], **opts).texts[0][2:4]
+    expected = lm.generate(PROMPTS, stop=[stop], stop_token_ids=[0], n=2, echo=True, **opts)
+    argv = ["generate", *PROMPTS, "--json", "--max-tokens", "12", "--block-length", "4", "--temperature", "1",
+            "--seed", "3", "--stop", stop, "--stop-token-id", "0", "--n", "2", "--echo", "--batch-size", "1"]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["text"] for r in rows] == expected.texts
+    assert [r["finish_reason"] for r in rows] == expected.finish_reasons
+    assert [r["tokens"] for r in rows] == [len(ids) for ids in expected.token_ids]
+    assert [r["sample"] for r in rows] == [0, 1, 0, 1]
+
+
+def test_max_tokens_sizes_the_canvas_with_the_given_block_length():
+    from dllm.cli import build_parser
+    from dllm.cli_options import generation_config
+
+    for argv, expected in ((["--max-tokens", "12"], (12, 12, 12)),
+                           (["--max-tokens", "12", "--block-length", "8"], (16, 8, 16)),
+                           (["--max-tokens", "12", "--block-length", "12", "--steps", "6"], (12, 12, 6))):
+        config = generation_config(build_parser().parse_args(["generate", "hi", *argv]))
+        assert (config.gen_length, config.block_length, config.steps) == expected
+
+
+def test_finish_reason_in_every_json_line_and_in_the_stats_line(capsys):
+    assert main(["generate", PROMPTS[0], "--json", "--max-tokens", "2"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 1 and rows[0]["finish_reason"] in ("eos", "length") and "sample" not in rows[0]
+    assert main(["generate", PROMPTS[0], "--max-tokens", "2"]) == 0
+    err = capsys.readouterr().err
+    assert any(f"[{reason} | NFE" in err for reason in ("eos", "length")), err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--max-tokens", "8", "--gen-length", "16"], "pass --max-tokens 8 or --gen-length 16, not both"),
+    (["--max-tokens", "8", "--gen-length", "128"], "pass --max-tokens 8 or --gen-length 128, not both"),
+    (["--max-tokens", "12", "--block-length", "8", "--steps", "3"], "steps=3 must be a positive multiple"),
+    (["--stop", ""], "stop strings must be non-empty"),
+])
+def test_bad_request_options_are_one_error_line_before_loading(monkeypatch, capsys, argv, expected):
+    monkeypatch.setattr("dllm.load", lambda *a, **k: pytest.fail("the model was loaded before the check"))
+    assert main(["generate", "hi", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dllm: error: ") and expected in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [["--n", "0"], ["--max-tokens", "-1"], ["--stop-token-id", "x"]])
+def test_malformed_request_values_are_usage_errors(capsys, argv):
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "hi", *argv])
+    assert exit_.value.code == 2 and "error" in capsys.readouterr().err
+
+
+def test_stop_token_outside_the_vocabulary_is_refused_before_decoding(monkeypatch, capsys):
+    monkeypatch.setattr("dllm.api.decode", lambda *a, **k: pytest.fail("decoded before the check"))
+    assert main(["generate", "hi", "--stop-token-id", "1000000"]) == 2
+    assert "outside the model's vocabulary" in capsys.readouterr().err
