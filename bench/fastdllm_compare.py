@@ -128,6 +128,11 @@ def main() -> None:
                        "speedup_max": max(ratios), "dllm_seconds": ours_s, "fastdllm_seconds": theirs_s}
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items() if not k.endswith("seconds")}), flush=True)
+                write(args, rows, params)  # after every row: a long run leaves what it measured
+
+
+def write(args, rows: list[dict], params: int) -> None:
+    G, B = args.gen_length, args.block_length
     machine = f"{platform.machine()} CPU, {args.threads} thread(s)"
     setup = {"shape": args.shape, **SHAPES[args.shape], "params": params, "gen_length": G, "block_length": B,
              "prompt_length": args.prompt_length, "reps": args.reps, "machine": machine, "torch": torch.__version__}
@@ -142,7 +147,6 @@ def main() -> None:
            f"{r['fastdllm_tokens_per_s']:.1f} | {r['speedup_median']:.2f}x [{r['speedup_min']:.2f}, "
            f"{r['speedup_max']:.2f}] | {'yes' if r['tokens_identical'] else 'NO'} |" for r in rows]
     args.out.with_suffix(".md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
 
 
 if __name__ == "__main__":
