@@ -25,6 +25,9 @@ class GenerationConfig:
       the rest of its canvas is filled with end-of-text.
     memory_budget_mb: refuse (before any model work) a decode whose planned peak (weights, KV
       cache, logits, activations, statistics; dllm.memory) exceeds this many MiB; None = no check.
+    compile: run the model forward through torch.compile (CUDA: mode="reduce-overhead", i.e.
+      CUDA graphs of the static-shaped window forwards; CPU: a plain compile). Same tokens as
+      eager; off by default until measured (dllm/compiled.py).
     """
 
     gen_length: int = 128
@@ -46,6 +49,7 @@ class GenerationConfig:
     stop_at_eos: bool = True
     seed: int = 0
     memory_budget_mb: float | None = None
+    compile: bool = False
 
     def __post_init__(self) -> None:
         for name, annotation in field_types(GenerationConfig).items():  # gen_length=8.5, tau=nan, ...

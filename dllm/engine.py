@@ -50,13 +50,14 @@ class DecodeState:
                  seeds: list[int] | None = None) -> None:
         self.model, self.canvas, self.config = model, canvas, config
         self.mask_id = model.mask_token_id
-        self.runner = ModelRunner(model, canvas, cfg_scale=config.cfg_scale)
+        self.runner = ModelRunner(model, canvas, cfg_scale=config.cfg_scale, compile=config.compile)
         self.cache = make_cache(config.cache, **self._cache_options())
         self.rule = make_rule(config.policy, config.policy_args)
         self.stopper = make_stopper(config.stopper, config.stopper_args)
         device = canvas.tokens.device
         self.excluded = torch.tensor([self.mask_id], device=device)
         self.eos = torch.tensor(model.eos_token_ids, device=device)
+        self.fill_id = model.eos_token_ids[0]  # written after a row's end (a Python int: no device read)
         B, G = canvas.batch_size, config.gen_length
         # Each row's random numbers (sampling noise, random rules) come from its own stream:
         # its seed, its own step count and the answer position, never its place in the batch.
@@ -159,9 +160,9 @@ class DecodeState:
         """Write ``token`` where ``mask`` (B, W) is set, for active rows only."""
         mask = mask & self.eligible() & self.runner.active[:, None]
         block = self.tokens[:, self.bs : self.be]
-        block[mask] = token[mask]
+        block.copy_(torch.where(mask, token, block))  # no boolean indexing: no host sync on a GPU
         offset = self.bs - self.canvas.prompt_width
-        self.order[:, offset : offset + mask.shape[1]][mask] = self.forwards
+        self.order[:, offset : offset + mask.shape[1]].masked_fill_(mask, self.forwards)
 
     def answer_statistics(self, stats: TokenStats) -> AnswerStats:
         """(B, G) statistics of every answer position, this step's ``stats`` in the window;
@@ -176,8 +177,8 @@ class DecodeState:
         commit outside the window, e.g. SchED's all-in fill), for active rows' masks only."""
         answer = self.tokens[:, self.canvas.prompt_width :]
         mask = mask & (answer == self.mask_id) & self.runner.active[:, None]
-        answer[mask] = token[mask]
-        self.order[mask] = self.forwards
+        answer.copy_(torch.where(mask, token, answer))
+        self.order.masked_fill_(mask, self.forwards)
 
     def truncate(self, end: Tensor) -> None:
         """EoTP: end each row's answer before canvas position ``end`` (B,) (>= the row's
@@ -188,9 +189,9 @@ class DecodeState:
         idx = torch.arange(self.canvas.length, device=end.device)
         after = idx[None, :] >= end[:, None]  # (B, L)
         after[:, : self.canvas.prompt_width] = False
-        self.tokens[after] = self.eos[0]
+        self.tokens.masked_fill_(after, self.fill_id)
         self.canvas.hide(after)
-        self.order[after[:, self.canvas.prompt_width :]] = -1
+        self.order.masked_fill_(after[:, self.canvas.prompt_width :], -1)
         self.end = end
         self._truncated = self._ends_moved = True
 
@@ -234,7 +235,7 @@ class DecodeState:
             return
         done = self.text_final()
         answer = self.tokens[:, self.canvas.prompt_width :]
-        answer[done[:, None] & (answer == self.mask_id)] = self.eos[0]
+        answer.masked_fill_(done[:, None] & (answer == self.mask_id), self.fill_id)
         self.runner.active &= ~done
 
 

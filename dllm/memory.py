@@ -1,7 +1,8 @@
 """Memory plan of one decode, checked against a budget before any model work.
 
 The plan is an upper bound, from shapes alone, of what a decode holds at its peak: the
-weights, the KV-cache buffers, the logits of the widest forward, that forward's activations
+weights, the KV-cache buffers, the logits of the widest forward (its decision window: the LM
+head runs on those positions only), that forward's activations
 (one layer's working set: hidden states, Q/K/V and RoPE temporaries, the MLP, the attention's
 key mask and fused-kernel workspace), the working set of the confidence statistics and the
 token tensors. Attention never materialises a (queries x keys) mask or score matrix
@@ -148,10 +149,13 @@ def plan_memory(model, batch: int, canvas_length: int, config: GenerationConfig,
         if widest_rows > batch:
             kv += kv_cache_bytes(model, widest_rows, canvas_length)
     V, e = model.config.vocab_size, _itemsize(model)
-    logits = max(s.rows * s.queries for s in shapes) * V * e
+    # the LM head runs on the decision window only; Dream's shifted window may be concatenated
+    # into a copy (dllm/cache/block.py), hence two windows
+    logits = 2 * widest_rows * config.window_length * V * e
     stats_rows = widest_rows * config.window_length
     if getattr(make_stopper(config.stopper, config.stopper_args), "needs_answer_stats", False):
-        logits += batch * canvas_length * V * e  # the last canvas forward, kept for the stopper
+        # the last canvas forward's head covers every answer output, kept for the stopper
+        logits += batch * (config.gen_length + 1) * V * e
         stats_rows = max(stats_rows, batch * config.gen_length)
     state = INT64 * canvas_length * (4 * batch + 4 * widest_rows)
     return MemoryPlan(model_bytes=model_bytes(model), kv_cache_bytes=kv, logits_bytes=logits,

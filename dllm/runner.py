@@ -12,12 +12,14 @@ import torch
 from torch import Tensor
 
 from dllm.canvas import Canvas
+from dllm.compiled import call_compiled, mark_static
 from dllm.models.visibility import KeyVisibility, block_causal_spans
 
 
 class LastForward(NamedTuple):
-    """Raw logits (B, T, V) of the latest canvas forward, its first query position, and the
-    rows (B,) it was charged to. Read by stoppers that need the whole answer span."""
+    """Raw logits (B, T, V) of the latest canvas forward from its first answer output on, the
+    canvas position of their first query, and the rows (B,) it was charged to. Read by stoppers
+    that need the whole answer span."""
 
     logits: Tensor
     q_start: int
@@ -25,10 +27,11 @@ class LastForward(NamedTuple):
 
 
 class ModelRunner:
-    def __init__(self, model, canvas: Canvas, *, cfg_scale: float = 0.0) -> None:
+    def __init__(self, model, canvas: Canvas, *, cfg_scale: float = 0.0, compile: bool = False) -> None:
         self.model = model
         self.canvas = canvas
         self.cfg_scale = cfg_scale
+        self.compile = compile  # forwards through torch.compile (GenerationConfig.compile)
         B = canvas.batch_size
         self.nfe = torch.zeros(B, dtype=torch.long, device=canvas.tokens.device)
         self.token_forwards = torch.zeros_like(self.nfe)
@@ -56,13 +59,21 @@ class ModelRunner:
         return KeyVisibility(valid=valid, spans=spans)
 
     def forward(self, tokens: Tensor, q_start: int, *, cache=None, rows: Tensor | None = None,
-                count: Tensor | None = None) -> Tensor:
-        """Raw logits (N, T, V) for the window tokens (N, T) at canvas offset ``q_start``.
+                count: Tensor | None = None, logits_for: tuple[int, int] | None = None) -> Tensor:
+        """Raw logits for the window tokens (N, T) at canvas offset ``q_start``: (N, T, V), or
+        (N, hi - lo, V) for the queries ``logits_for=(lo, hi)`` only (the LM head runs on those).
 
         rows: canvas row of each of the N inputs (candidate states of FreeDave / LoPA share a
         row); count: which canvas rows this forward is charged to (default: active rows).
+        Answer-wide stoppers (``keep_last``) widen a canvas forward's head to every answer output.
         """
         T = tokens.shape[1]
+        lo, hi = (0, T) if logits_for is None else logits_for
+        keep = self.keep_last and rows is None
+        head_lo, head_hi = lo, hi
+        if keep:  # every answer output of the forward
+            head_lo, head_hi = min(lo, max(0, self.canvas.prompt_width - int(self.shift_logits) - q_start)), T
+        head = None if (head_lo, head_hi) == (0, T) else (head_lo, head_hi)
         key_len = self.canvas.length if cache is not None else T
         if cache is None and q_start != 0:
             raise ValueError("an uncached forward must cover the canvas from position 0")
@@ -71,29 +82,39 @@ class ModelRunner:
             positions = positions[rows]
         visible = self.visibility(q_start, T, key_len, rows)
         if self.cfg_scale > 0:
-            logits = self._guided(tokens, positions, visible, cache)
+            logits = self._guided(tokens, positions, visible, cache, head)
         else:
-            logits = self.model(tokens, positions, visible, cache, q_start)
+            logits = self._model(tokens, positions, visible, cache, q_start, head)
         charged = self._count(T, tokens.shape[0], rows, count)
         if self.keep_last:  # candidate-state forwards (rows) do not describe the canvas
-            self.last = None if rows is not None else LastForward(logits, q_start, charged)
-        return logits
+            self.last = None if rows is not None else LastForward(logits, q_start + head_lo, charged)
+        return logits[:, lo - head_lo : hi - head_lo] if (head_lo, head_hi) != (lo, hi) else logits
 
-    def _guided(self, tokens, positions, visible: KeyVisibility, cache) -> Tensor:
+    def _guided(self, tokens, positions, visible: KeyVisibility, cache, head) -> Tensor:
         if cache is not None:
             raise ValueError("cfg_scale > 0 is supported with cache='none' only; drop one of them")
         prompt = torch.zeros_like(tokens, dtype=torch.bool)
         prompt[:, : self.canvas.prompt_width] = True
         uncond = tokens.masked_fill(prompt, self.model.mask_token_id)
         valid = None if visible.valid is None else visible.valid.repeat(2, 1)
-        both = self.model(torch.cat([tokens, uncond]), positions.repeat(2, 1), KeyVisibility(valid, visible.spans))
+        both = self._model(torch.cat([tokens, uncond]), positions.repeat(2, 1), KeyVisibility(valid, visible.spans),
+                           None, 0, head)
         cond, unc = both.chunk(2)
         return unc + (self.cfg_scale + 1) * (cond - unc)
+
+    def _model(self, tokens, positions, visible, cache, write_at, head) -> Tensor:
+        if not self.compile:
+            return self.model(tokens, positions, visible, cache, write_at, head)
+        if cache is not None:
+            mark_static(cache)
+        return call_compiled(self.model, tokens, positions, visible, cache, write_at, head)
 
     def _count(self, T: int, N: int, rows: Tensor | None, count: Tensor | None) -> Tensor:
         charged = self.active if count is None else count & self.active
         self.nfe += charged.long()
-        width = torch.ones_like(self.nfe) if rows is None else torch.bincount(rows, minlength=self.nfe.shape[0])
+        width = torch.ones_like(self.nfe)  # inputs per canvas row (bincount would read the device)
+        if rows is not None:
+            width = torch.zeros_like(self.nfe).index_add_(0, rows, torch.ones_like(rows))
         self.draft_rows += charged.long() * width
         self.token_forwards += charged.long() * width * T
         return charged

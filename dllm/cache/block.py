@@ -88,11 +88,12 @@ class BlockCache:
             block_start, block_end = self._model_blocks(runner, outer_bs, outer_be)
             start = min(self.exact_end, outer_bs - shift) if block_causal else 0
             end = block_end if block_causal else runner.live_end
-            logits = runner.forward(tokens[:, start:end], start, cache=kv, rows=rows, count=count)
+            first = bs - shift - start
+            logits = runner.forward(tokens[:, start:end], start, cache=kv, rows=rows, count=count,
+                                    logits_for=(first, first + W))
             if block_causal and rows is None:  # model blocks before the active one are final
                 self.exact_end = block_start
-            first = bs - shift - start
-            return logits[:, first : first + W]
+            return logits
         # block-causal: later blocks never reach this one, so prefix needs no suffix either
         narrow = self.mode == "dual" or block_causal
         if rebuild:  # a new sub-block: rebuild the block's K/V
@@ -106,11 +107,12 @@ class BlockCache:
             # window starts at bs and keeps the refresh's K/V of bs - 1 (Fast-dLLM's Dream loop)
             q_start = min(q_start, bs - shift * (self.first_token == "rule" or bs != outer_bs))
         q_end = q_end if narrow else runner.live_end
-        logits = runner.forward(tokens[:, q_start:q_end], q_start, cache=kv, rows=rows, count=count)
         first = bs - shift - q_start
+        logits = runner.forward(tokens[:, q_start:q_end], q_start, cache=kv, rows=rows, count=count,
+                                logits_for=(max(first, 0), first + W))
         if first < 0:  # no output before bs: its (committed) position reads its own, as Fast-dLLM
-            return torch.cat([logits[:, :1], logits[:, : W - 1]], dim=1)
-        return logits[:, first : first + W]
+            return torch.cat([logits[:, :1], logits], dim=1)
+        return logits
 
     def _due(self, key: tuple, condition: bool, rows: Tensor | None) -> bool:
         if not condition or rows is not None or key in self.done:

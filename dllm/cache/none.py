@@ -16,7 +16,6 @@ class NoCache:
 
     def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
                      rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
-        logits = runner.forward(tokens[:, : runner.live_end], 0, rows=rows, count=count)  # (N, L, V)
-        if runner.shift_logits:  # position i reads output i - 1; bs >= 1 (prompts are non-empty)
-            return logits[:, bs - 1 : be - 1]
-        return logits[:, bs:be]
+        shift = int(runner.shift_logits)  # position i reads output i - 1; bs >= 1 (prompts are non-empty)
+        return runner.forward(tokens[:, : runner.live_end], 0, rows=rows, count=count,
+                              logits_for=(bs - shift, be - shift))

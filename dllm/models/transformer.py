@@ -1,7 +1,8 @@
 """The one transformer every family builds: embeddings, blocks, final norm, LM head.
 
 Implements the model contract the engine relies on:
-``forward(input_ids, position_ids, visible=None, cache=None, cache_write=0) -> logits`` plus
+``forward(input_ids, position_ids, visible=None, cache=None, cache_write=0, logits_for=None)
+-> logits`` plus
 the attributes ``mask_token_id``, ``eos_token_ids``, ``shift_logits``, ``attention``.
 """
 from __future__ import annotations
@@ -63,6 +64,7 @@ class DiffusionTransformer(nn.Module):
         visible: KeyVisibility | None = None,
         cache: LayerCaches | None = None,
         cache_write: int = 0,
+        logits_for: tuple[int, int] | None = None,
     ) -> Tensor:
         """input_ids, position_ids: (B, T); ``visible``: which of the S keys each query sees
         (key validity (B, S) and block-causal spans; None = every key, every query).
@@ -70,10 +72,16 @@ class DiffusionTransformer(nn.Module):
         With ``cache``, the window's K/V are written at ``cache_write`` of each layer's buffer
         and S is the buffer length; without it S == T. Returns logits (B, T, vocab) unshifted:
         the engine applies the family's logit shift.
+
+        ``logits_for=(lo, hi)``: only queries [lo, hi) need logits; the others skip the final
+        norm and the LM head (the head is a large share of a small model's forward and the
+        engine reads only the decision window). The result is then (B, hi - lo, vocab).
         """
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
         x = self.embed(input_ids)  # (B, T, d_model)
         for i, layer in enumerate(self.layers):
             layer_cache = cache.layers[i] if cache is not None else None
             x = layer(x, cos, sin, visible, layer_cache, cache_write)
+        if logits_for is not None:
+            x = x[:, logits_for[0] : logits_for[1]]
         return self.lm_head(self.norm(x))

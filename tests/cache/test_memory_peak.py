@@ -69,14 +69,18 @@ def test_plan_bounds_measured_peak(measured, family):
         planned, peak = result["planned_decode_bytes"], result["measured_bytes"]
         assert planned >= peak, f"gen {G}, {name}: planned {planned:,} < measured peak {peak:,}"
         if G == LENGTHS[-1]:  # the bound follows the allocations, not a constant factor away
-            assert planned <= 4 * peak, f"gen {G}, {name}: plan {planned / peak:.1f}x the peak"
+            # (with the LM head on the window only, a narrow model's decode allocates little, and
+            # the plan's per-thread fused-attention workspace, partly untouched pages, weighs more)
+            assert planned <= 16 * peak, f"gen {G}, {name}: plan {planned / peak:.1f}x the peak"
 
 
 def test_peak_grows_linearly_with_the_canvas(measured):
     """No (queries x keys) tensor: a 4x longer canvas at most quadruples the peak (plus
     slack); a dense mask or score matrix would multiply it by 16."""
     small, large = (measured["llada"][G, "refreshes"]["measured_bytes"] for G in LINEAR)
-    assert large <= 5 * max(small, 1 << 20)
+    # (the LM head runs on the window only, so the rest is small and fixed costs such as the fused
+    # kernel's query tile, 4x larger past 768 queries on CPU, weigh more: 8x, still half of 16x)
+    assert large <= 8 * max(small, 1 << 20)
 
 
 def test_million_token_canvas_is_refused_before_any_allocation(long_context, monkeypatch):

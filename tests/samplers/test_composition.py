@@ -40,8 +40,10 @@ class EosBias:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def __call__(self, tokens, positions, visible=None, cache=None, cache_write=0):
-        logits = self.inner(tokens, positions, visible, cache, cache_write)
+    def __call__(self, tokens, positions, visible=None, cache=None, cache_write=0, logits_for=None):
+        logits = self.inner(tokens, positions, visible, cache, cache_write, logits_for)
+        if logits_for is not None:  # the queries whose logits were computed
+            positions = positions[:, logits_for[0] : logits_for[1]]
         bias = (20.0 - 0.5 * (positions - self.start).float()) * (positions >= self.start)  # (N, T)
         return logits.index_add(-1, torch.tensor([self.eos_token_ids[0]], device=logits.device), bias[..., None].to(logits.dtype))
 

@@ -1,0 +1,70 @@
+"""``GenerationConfig.compile``: the model forward through ``torch.compile``.
+
+Within a decision window every forward has the same shapes (the cache's window, static K/V
+buffers written in place), so a compiled forward replays: on CUDA with
+``mode="reduce-overhead"`` (CUDA graphs, with the K/V buffers marked as static addresses so
+the graphs write them in place), on CPU as a plain inductor compile. Shapes change between
+windows (the prefix cache's window shrinks, write offsets move), which compiles a few more
+graphs; dynamo then makes those sizes dynamic. One compiled wrapper per model, reused by
+every decode. Off by default until measured on a GPU.
+
+``DLLM_COMPILE_BACKEND`` picks the torch.compile backend (default ``inductor``); the test suite
+uses ``aot_eager`` (the same graph capture and functionalisation of the in-place K/V writes,
+without code generation, which takes minutes on a small CPU).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import weakref
+from typing import Callable
+
+import torch
+
+_COMPILED: "weakref.WeakKeyDictionary[torch.nn.Module, Callable]" = weakref.WeakKeyDictionary()
+_STATIC: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
+
+
+def compile_available() -> str | None:
+    """None when torch.compile can run here, else the reason it cannot."""
+    if not hasattr(torch, "compile"):
+        return f"torch {torch.__version__} has no torch.compile"
+    try:
+        importlib.import_module("torch._dynamo")
+        importlib.import_module("torch._inductor")
+    except ImportError as err:
+        return f"torch.compile is not usable: {err}"
+    return None
+
+
+def compiled_model(model: torch.nn.Module) -> Callable:
+    """The model's compiled forward (built once per model)."""
+    reason = compile_available()
+    if reason is not None:
+        raise RuntimeError(f"compile=True: {reason}; use compile=False")
+    compiled = _COMPILED.get(model)
+    if compiled is None:
+        backend = os.environ.get("DLLM_COMPILE_BACKEND", "inductor")
+        mode = "reduce-overhead" if model.device.type == "cuda" and backend == "inductor" else None
+        compiled = torch.compile(model, backend=backend, mode=mode)
+        _COMPILED[model] = compiled
+    return compiled
+
+
+def mark_static(cache) -> None:
+    """Mark a cache's preallocated K/V buffers as static addresses (CUDA graphs write them in
+    place instead of copying them in)."""
+    for pair in getattr(cache, "layers", ()):
+        for buf in pair:
+            if buf.device.type == "cuda" and buf not in _STATIC:
+                torch._dynamo.mark_static_address(buf)
+                _STATIC.add(buf)
+
+
+def call_compiled(model: torch.nn.Module, *args) -> torch.Tensor:
+    """Run the compiled forward; a compiler failure becomes an error that names the fix."""
+    try:
+        return compiled_model(model)(*args)
+    except torch._dynamo.exc.BackendCompilerFailed as err:
+        raise RuntimeError(f"compile=True: torch.compile failed on {model.device.type} ({err}); "
+                           "use compile=False") from err

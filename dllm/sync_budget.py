@@ -1,0 +1,27 @@
+"""How often the decode loop may wait for the device: the documented host-read budget.
+
+On a GPU every value the host reads back (``bool(t)``, ``.item()``, ``int(t)``, ...) and every
+op whose output size depends on the data (boolean-mask indexing, ``nonzero``, ``bincount``)
+stalls the launch queue until the device catches up. The loop is written to stay within:
+
+* per round (one ``strategy.step``): the loop's "does any row still move?" read, plus, for
+  candidate strategies (FreeDave, LoPA), their "does the base step leave work, so is a forward
+  needed at all?" read;
+* per decision window: the read that ends its loop and the "is any row still active?" read;
+* with EoTP truncating rows: one more per forward (the furthest end over active rows, read
+  before the next forward after a truncation): at most one per round plus one per window (the
+  candidate strategies' block-start forward).
+
+``tests/samplers/test_host_syncs.py`` counts them on CPU for every strategy and fails above this.
+"""
+from __future__ import annotations
+
+READS_PER_ROUND = {"plain": 1, "freedave": 2, "lopa": 2}
+READS_PER_WINDOW = 2
+READS_PER_FORWARD_TRUNCATED = 1  # EoTP: the furthest end over active rows, before the next forward
+
+
+def read_budget(strategy: str, rounds: int, windows: int, truncating: bool = False) -> int:
+    """Host reads a decode of ``rounds`` strategy steps over ``windows`` windows may make."""
+    truncated = READS_PER_FORWARD_TRUNCATED * (rounds + windows) if truncating else 0
+    return READS_PER_ROUND[strategy] * rounds + READS_PER_WINDOW * windows + truncated

@@ -1,0 +1,42 @@
+"""``GenerationConfig(compile=True)``: the compiled forward gives the tokens, order and NFE of
+the eager one for every cache mode (refresh and window forwards, in-place K/V writes) and for
+candidate batches. Uses the ``aot_eager`` backend (graph capture without code generation, which
+takes minutes on a small CPU); a GPU run repeats it with ``DLLM_COMPILE_BACKEND=inductor``."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from dllm import GenerationConfig
+from dllm.compiled import compile_available
+from dllm.engine import decode
+
+REASON = compile_available()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"torch.compile unavailable: {REASON}")
+PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11]]
+
+
+@pytest.fixture(autouse=True)
+def backend(monkeypatch):
+    monkeypatch.setenv("DLLM_COMPILE_BACKEND", os.environ.get("DLLM_TEST_COMPILE_BACKEND", "aot_eager"))
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("options", [dict(cache="dual"), dict(cache="prefix"), dict(cache="none"),
+                                     dict(cache="dual", strategy="lopa")],
+                         ids=["dual", "prefix", "none", "dual-lopa"])
+def test_compiled_decode_equals_eager(tiny_models, options):
+    model = tiny_models["llada"].model
+    config = dict(gen_length=16, block_length=8, steps=8, policy="threshold", policy_args={"tau": 0.09}, **options)
+    eager = decode(model, PROMPTS, GenerationConfig(**config))
+    compiled = decode(model, PROMPTS, GenerationConfig(**config, compile=True))
+    assert torch.equal(eager.answer, compiled.answer)
+    assert torch.equal(eager.order, compiled.order) and torch.equal(eager.nfe, compiled.nfe)
+
+
+def test_compile_is_off_by_default():
+    assert GenerationConfig().compile is False

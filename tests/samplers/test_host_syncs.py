@@ -1,0 +1,59 @@
+"""The decode loop waits for the device no more often than its documented budget
+(``dllm/sync_budget.py``): host reads and data-dependent shapes are counted on CPU for every
+strategy, cache mode and kind of stopper, per round."""
+from __future__ import annotations
+
+import pytest
+
+import dllm.engine as engine
+from dllm import GenerationConfig
+from dllm.engine import decode
+from dllm.samplers.base import STRATEGIES
+from dllm.sync_budget import READS_PER_ROUND, read_budget
+from host_syncs import HostSyncCounter
+
+PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11]]  # ragged: the key-validity path runs
+STRATEGY_ARGS = {"plain": {}, "freedave": {"num_drafts": 3}, "lopa": {"branches": 2}}
+DECODING = {
+    "threshold": dict(policy="threshold", policy_args={"tau": 0.09}),
+    "low_confidence": dict(policy="low_confidence"),
+    "sched": dict(policy="low_confidence", stopper="sched", stopper_args={"tau_high": 3.0, "tau_low": 0.5}),
+    "eotp": dict(policy="threshold", policy_args={"tau": 0.3}, stopper="eotp"),
+}
+
+
+class RoundCounter:
+    """A strategy wrapper that counts rounds (calls of ``step``)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.rounds = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def step(self, state):
+        self.rounds += 1
+        return self.inner.step(state)
+
+
+def test_every_strategy_has_a_budget():
+    assert set(READS_PER_ROUND) == set(STRATEGIES)
+
+
+@pytest.mark.parametrize("cache", ["none", "dual", "prefix"])
+@pytest.mark.parametrize("decoding", list(DECODING))
+@pytest.mark.parametrize("strategy", list(STRATEGY_ARGS))
+def test_host_reads_within_budget(tiny_models, monkeypatch, strategy, decoding, cache):
+    options = DECODING[decoding]
+    if strategy == "freedave" and "stopper" in options:
+        pytest.skip("freedave verifies the base rule alone (no stopper)")
+    made = []
+    make = engine.make_strategy
+    monkeypatch.setattr(engine, "make_strategy", lambda *a: made.append(RoundCounter(make(*a))) or made[-1])
+    config = GenerationConfig(gen_length=32, block_length=8, steps=16, cache=cache, strategy=strategy,
+                              strategy_args=STRATEGY_ARGS[strategy], **options)
+    with HostSyncCounter() as syncs:
+        decode(tiny_models["llada"].model, PROMPTS, config)
+    rounds = made[0].rounds
+    budget = read_budget(strategy, rounds, config.num_windows, truncating=decoding == "eotp")
+    assert syncs.total <= budget, f"{syncs.total} host syncs over {rounds} rounds > budget {budget}: {dict(syncs.by_name)}"
