@@ -108,7 +108,7 @@ def generation_config(args: argparse.Namespace):
     """The GenerationConfig of the decoding options, with its rule, strategy and stopper built
     once, so a bad name or option is an error before any model is loaded."""
     from dllm.config import GenerationConfig
-    from dllm.samplers import make_rule, make_stopper, make_strategy
+    from dllm.policies import check_policies
 
     config = GenerationConfig(
         gen_length=args.gen_length, block_length=args.block_length, steps=args.steps,
@@ -120,23 +120,9 @@ def generation_config(args: argparse.Namespace):
         cfg_scale=args.cfg_scale, stop_at_eos=not args.no_stop_at_eos, seed=args.seed,
         memory_budget_mb=args.memory_budget_mb,
     )
-    built = [_build(make_strategy, config.strategy, config.strategy_args, "--strategy-arg"),
-             _build(make_rule, config.policy, config.policy_args, "--policy-arg"),
-             _build(make_stopper, config.stopper, config.stopper_args, "--stopper-arg")]
-    for part in built:
-        check = getattr(part, "check_config", None)
-        if check is not None:
-            check(config)
+    check_policies(config, {"policy_args": "--policy-arg", "strategy_args": "--strategy-arg",
+                            "stopper_args": "--stopper-arg", "cache_args": "--cache-arg"})
     return config
-
-
-def _build(make, name: str, options: dict, flag: str):
-    """``make(name, options)``; a value of the wrong type (``tau=high``) becomes a ValueError
-    naming the option flag, so every command reports it as one line."""
-    try:
-        return make(name, options)
-    except TypeError as err:
-        raise ValueError(f"{name!r}: an option has a value of the wrong type ({err}); check {flag} {options}") from err
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
