@@ -1,4 +1,4 @@
-"""Command line: ``dllm generate | bench parallelbench | bench throughput | train-filter``.
+"""Command line: ``dllm generate | serve | bench parallelbench | bench throughput | bench serve | train-filter``.
 
 Results go to stdout; diagnostics go through ``logging`` to stderr (-v / -q, on every command);
 bad input is one ``dllm: error: ...`` line and exit status 2, before any model work.
@@ -105,8 +105,10 @@ def _subcommands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentP
 def _extra_commands():
     """Subcommands contributed by other modules (bench, training of filters)."""
     from dllm.bench.cli import register_bench
+    from dllm.serve.cli import register as register_serve
     from dllm.train.filter_cli import register as register_train_filter
 
+    yield register_serve
     yield register_bench
     yield register_train_filter
 
