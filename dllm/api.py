@@ -89,7 +89,7 @@ class DiffusionLM:
             stats.append({
                 "nfe": nfe, "tokens": len(kept), "tpf": len(kept) / max(nfe, 1),
                 "token_forwards": int(result.token_forwards[row]),
-                "draft_rows": int(result.draft_rows[row]), "seconds": result.wall_time,
+                "draft_rows": int(result.draft_rows[row]), "seconds": result.row_seconds[row],
             })
         return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, decode_order=orders,
                                 memory=result.memory)

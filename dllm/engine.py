@@ -1,12 +1,14 @@
 """The decode loop: canvas -> blocks -> steps, one paragraph per step.
 
-Per step: the strategy asks the cache for the active block's logits (the cache refreshes when
+``Decoding`` is the loop made resumable: ``step()`` runs one strategy round, so ``decode()``,
+``DiffusionLM.stream`` and the serving scheduler drive the same loop. Per step: the strategy asks the cache for the active block's logits (the cache refreshes when
 due) -> one kernel call turns them into statistics -> the rule picks positions -> commit ->
 end-of-text bookkeeping and stats. Rules, strategies, stoppers and caches are looked up by name
 from the GenerationConfig; nothing here branches on the model family.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ class DecodeResult:
     token_forwards: Tensor  # (B,) query tokens processed for each row
     draft_rows: Tensor  # (B,) rows forwarded for each row (> nfe for FreeDave / LoPA)
     wall_time: float  # seconds for the whole batch (synchronised on GPU)
+    row_seconds: list[float]  # each row's own latency: from the start to its last commit / stop
     memory: dict[str, int]  # the MemoryPlan's bytes plus kv_cache_peak_bytes really allocated
 
 
@@ -65,6 +68,9 @@ class DecodeState:
         self.bs = self.be = self.step = self.forwards = 0
         self.row_step = torch.zeros(B, dtype=torch.long, device=device)
         self.steps_before = torch.zeros_like(self.row_step)
+        # answer positions each row had already decoded before this canvas (a resumed row's
+        # finished blocks sit in its prompt): its noise is keyed by its true answer positions
+        self.answer_offset = torch.zeros_like(self.row_step)
         self.block_masks = torch.zeros(canvas.batch_size, dtype=torch.long, device=device)
         # EoTP: each row's answer ends before canvas position end[row]; forwards stop at the
         # furthest end over active rows (recomputed before the next forward after a truncate()).
@@ -131,7 +137,8 @@ class DecodeState:
         ``steps`` (default: their row's ``row_step``) base steps in this window."""
         rows = torch.arange(self.row_step.shape[0], device=self.row_step.device) if rows is None else rows
         steps = self.row_step[rows] if steps is None else torch.as_tensor(steps, device=rows.device).expand(rows.shape)
-        positions = torch.arange(self.bs, self.be, device=rows.device) - self.canvas.prompt_width
+        window = torch.arange(self.bs, self.be, device=rows.device) - self.canvas.prompt_width
+        positions = window[None, :] + self.answer_offset[rows][:, None]
         return RowNoise(seed=self.row_seed[rows], clock=self.steps_before[rows] + steps, positions=positions)
 
     def eligible(self, tokens: Tensor | None = None) -> Tensor:
@@ -272,6 +279,139 @@ def check_prompts(prompts: list[list[int]], config: GenerationConfig, max_length
             )
 
 
+@dataclass(kw_only=True, slots=True)
+class RowStart:
+    """How one row enters a ``Decoding``: fresh (a prompt, offset 0), or resumed at a block
+    boundary with its finished blocks appended to its prompt, so that it decodes exactly as its
+    single run would from there (the serving scheduler rebuilds batches this way)."""
+
+    prefix: list[int]  # prompt ids, then the row's finished answer blocks
+    gen_length: int  # answer positions left to decode (whole blocks)
+    seed: int = 0
+    answer_offset: int = 0  # answer positions already in ``prefix`` (its random stream's positions)
+    steps_before: int = 0  # base-rule steps the row took before (its random stream's clock)
+
+
+def check_rows(rows: list[RowStart], config: GenerationConfig, max_length: int) -> None:
+    """Resumed rows: whole blocks left, and each row's own length inside the model's context."""
+    if not rows:
+        raise ValueError("no rows given")
+    for i, row in enumerate(rows):
+        if not row.prefix:
+            raise ValueError(f"row {i} has an empty prompt; every row needs at least one token")
+        if row.gen_length <= 0 or row.gen_length % config.block_length:
+            raise ValueError(f"row {i}: gen_length {row.gen_length} is not a positive multiple of "
+                             f"block_length {config.block_length}")
+        if len(row.prefix) + row.gen_length > max_length:
+            raise ValueError(f"row {i} has {len(row.prefix)} tokens + gen_length {row.gen_length} > "
+                             f"the model's context of {max_length}; shorten the prompt or lower gen_length")
+
+
+class Decoding:
+    """A batched decode that runs one strategy round per ``step()`` (one forward, or one batched
+    forward of candidate states), until ``done``; ``result()`` then gives the DecodeResult.
+
+    Rows may have their own ``gen_length`` (a shorter row is truncated: it decodes exactly as
+    on its own canvas) and may resume at a block boundary (``RowStart``). Host syncs per round
+    are those of the plain loop: one to know whether any row still moves in the window."""
+
+    @torch.inference_mode()
+    def __init__(self, model, rows: list[RowStart], config: GenerationConfig) -> None:
+        check_rows(rows, config, model.config.max_sequence_length)
+        check_seeds([r.seed for r in rows], len(rows))
+        longest = max(r.gen_length for r in rows)
+        if longest != config.gen_length:  # same blocks and step budget per window, more windows
+            config = dataclasses.replace(config, gen_length=longest,
+                                         steps=config.steps_per_block * (longest // config.window_length))
+        self.model, self.config = model, config
+        self.strategy = make_strategy(config.strategy, config.strategy_args)
+        canvas_length = max(len(r.prefix) for r in rows) + longest
+        self.plan = plan_memory(model, len(rows), canvas_length, config, self.strategy)
+        check_memory_budget(self.plan, config, len(rows), canvas_length)
+        canvas = build_canvas([r.prefix for r in rows], gen_length=longest, mask_id=model.mask_token_id,
+                              pad_id=model.config.pad_token_id, device=model.device)
+        state = self.state = DecodeState(model, canvas, config, [r.seed for r in rows])
+        device = canvas.tokens.device
+        if any(r.answer_offset or r.steps_before for r in rows):
+            state.answer_offset = torch.tensor([r.answer_offset for r in rows], device=device)
+            state.steps_before = torch.tensor([r.steps_before for r in rows], device=device)
+        if any(r.gen_length < longest for r in rows):
+            state.truncate(torch.tensor([canvas.prompt_width + r.gen_length for r in rows], device=device))
+        self.max_steps = config.steps_per_block + 4 * config.window_length
+        self.window = -1  # the active decision window
+        self.done = False
+        _sync(model)
+        self.start = time.perf_counter()
+        self._stamps = [0.0]  # seconds at the end of the round of each forward (index = forward)
+        self._next_window()
+
+    @property
+    def block(self) -> int:
+        """Index of the active block (windows are sub-blocks when sub_block_length is set)."""
+        return self.window * self.config.window_length // self.config.block_length
+
+    def answer(self) -> Tensor:
+        """(B, G) answer tokens of the canvas, the mask id where not yet committed."""
+        return self.state.tokens[:, self.state.canvas.prompt_width :]
+
+    @torch.inference_mode()
+    def step(self) -> None:
+        """One round of the strategy on the rows that still move in the active window."""
+        if self.done:
+            raise RuntimeError("the decoding is done; read result()")
+        state = self.state
+        if state.step >= self.max_steps:  # a row still moving after max_steps rounds is stuck
+            stuck = self._moving.nonzero().flatten().tolist()
+            raise RuntimeError(f"rule {self.config.policy!r} made no progress in block {self.window} (rows {stuck})")
+        steps = self.strategy.step(state)  # base-rule steps per row; None: one per moving row
+        state.advance(self._moving if steps is None else steps)
+        state.finish_rows()
+        now = time.perf_counter() - self.start
+        self._stamps.extend([now] * (state.forwards + 1 - len(self._stamps)))
+        self._moving = state.moving_rows()
+        if not bool(self._moving.any()):
+            self._next_window()
+
+    @torch.inference_mode()
+    def stop_rows(self, rows: Tensor) -> None:
+        """Stop ``rows`` (B,) bool now (cancelled requests): no more commits, forwards or charges."""
+        self.state.runner.active &= ~rows
+        self._moving = self.state.moving_rows()
+        if not self.done and not bool(self._moving.any()):
+            self._next_window()
+
+    def run(self) -> DecodeResult:
+        while not self.done:
+            self.step()
+        return self.result()
+
+    @torch.inference_mode()
+    def result(self) -> DecodeResult:
+        state = self.state
+        last = state.order.max(-1).values.clamp_min(0).tolist()  # each row's last committing forward
+        return DecodeResult(answer=self.answer().clone(), order=state.order, nfe=state.runner.nfe,
+                            token_forwards=state.runner.token_forwards, draft_rows=state.runner.draft_rows,
+                            wall_time=self.wall_time, row_seconds=[self._stamps[f] for f in last],
+                            memory={**self.plan.as_dict(), "kv_cache_peak_bytes": state.cache.peak_bytes})
+
+    def _next_window(self) -> None:
+        """Begin the next window with a moving row; ``done`` when none is left."""
+        state = self.state
+        while True:
+            if self.window >= 0 and not bool(state.runner.active.any()):
+                break
+            self.window += 1
+            if self.window >= self.config.num_windows:
+                break
+            state.begin_block(self.window)
+            self._moving = state.moving_rows()
+            if bool(self._moving.any()):
+                return
+        self.done = True
+        _sync(self.model)
+        self.wall_time = time.perf_counter() - self.start
+
+
 @torch.inference_mode()
 def decode(model, prompts: list[list[int]], config: GenerationConfig,
            seeds: list[int] | None = None) -> DecodeResult:
@@ -281,33 +421,9 @@ def decode(model, prompts: list[list[int]], config: GenerationConfig,
     numbers depend only on its seed, so it decodes alike in any batch, at any position."""
     check_prompts(prompts, config, model.config.max_sequence_length)
     check_seeds(seeds, len(prompts))
-    strategy = make_strategy(config.strategy, config.strategy_args)
-    canvas_length = max(len(p) for p in prompts) + config.gen_length
-    plan = plan_memory(model, len(prompts), canvas_length, config, strategy)
-    check_memory_budget(plan, config, len(prompts), canvas_length)
-    canvas = build_canvas(prompts, gen_length=config.gen_length, mask_id=model.mask_token_id,
-                          pad_id=model.config.pad_token_id, device=model.device)
-    state = DecodeState(model, canvas, config, seeds)
-    _sync(model)
-    start = time.perf_counter()
-    max_steps = config.steps_per_block + 4 * config.window_length
-    for index in range(config.num_windows):
-        state.begin_block(index)
-        while bool((moving := state.moving_rows()).any()):
-            if state.step >= max_steps:  # a row still moving after max_steps rounds is stuck
-                stuck = moving.nonzero().flatten().tolist()
-                raise RuntimeError(f"rule {config.policy!r} made no progress in block {index} (rows {stuck})")
-            steps = strategy.step(state)  # base-rule steps per row; None: one per moving row
-            state.advance(moving if steps is None else steps)
-            state.finish_rows()
-
-        if not bool(state.runner.active.any()):
-            break
-    _sync(model)
-    return DecodeResult(answer=canvas.tokens[:, canvas.prompt_width :].clone(), order=state.order,
-                        nfe=state.runner.nfe, token_forwards=state.runner.token_forwards,
-                        draft_rows=state.runner.draft_rows, wall_time=time.perf_counter() - start,
-                        memory={**plan.as_dict(), "kv_cache_peak_bytes": state.cache.peak_bytes})
+    seeds = [config.seed] * len(prompts) if seeds is None else seeds
+    rows = [RowStart(prefix=list(p), gen_length=config.gen_length, seed=s) for p, s in zip(prompts, seeds)]
+    return Decoding(model, rows, config).run()
 
 
 def _sync(model) -> None:

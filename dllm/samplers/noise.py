@@ -26,11 +26,12 @@ class RowNoise:
 
     seed: Tensor  # (B,) int64 non-negative seed of each state's row (the hash folds it)
     clock: Tensor  # (B,) int64 base-rule steps the state's row has taken in the decode
-    positions: Tensor  # (W,) int64 answer-relative positions of the window
+    positions: Tensor  # (W,) or (B, W) int64 answer positions of the window (per state)
 
     def counters(self) -> Tensor:
         """(B, W) int64 kernel counters: the clock in the high half, the position in the low."""
-        return (self.clock[:, None] << 32) | self.positions[None, :]
+        positions = self.positions if self.positions.dim() == 2 else self.positions[None, :]
+        return (self.clock[:, None] << 32) | positions
 
     def uniform(self, draw: int = 0) -> Tensor:
         """(B, W) float32 uniforms in (0, 1) for a rule; ``draw`` picks another independent set."""
