@@ -1,0 +1,196 @@
+"""The running batch of the scheduler: its rows' progress, their updates, and the rebuild at a
+block boundary that lets rows leave and join while every row decodes as its single run.
+
+A row resumed at a block boundary enters a new ``Decoding`` with its finished blocks appended
+to its prompt (``RowStart``): left padding puts every row's next block at the same canvas
+column, a row with fewer blocks left is truncated, and the row keeps its own random stream
+(answer offset, steps taken) and counters. Caches refresh at block starts, so they see the
+K/V of a single run. What cannot be exact under a rebuild (stoppers that read the whole
+answer, classifier-free guidance over the prompt, block-causal models whose block partition
+starts at the prompt) runs as a static batch: no joins, finished rows only stop.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from dllm.config import GenerationConfig
+from dllm.engine import Decoding, RowStart
+from dllm.serve.protocol import RowUpdate, ServeRequest
+
+# fields that may differ between rows of one batch (steps may differ only with gen_length,
+# at the same budget per block)
+_PER_ROW = ("gen_length", "steps", "seed")
+
+
+def batch_key(config: GenerationConfig, model) -> tuple[str, bool]:
+    """(key, joinable): requests with equal keys can share a batch; ``joinable`` batches take
+    new rows and drop finished ones at block boundaries, exactly."""
+    joinable = config.stopper == "none" and config.cfg_scale == 0 and model.attention != "block_causal"
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    for name in _PER_ROW if joinable else ("seed",):
+        values.pop(name)
+    if joinable:
+        values["steps_per_block"] = config.steps_per_block
+    return json.dumps(values, sort_keys=True, default=repr), joinable
+
+
+@dataclass(kw_only=True, eq=False)
+class RowProgress:
+    """One request's row across the batches it passes through."""
+
+    request: ServeRequest
+    on_update: Callable[[RowUpdate], None]
+    submitted: float
+    admitted: float = 0.0
+    prefix: list[int] = field(default_factory=list)  # prompt + finished answer blocks
+    done_answer: list[int] = field(default_factory=list)  # finished answer blocks
+    remaining: int = 0  # answer positions left (whole blocks)
+    steps_before: int = 0
+    counters: dict[str, int] = field(default_factory=lambda: {"nfe": 0, "token_forwards": 0, "draft_rows": 0})
+    seen: list[int] = field(default_factory=list)  # the current batch's canvas of this row, last read
+    final: int = 0  # length of the final prefix already sent
+    cancelled: bool = False
+    finished: bool = False
+
+    def __post_init__(self) -> None:
+        self.prefix = list(self.request.prompt_ids)
+        self.remaining = self.request.config.gen_length
+
+    def start(self) -> RowStart:
+        return RowStart(prefix=self.prefix, gen_length=self.remaining, seed=self.request.seed,
+                        answer_offset=len(self.done_answer), steps_before=self.steps_before)
+
+
+class RunningBatch:
+    """A ``Decoding`` over some rows, with the bookkeeping to report, drop and add rows."""
+
+    def __init__(self, model, rows: list[RowProgress], config: GenerationConfig, key: str, joinable: bool) -> None:
+        self.model, self.config, self.key, self.joinable = model, config, key, joinable
+        self.mask_id, self.eos = model.mask_token_id, set(model.eos_token_ids)
+        self.rows: list[RowProgress] = []
+        self.decoding: Decoding | None = None
+        self.rebuild(rows)
+
+    @property
+    def live(self) -> list[RowProgress]:
+        return [r for r in self.rows if not r.finished]
+
+    @property
+    def done(self) -> bool:
+        return self.decoding is None
+
+    def rebuild(self, joining: list[RowProgress]) -> None:
+        """New Decoding from the live rows (resumed at the block about to start) plus ``joining``."""
+        old, live = self.decoding, self.live
+        if old is not None:
+            self._carry(old, live)
+        now = time.perf_counter()
+        for row in joining:
+            row.admitted = now
+        self.rows = live + joining
+        self.decoding = None
+        if self.rows:
+            self.decoding = Decoding(self.model, [r.start() for r in self.rows], self.config)
+            self.block = self.decoding.block
+            for row in self.rows:
+                row.seen = [self.mask_id] * row.remaining
+
+    def _carry(self, old: Decoding, live: list[RowProgress]) -> None:
+        """Move the live rows' finished blocks of ``old`` into their prompts, and their counters."""
+        width = old.block * self.config.block_length
+        index = {id(r): i for i, r in enumerate(self.rows)}
+        state = old.state
+        answer = old.answer()[:, :width].tolist()
+        steps = (state.steps_before + state.row_step).tolist()
+        for row in live:
+            i = index[id(row)]
+            row.prefix += answer[i]
+            row.done_answer += answer[i]
+            row.remaining -= width
+            row.steps_before = steps[i]
+            self._add_counters(row, old, i)
+
+    def _add_counters(self, row: RowProgress, decoding: Decoding, i: int) -> None:
+        runner = decoding.state.runner
+        for name in row.counters:
+            row.counters[name] += int(getattr(runner, name)[i])
+
+    def step(self) -> list[tuple[RowProgress, RowUpdate]]:
+        """One round of the decode; the updates of the rows it changed (finished ones included)."""
+        self.decoding.step()
+        return self.read()
+
+    def read(self) -> list[tuple[RowProgress, RowUpdate]]:
+        """Updates from the canvas since the last read; rows that ended are marked finished."""
+        decoding = self.decoding
+        answer = decoding.answer().tolist()
+        active = decoding.state.runner.active.tolist()
+        updates = []
+        for i, row in enumerate(self.rows):
+            if row.finished:
+                continue
+            segment = answer[i][: row.remaining]
+            committed = {len(row.done_answer) + j: t for j, (t, was) in enumerate(zip(segment, row.seen))
+                         if was == self.mask_id and t != self.mask_id}
+            row.seen = segment
+            full = row.done_answer + segment
+            final = next((j for j, t in enumerate(full) if t == self.mask_id), len(full))
+            update = RowUpdate(request_id=row.request.request_id, final_ids=full[row.final : final],
+                               committed=committed)
+            row.final = max(row.final, final)
+            if row.cancelled or not active[i] or self.mask_id not in segment:
+                self._finish(row, update, decoding, i, full)
+            if update.finished or update.final_ids or update.committed:
+                updates.append((row, update))
+        return updates
+
+    def _finish(self, row: RowProgress, update: RowUpdate, decoding: Decoding, i: int, full: list[int]) -> None:
+        row.finished = True
+        self._add_counters(row, decoding, i)
+        if row.cancelled:
+            reason = "cancelled"
+        else:
+            reason = "eos" if any(t in self.eos for t in full) else "length"
+        end = next((j for j, t in enumerate(full) if t in self.eos), None)
+        tokens = len(full) if end is None else end + 1
+        if reason == "cancelled":
+            tokens = row.final
+        now = time.perf_counter()
+        nfe = row.counters["nfe"]
+        update.finished, update.finish_reason = True, reason
+        update.stats = {**row.counters, "tokens": tokens, "tpf": tokens / max(nfe, 1),
+                        "seconds": now - row.admitted, "queued_seconds": row.admitted - row.submitted}
+
+    def cancel_marked(self) -> list[tuple[RowProgress, RowUpdate]]:
+        """Stop the rows marked cancelled now (they cost nothing from here) and report them."""
+        marked = [i for i, r in enumerate(self.rows) if r.cancelled and not r.finished]
+        if not marked:
+            return []
+        stop = torch.zeros(len(self.rows), dtype=torch.bool, device=self.decoding.state.tokens.device)
+        stop[marked] = True
+        self.decoding.stop_rows(stop)
+        return self.read()
+
+    def at_boundary(self) -> bool:
+        """True once the decode ended or reached the start of a new block (no forward in it yet)."""
+        return self.decoding.done or self.decoding.block != self.block
+
+    def next_block(self, joining: list[RowProgress]) -> None:
+        """At a boundary: drop finished rows and add ``joining`` (a rebuild), or go on as is."""
+        if self.decoding.done:
+            for row in self.live:  # every row's blocks are decoded: read() has finished them
+                row.finished = True
+            self.rows, self.decoding = [], None
+            if joining:
+                self.rebuild(joining)
+            return
+        if self.joinable and (joining or len(self.live) < len(self.rows)):
+            self.rebuild(joining)
+        if self.decoding is not None:
+            self.block = self.decoding.block

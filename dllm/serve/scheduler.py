@@ -1,0 +1,213 @@
+"""BatchScheduler: one loop thread decodes the running batch one round at a time.
+
+Requests wait in one queue per batch key (``running_batch.batch_key``: what must be equal in a
+batch; prompt, seed, gen_length and stops may differ). With ``continuous`` batching, waiting
+requests of the running batch's key join it at its next block boundary; without, they wait
+until it has drained. Finished and cancelled rows stop costing forwards at once and leave at the
+next boundary. Groups take turns: the running batch takes no new rows while another key's
+request has waited longer, so it drains and that key runs next.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Callable
+
+from dllm.config import GenerationConfig
+from dllm.engine import check_seeds
+from dllm.inputs import check_token_ids
+from dllm.serve.protocol import QueueFullError, RowUpdate, Scheduler, SchedulerLimits, ServeRequest
+from dllm.serve.running_batch import RowProgress, RunningBatch, batch_key
+
+log = logging.getLogger(__name__)
+
+
+class BatchScheduler(Scheduler):
+    """Continuous (or static) batching over one loaded model (a ``DiffusionLM`` or its model)."""
+
+    def __init__(self, lm, limits: SchedulerLimits | None = None) -> None:
+        self.model = getattr(lm, "model", lm)
+        self.limits = limits or SchedulerLimits()
+        if self.limits.max_batch <= 0 or self.limits.max_queue < 0:
+            raise ValueError(f"max_batch must be positive and max_queue >= 0, got {self.limits}")
+        self._cond = threading.Condition()
+        self._queues: dict[str, collections.deque[RowProgress]] = {}  # by batch key
+        self._ids: dict[str, RowProgress] = {}
+        self._batch: RunningBatch | None = None
+        self._closed = False
+        self._seconds_per_request = 1.0  # moving average of a request's latency (Retry-After)
+        self._thread = threading.Thread(target=self._loop, name="dllm-scheduler", daemon=True)
+        self._thread.start()
+
+    # --- the protocol -----------------------------------------------------------------------
+    def submit(self, request: ServeRequest, on_update: Callable[[RowUpdate], None]) -> None:
+        self._check(request)
+        key, _ = batch_key(request.config, self.model)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the scheduler is closed")
+            if request.request_id in self._ids:
+                raise ValueError(f"request id {request.request_id!r} is already queued or running")
+            if self.queue_depth >= self.limits.max_queue:
+                raise QueueFullError(f"{self.queue_depth} requests are waiting (max_queue "
+                                     f"{self.limits.max_queue}); retry later", self._retry_after())
+            row = RowProgress(request=request, on_update=on_update, submitted=time.perf_counter())
+            self._queues.setdefault(key, collections.deque()).append(row)
+            self._ids[request.request_id] = row
+            self._cond.notify()
+
+    def cancel(self, request_id: str) -> None:
+        with self._cond:
+            row = self._ids.get(request_id)
+            if row is not None:
+                row.cancelled = True
+                self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+
+    @property
+    def queue_depth(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    @property
+    def running_rows(self) -> int:
+        batch = self._batch
+        return 0 if batch is None else len(batch.live)
+
+    # --- checks before any model work ---------------------------------------------------------
+    def _check(self, request: ServeRequest) -> None:
+        if not isinstance(request, ServeRequest):
+            raise TypeError(f"submit takes a ServeRequest, got {type(request).__name__}")
+        if not isinstance(request.config, GenerationConfig):
+            raise TypeError(f"request.config must be a GenerationConfig, got {type(request.config).__name__}")
+        check_token_ids([request.prompt_ids], self.model.config.vocab_size)
+        check_seeds([request.seed], 1)
+        if not request.prompt_ids:
+            raise ValueError("the prompt is empty; a request needs at least one token")
+        total = len(request.prompt_ids) + request.config.gen_length
+        if total > self.model.config.max_sequence_length:
+            raise ValueError(f"the prompt has {len(request.prompt_ids)} tokens + gen_length "
+                             f"{request.config.gen_length} = {total} > the model's context of "
+                             f"{self.model.config.max_sequence_length}; shorten the prompt or lower max_tokens")
+
+    def _retry_after(self) -> float:
+        rounds = self.queue_depth // self.limits.max_batch + 1
+        return round(max(0.1, rounds * self._seconds_per_request), 2)
+
+    # --- the loop thread ----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and self._batch is None and not self.queue_depth:
+                    self._cond.wait()
+                if self._closed:
+                    break
+                dropped = self._drop_cancelled_waiting()
+            self._send(dropped)
+            try:
+                if self._batch is None:
+                    self._start_batch()
+                elif not self._batch.done:
+                    self._step()
+            except Exception as error:  # a failed batch ends its rows, the server goes on
+                log.exception("batch failed")
+                self._fail_batch(error)
+            if self._batch is not None and self._batch.done:
+                self._batch = None
+        self._shutdown()
+
+    def _step(self) -> None:
+        batch = self._batch
+        updates = batch.cancel_marked()
+        if not batch.decoding.done:
+            updates += batch.step()
+        self._send(updates)
+        if batch.at_boundary():
+            batch.next_block(self._joiners(batch))
+
+    def _start_batch(self) -> None:
+        with self._cond:
+            key = self._next_key()
+            if key is None:
+                return
+            rows = self._take(key, self.limits.max_batch)
+        config = rows[0].request.config
+        try:
+            self._batch = RunningBatch(self.model, rows, config, key, batch_key(config, self.model)[1])
+        except Exception as error:  # e.g. over the memory budget: these rows end, others go on
+            self._end(rows, "error", str(error))
+
+    def _joiners(self, batch: RunningBatch) -> list[RowProgress]:
+        """Rows that join ``batch`` at this boundary (continuous batching only)."""
+        if not (self.limits.continuous and batch.joinable):
+            return []
+        with self._cond:
+            if self._next_key() != batch.key:  # another key waited longer: drain, then its turn
+                return []
+            return self._take(batch.key, self.limits.max_batch - len(batch.live))
+
+    def _next_key(self) -> str | None:
+        """The key whose first waiting request has waited longest."""
+        heads = [(q[0].submitted, key) for key, q in self._queues.items() if q]
+        return min(heads)[1] if heads else None
+
+    def _take(self, key: str, count: int) -> list[RowProgress]:
+        queue = self._queues[key]
+        rows = [queue.popleft() for _ in range(min(count, len(queue)))]
+        if not queue:
+            del self._queues[key]
+        return rows
+
+    def _drop_cancelled_waiting(self) -> list[tuple[RowProgress, RowUpdate]]:
+        dropped = []
+        for key in list(self._queues):
+            queue = self._queues[key]
+            for row in [r for r in queue if r.cancelled]:
+                queue.remove(row)
+                row.finished = True
+                dropped.append((row, RowUpdate(request_id=row.request.request_id, finished=True,
+                                               finish_reason="cancelled",
+                                               stats={"seconds": 0.0,
+                                                      "queued_seconds": time.perf_counter() - row.submitted})))
+            if not queue:
+                del self._queues[key]
+        return dropped
+
+    def _send(self, updates: list[tuple[RowProgress, RowUpdate]]) -> None:
+        for row, update in updates:
+            if update.finished:
+                with self._cond:
+                    self._ids.pop(row.request.request_id, None)
+                if update.finish_reason in ("eos", "length"):
+                    seconds = update.stats["seconds"] + update.stats["queued_seconds"]
+                    self._seconds_per_request = 0.8 * self._seconds_per_request + 0.2 * seconds
+            try:
+                row.on_update(update)
+            except Exception:  # a caller's callback must not stop the other rows
+                log.exception("on_update of request %s failed", row.request.request_id)
+
+    def _fail_batch(self, error: Exception) -> None:
+        batch, self._batch = self._batch, None
+        self._end([] if batch is None else batch.live, "error", str(error))
+
+    def _shutdown(self) -> None:
+        with self._cond:
+            waiting = [r for q in self._queues.values() for r in q]
+            self._queues.clear()
+        running = [] if self._batch is None else self._batch.live
+        self._batch = None
+        self._end(running + waiting, "cancelled")
+
+    def _end(self, rows: list[RowProgress], reason: str, error: str | None = None) -> None:
+        ended = []
+        for row in rows:
+            row.finished = True
+            ended.append((row, RowUpdate(request_id=row.request.request_id, finished=True, finish_reason=reason,
+                                         error=error, stats={"seconds": 0.0, "queued_seconds": 0.0})))
+        self._send(ended)
