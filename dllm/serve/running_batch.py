@@ -74,6 +74,7 @@ class RunningBatch:
         self.model, self.config, self.key, self.joinable = model, config, key, joinable
         self.mask_id, self.eos = model.mask_token_id, set(model.eos_token_ids)
         self.rows: list[RowProgress] = []
+        self.joined = 0  # rows that joined after the batch started (the scheduler bounds a turn)
         self.decoding: Decoding | None = None
         self.rebuild(rows)
 

@@ -4,8 +4,8 @@ Requests wait in one queue per batch key (``running_batch.batch_key``: what must
 batch; prompt, seed, gen_length and stops may differ). With ``continuous`` batching, waiting
 requests of the running batch's key join it at its next block boundary; without, they wait
 until it has drained. Finished and cancelled rows stop costing forwards at once and leave at the
-next boundary. Groups take turns: the running batch takes no new rows while another key's
-request has waited longer, so it drains and that key runs next.
+next boundary. Keys take turns: while other keys wait, the running batch takes at most
+``max_batch`` joining rows in all, then drains, and the key waiting longest runs next.
 """
 from __future__ import annotations
 
@@ -148,9 +148,14 @@ class BatchScheduler(Scheduler):
         if not (self.limits.continuous and batch.joinable):
             return []
         with self._cond:
-            if self._next_key() != batch.key:  # another key waited longer: drain, then its turn
+            if batch.key not in self._queues:
                 return []
-            return self._take(batch.key, self.limits.max_batch - len(batch.live))
+            room = self.limits.max_batch - len(batch.live)
+            if any(key != batch.key for key in self._queues):  # others wait: a bounded turn
+                room = min(room, self.limits.max_batch - batch.joined)
+            rows = self._take(batch.key, max(room, 0))
+            batch.joined += len(rows)
+            return rows
 
     def _next_key(self) -> str | None:
         """The key whose first waiting request has waited longest."""

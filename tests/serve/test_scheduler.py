@@ -1,0 +1,168 @@
+"""The batching scheduler: concurrent requests with mixed prompts, settings and arrival times
+give exactly their single-run tokens, in continuous and static mode, for every cache; rows
+really join a running batch at block boundaries; cancel and queue limits."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from dllm import GenerationConfig
+from dllm.engine import decode
+from dllm.serve import running_batch
+from dllm.serve.protocol import QueueFullError, SchedulerLimits, ServeRequest
+from dllm.serve.scheduler import BatchScheduler
+
+CACHES = {"none": dict(cache="none"), "prefix": dict(cache="prefix"), "dual": dict(cache="dual"),
+          "sub_block": dict(cache="dual", sub_block_length=2)}
+POLICIES = [dict(policy="low_confidence"),
+            dict(policy="threshold", policy_args={"tau": 0.09}),
+            dict(policy="threshold", policy_args={"tau": 0.09}, temperature=0.8)]
+
+
+class Collector:
+    """Gathers each request's updates; ``wait()`` until every one has finished."""
+
+    def __init__(self, count: int) -> None:
+        self.final: dict[str, list[int]] = {}
+        self.ends: dict[str, object] = {}
+        self.threads: set[str] = set()
+        self.count, self.all_done = count, threading.Event()
+        self.lock = threading.Lock()
+
+    def __call__(self, update) -> None:
+        with self.lock:
+            self.threads.add(threading.current_thread().name)
+            self.final.setdefault(update.request_id, []).extend(update.final_ids)
+            if update.finished:
+                self.ends[update.request_id] = update
+                if len(self.ends) == self.count:
+                    self.all_done.set()
+
+    def wait(self, timeout: float = 120) -> None:
+        assert self.all_done.wait(timeout), f"only {len(self.ends)} of {self.count} requests finished"
+
+
+def mixed_requests(count: int, cache: dict) -> list[ServeRequest]:
+    requests = []
+    for i in range(count):
+        config = GenerationConfig(gen_length=4 * (1 + i % 4), block_length=4, **cache, **POLICIES[i % 3])
+        prompt = [(7 * i + j) % 200 + 3 for j in range(1 + (5 * i) % 7)]
+        requests.append(ServeRequest(request_id=f"req{i}", prompt_ids=prompt, config=config, seed=100 + i))
+    return requests
+
+
+def single_run(model, request: ServeRequest) -> list[int]:
+    return decode(model, [request.prompt_ids], request.config, seeds=[request.seed]).answer[0].tolist()
+
+
+@pytest.fixture
+def compositions(monkeypatch):
+    """Every batch the scheduler builds: (request id, answer positions already decoded) per row."""
+    seen = []
+    original = running_batch.RunningBatch.rebuild
+
+    def rebuild(self, joining):
+        original(self, joining)
+        seen.append([(r.request.request_id, len(r.done_answer)) for r in self.rows])
+
+    monkeypatch.setattr(running_batch.RunningBatch, "rebuild", rebuild)
+    return seen
+
+
+@pytest.mark.parametrize("continuous", [True, False], ids=["continuous", "static"])
+@pytest.mark.parametrize("cache", CACHES)
+def test_concurrent_requests_equal_single_runs(tiny_models, compositions, cache, continuous):
+    lm = tiny_models["llada"]
+    requests = mixed_requests(32, CACHES[cache])
+    scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=6, max_queue=64, continuous=continuous))
+    collect = Collector(len(requests))
+    try:
+        for i, request in enumerate(requests):
+            scheduler.submit(request, collect)
+            if i % 4 == 3:
+                time.sleep(0.005)  # arrivals spread over the run
+        collect.wait()
+    finally:
+        scheduler.close()
+    assert collect.threads == {"dllm-scheduler"}
+    for request in requests:
+        end = collect.ends[request.request_id]
+        assert end.finish_reason in ("eos", "length")
+        assert collect.final[request.request_id] == single_run(lm.model, request), request.request_id
+    joined = [batch for batch in compositions if any(done > 0 for _, done in batch)
+              and any(done == 0 for _, done in batch)]
+    if continuous:
+        assert joined, "no request joined a running batch at a block boundary"
+    else:
+        assert not joined, "a request joined a running batch under static batching"
+
+
+def test_cancel_frees_the_row_and_leaves_the_others_intact(tiny_models, compositions):
+    lm = tiny_models["llada"]
+    config = GenerationConfig(gen_length=16, block_length=4, policy="low_confidence")
+    requests = [ServeRequest(request_id=f"c{i}", prompt_ids=[3 + i, 40, 41 + i], config=config, seed=i)
+                for i in range(4)]
+    scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=4, continuous=True))
+    collect = Collector(len(requests))
+
+    def cancel_after_first(update):
+        collect(update)
+        if update.request_id == "c1" and not update.finished:
+            scheduler.cancel("c1")
+
+    try:
+        for request in requests:
+            scheduler.submit(request, cancel_after_first)
+        collect.wait()
+    finally:
+        scheduler.close()
+    cancelled = collect.ends["c1"]
+    assert cancelled.finish_reason == "cancelled"
+    assert cancelled.stats["nfe"] < 16  # it stopped costing forwards before the end
+    assert all("c1" not in [rid for rid, _ in batch] for batch in compositions[1:])  # dropped at the boundary
+    for request in requests:
+        if request.request_id != "c1":
+            assert collect.final[request.request_id] == single_run(lm.model, request)
+
+
+def test_full_queue_raises_with_a_retry_estimate(tiny_models):
+    lm = tiny_models["llada"]
+    config = GenerationConfig(gen_length=64, block_length=8)
+    scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=1, max_queue=2))
+    collect = Collector(0)
+    try:
+        with pytest.raises(QueueFullError, match="max_queue 2") as error:
+            for i in range(6):
+                scheduler.submit(ServeRequest(request_id=f"q{i}", prompt_ids=[5, 6], config=config), collect)
+        assert error.value.retry_after > 0
+    finally:
+        scheduler.close()
+    assert scheduler.queue_depth == 0 and scheduler.running_rows == 0
+
+
+def test_bad_requests_are_refused_at_submit(tiny_models):
+    lm = tiny_models["llada"]
+    scheduler = BatchScheduler(lm)
+    try:
+        too_long = GenerationConfig(gen_length=lm.model.config.max_sequence_length)
+        with pytest.raises(ValueError, match="shorten the prompt or lower max_tokens"):
+            scheduler.submit(ServeRequest(request_id="a", prompt_ids=[5], config=too_long), print)
+        with pytest.raises(ValueError, match="vocab"):
+            scheduler.submit(ServeRequest(request_id="b", prompt_ids=[10**9], config=GenerationConfig()), print)
+    finally:
+        scheduler.close()
+
+
+def test_batch_keys_separate_what_a_batch_cannot_mix(tiny_models):
+    model = tiny_models["llada"].model
+    base = GenerationConfig(gen_length=8, block_length=4)
+    key, joinable = running_batch.batch_key(base, model)
+    assert joinable
+    assert running_batch.batch_key(GenerationConfig(gen_length=16, block_length=4, seed=3), model)[0] == key
+    assert running_batch.batch_key(GenerationConfig(gen_length=8, block_length=2), model)[0] != key
+    assert running_batch.batch_key(GenerationConfig(gen_length=8, block_length=4, steps=4), model)[0] != key
+    stopper_key, stopper_joinable = running_batch.batch_key(
+        GenerationConfig(gen_length=8, block_length=4, stopper="eotp"), model)
+    assert not stopper_joinable
