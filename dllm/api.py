@@ -5,15 +5,17 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Iterator, Sequence, Union
 
 import torch
 
 from dllm.config import GenerationConfig
-from dllm.engine import DecodeResult, decode
+from dllm.engine import DecodeResult, Decoding, RowStart, check_prompts, decode
 from dllm.inputs import check_token_ids, prompt_batch
 from dllm.models import load_model, load_tokenizer
 from dllm.models.tokenizer import check_decodable, check_tokenizer_fits
+from dllm.stops import StopConditions
+from dllm.streaming import StreamUpdate, stream_decoding
 from dllm.validation import OptionTypeError
 
 Message = dict[str, str]
@@ -73,6 +75,25 @@ class DiffusionLM:
         ids = check_token_ids(ids, self.model.config.vocab_size)
         result = decode(self.model, ids, config, seeds=None if seeds is None else list(seeds))
         return self.to_output(result)
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None,
+               seed: int | None = None, stop: Any = None, stop_token_ids: Any = None,
+               **options: Any) -> Iterator[StreamUpdate]:
+        """Decode one prompt, yielding a ``StreamUpdate`` after each forward (newly committed
+        positions, the canvas, the final prefix and its new text), then a last one with
+        ``finished=True``. Same tokens as ``generate``; ``stop`` / ``stop_token_ids`` end the
+        text (and the decode) at the first stop. Bad input raises here, before any model work."""
+        config = _merge(config, options)
+        prompts = prompt_batch(prompt)
+        if len(prompts) != 1:
+            raise ValueError(f"stream takes one prompt (a string or chat messages), got {len(prompts)}; "
+                             "call it once per prompt, or use generate for a batch")
+        ids = check_token_ids([self.encode(prompts[0], chat)], self.model.config.vocab_size)
+        check_prompts(ids, config, self.model.config.max_sequence_length)
+        stops = StopConditions.parse(stop, stop_token_ids, vocab_size=self.model.config.vocab_size)
+        seed = config.seed if seed is None else seed
+        decoding = Decoding(self.model, [RowStart(prefix=ids[0], gen_length=config.gen_length, seed=seed)], config)
+        return stream_decoding(self, decoding, stops)
 
     def to_output(self, result: DecodeResult) -> GenerationOutput:
         eos = set(self.model.eos_token_ids)

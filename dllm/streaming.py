@@ -1,0 +1,84 @@
+"""``DiffusionLM.stream``: one update per decode round, text emitted as it becomes final.
+
+A diffusion row commits positions in any order; its *final prefix* is every position before
+its first mask. The text of that prefix (cut at end-of-text and stops, holding back a tail
+that could still become a stop string or an incomplete character) only grows, and ends as
+the text ``generate`` gives. The canvas drives the engine's own ``Decoding``, so the tokens
+are ``generate``'s.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+
+from dllm.engine import Decoding
+from dllm.stops import StopConditions, cut_at_stop, safe_text_length
+
+
+@dataclass(kw_only=True, slots=True)
+class StreamUpdate:
+    """What one round changed. ``committed``: answer position -> token id committed in this
+    round; ``canvas``: the answer ids (the mask id where still masked); ``final_ids`` /
+    ``final_text``: the final prefix so far and its text (cut at the first end-of-text or
+    stop); ``text_delta``: the final text new in this update. The last update has
+    ``finished=True``, a ``finish_reason`` ("eos", "stop", "length") and ``stats`` (as
+    ``generate``'s: nfe, tpf, token_forwards, draft_rows, tokens, seconds)."""
+
+    committed: dict[int, int]
+    canvas: list[int]
+    final_ids: list[int]
+    final_text: str
+    text_delta: str
+    finished: bool = False
+    finish_reason: str | None = None
+    stats: dict[str, Any] | None = None
+
+
+def stream_decoding(lm, decoding: Decoding, stops: StopConditions) -> Iterator[StreamUpdate]:
+    """Step ``decoding`` (one row of ``lm``'s model) to its end, yielding after each round."""
+    mask_id, eos = lm.model.mask_token_id, lm.model.eos_token_ids
+
+    def text_of(ids: list[int]) -> str:
+        return lm.tokenizer.decode(ids, skip_special_tokens=False)
+
+    previous = decoding.answer()[0].tolist()
+    sent, reason = "", None
+    while not decoding.done and reason is None:
+        decoding.step()
+        canvas = decoding.answer()[0].tolist()
+        committed = {i: t for i, (t, was) in enumerate(zip(canvas, previous)) if was == mask_id and t != mask_id}
+        previous = canvas
+        final_ids = canvas[: next((i for i, t in enumerate(canvas) if t == mask_id), len(canvas))]
+        cut = cut_at_stop(final_ids, text_of, eos, stops, complete=False)
+        reason = cut.finish_reason
+        text = cut.text if reason else _safe_prefix(cut.text, stops)
+        if reason == "stop":  # the rest of the canvas cannot change the text: stop decoding
+            decoding.stop_rows(torch.ones(1, dtype=torch.bool, device=decoding.state.tokens.device))
+        delta, sent = (text[len(sent):], text) if len(text) > len(sent) else ("", sent)
+        yield StreamUpdate(committed=committed, canvas=canvas, final_ids=final_ids, final_text=sent, text_delta=delta)
+    while not decoding.done:  # text final at end-of-text: the rest runs as in generate
+        decoding.step()
+    yield _last(lm, decoding, stops, sent, text_of)
+
+
+def _last(lm, decoding: Decoding, stops: StopConditions, sent: str, text_of) -> StreamUpdate:
+    result = decoding.result()
+    canvas = result.answer[0].tolist()
+    complete = lm.model.mask_token_id not in canvas
+    answer = canvas if complete else canvas[: canvas.index(lm.model.mask_token_id)]
+    cut = cut_at_stop(answer, text_of, lm.model.eos_token_ids, stops, complete=complete)
+    kept = answer[: len(cut.ids) + 1] if cut.finish_reason == "eos" else cut.ids
+    nfe = int(result.nfe[0])
+    stats = {"nfe": nfe, "tokens": len(kept), "tpf": len(kept) / max(nfe, 1),
+             "token_forwards": int(result.token_forwards[0]), "draft_rows": int(result.draft_rows[0]),
+             "seconds": result.row_seconds[0]}
+    return StreamUpdate(committed={}, canvas=canvas, final_ids=kept, final_text=cut.text,
+                        text_delta=cut.text[len(sent):], finished=True, finish_reason=cut.finish_reason, stats=stats)
+
+
+def _safe_prefix(text: str, stops: StopConditions) -> str:
+    """``text`` without a tail that may still become a stop string or a multi-token character."""
+    text = text[: safe_text_length(text, stops)]
+    return text.rstrip("\ufffd")

@@ -1,0 +1,62 @@
+"""``model.stream``: the same tokens as ``generate``, text that only grows and ends as generate's."""
+from __future__ import annotations
+
+import pytest
+
+CONFIGS = {
+    "low_confidence": dict(),
+    "threshold_prefix": dict(policy="threshold", policy_args={"tau": 0.09}, cache="prefix"),
+    "sampled_dual": dict(policy="threshold", policy_args={"tau": 0.09}, cache="dual", temperature=0.8),
+    "sub_block": dict(policy="factor", policy_args={"factor": 3.75}, cache="dual", sub_block_length=2),
+    "freedave": dict(strategy="freedave", strategy_args={"num_drafts": 3}),
+    "lopa": dict(strategy="lopa", strategy_args={"branches": 2}),
+    "eotp": dict(policy="threshold", policy_args={"tau": 0.09}, stopper="eotp"),
+}
+
+
+def _stream(lm, prompt, **options):
+    return list(lm.stream(prompt, chat=False, **options))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_stream_gives_generates_tokens_and_growing_final_text(tiny_models, name):
+    lm = tiny_models["llada"]
+    options = dict(gen_length=16, block_length=8, **CONFIGS[name])
+    out = lm.generate("hello there", chat=False, seeds=[7], **options)
+    updates = _stream(lm, "hello there", seed=7, **options)
+    last = updates[-1]
+    assert last.finished and all(not u.finished for u in updates[:-1])
+    assert last.final_ids == out.token_ids[0]
+    assert last.final_text == out.texts[0]
+    assert last.stats["nfe"] == out.stats[0]["nfe"]
+    assert last.finish_reason == ("eos" if lm.model.eos_token_ids[0] in out.token_ids[0] else "length")
+    texts = [u.final_text for u in updates]
+    assert all(a == b[: len(a)] for a, b in zip(texts, texts[1:]))  # only grows
+    assert all(last.final_text.startswith(t) for t in texts)
+    assert "".join(u.text_delta for u in updates) == last.final_text
+    committed = {}
+    for update in updates[:-1]:
+        assert not set(update.committed) & set(committed)  # each position is committed once
+        committed.update(update.committed)
+        assert all(update.canvas[i] == t for i, t in committed.items())
+    assert len(updates) - 1 <= out.stats[0]["nfe"]  # one update per round
+
+
+def test_stream_stops_at_a_stop_string(tiny_models):
+    lm = tiny_models["llada"]
+    text = lm.generate("abc", chat=False, gen_length=16).texts[0]
+    stop = text[4:6]
+    updates = _stream(lm, "abc", gen_length=16, stop=stop)
+    assert updates[-1].finish_reason == "stop"
+    assert updates[-1].final_text == text[: text.find(stop)]
+    assert all(stop not in u.final_text for u in updates)
+
+
+def test_stream_refuses_bad_input_before_decoding(tiny_models):
+    lm = tiny_models["llada"]
+    with pytest.raises(ValueError, match="one prompt"):
+        lm.stream(["a", "b"], chat=False)
+    with pytest.raises(ValueError, match="block_length"):
+        lm.stream("a", chat=False, gen_length=10, block_length=4)
+    with pytest.raises(ValueError, match="stop strings"):
+        lm.stream("a", chat=False, stop=[""])
