@@ -166,3 +166,35 @@ def test_batch_keys_separate_what_a_batch_cannot_mix(tiny_models):
     stopper_key, stopper_joinable = running_batch.batch_key(
         GenerationConfig(gen_length=8, block_length=4, stopper="eotp"), model)
     assert not stopper_joinable
+
+
+@pytest.fixture(scope="module")
+def block_causal(tmp_path_factory):
+    import dllm
+    from dllm.models.tiny import write_tiny_checkpoint
+
+    return dllm.load(write_tiny_checkpoint(tmp_path_factory.mktemp("bd"), "fast_dllm_v2", seed=5, block_size=4))
+
+
+@pytest.mark.parametrize("family", ["dream", "fast_dllm_v2", "llada_stopper"])
+def test_other_families_and_static_only_configs_equal_single_runs(tiny_models, block_causal, compositions, family):
+    """Dream (shifted logits) joins like LLaDA; block-causal models and answer-wide stoppers run
+    their batches statically inside a continuous scheduler, exactly."""
+    lm = block_causal if family == "fast_dllm_v2" else tiny_models["dream" if family == "dream" else "llada"]
+    extra = dict(stopper="eotp", policy="threshold", policy_args={"tau": 0.09}) if family == "llada_stopper" else {}
+    requests = [ServeRequest(request_id=f"{family}{i}", prompt_ids=[3 + i, 50 + i, 9][: 1 + i % 3], seed=i,
+                             config=GenerationConfig(gen_length=8 if extra else 4 * (1 + i % 3), block_length=4,
+                                                     cache="dual", **extra))
+                for i in range(10)]
+    scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=3, continuous=True))
+    collect = Collector(len(requests))
+    try:
+        for request in requests:
+            scheduler.submit(request, collect)
+        collect.wait()
+    finally:
+        scheduler.close()
+    for request in requests:
+        assert collect.final[request.request_id] == single_run(lm.model, request), request.request_id
+    joined = any(any(done > 0 for _, done in batch) and any(done == 0 for _, done in batch) for batch in compositions)
+    assert joined == (family == "dream")
