@@ -60,6 +60,8 @@ def create_app(model, scheduler: Scheduler, *, defaults: ServerDefaults | None =
             return _error(metrics, endpoint, f"{err}; retry after {retry} s", 429, headers={"Retry-After": str(retry)})
         except ValueError as err:  # the scheduler refused the rows (before any model work)
             return _error(metrics, endpoint, str(err), 400)
+        except RuntimeError as err:  # the scheduler is shutting down
+            return _error(metrics, endpoint, str(err), 503)
         writer = ResponseWriter(chat, served_name, session.id)
         prompt_tokens = sum(len(ids) for ids in parsed.prompt_ids) * parsed.n
         if parsed.stream:

@@ -11,7 +11,8 @@ from dllm.bench.serve_load import Outcome, bench_prompts, percentile, poisson_ru
 from dllm.config import GenerationConfig
 from dllm.serve.app import create_app
 from dllm.serve.protocol import SchedulerLimits
-from serve_helpers import SerialScheduler, running_server
+from dllm.serve.scheduler import BatchScheduler
+from serve_helpers import running_server
 
 
 def test_percentile_and_summary():
@@ -31,7 +32,7 @@ def test_prompts_are_reproducible_and_ragged():
 
 def test_poisson_run_streams_every_request_and_cancels_some():
     model = dllm.load()
-    scheduler = SerialScheduler(model, SchedulerLimits(max_batch=1, max_queue=64), step_delay=0.01)
+    scheduler = BatchScheduler(model, SchedulerLimits(max_batch=4, max_queue=64))
     bodies = [{"prompt": p, "max_tokens": 8, "block_length": 8} for p in bench_prompts(6, 0)]
     try:
         with running_server(create_app(model, scheduler)) as url:

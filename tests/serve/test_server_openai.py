@@ -15,7 +15,7 @@ from dllm.serve.app import create_app
 from dllm.serve.protocol import SchedulerLimits
 from dllm.serve.requests import ServerDefaults
 from dllm.stops import StopConditions, cut_at_stop
-from serve_helpers import SerialScheduler, running_server, wait_until
+from serve_helpers import RecordingScheduler, running_server, wait_until
 
 PROMPT = "Alice Smith, Bob Jones, Carol White. Who is second?"
 MESSAGES = [{"role": "user", "content": "Reverse the list: Ann Lee, Tom Kay, Sue Ray"}]
@@ -30,7 +30,7 @@ def model():
 @pytest.fixture(scope="module")
 def server(model):
     """(base url, scheduler) of one server for the module's tests."""
-    scheduler = SerialScheduler(model, SchedulerLimits(max_batch=1, max_queue=64), step_delay=0.002)
+    scheduler = RecordingScheduler(model, SchedulerLimits(max_batch=8, max_queue=64))
     try:
         with running_server(create_app(model, scheduler, defaults=DEFAULTS, served_name="dllm-test")) as url:
             yield url, scheduler
@@ -171,40 +171,54 @@ def test_bad_chat_and_body_are_400(server, client):
         client.completions.create(model="other-model", prompt="x")
 
 
-def test_queue_full_is_429_with_retry_after(model):
-    scheduler = SerialScheduler(model, SchedulerLimits(max_batch=1, max_queue=1))
-    scheduler.gate.clear()  # nothing leaves the queue
+@pytest.fixture(scope="module")
+def slow_model(tiny_dirs):
+    """A random tiny model: no end-of-text in its first 128 tokens, so a row runs until told."""
+    return dllm.load(tiny_dirs["llada"])
+
+
+LONG = {"prompt": "hello world", "max_tokens": 128, "block_length": 32, "stream": True}
+
+
+def test_queue_full_is_429_with_retry_after(slow_model):
+    scheduler = RecordingScheduler(slow_model, SchedulerLimits(max_batch=1, max_queue=1))
     try:
-        with running_server(create_app(model, scheduler, defaults=DEFAULTS)) as url:
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                waiting = pool.submit(httpx.post, url + "/v1/completions", json={"prompt": PROMPT}, timeout=60)
-                assert wait_until(lambda: scheduler.queue_depth == 1)
-                r = httpx.post(url + "/v1/completions", json={"prompt": PROMPT}, timeout=30)
-                assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
-                client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-                with pytest.raises(openai.RateLimitError):
-                    client.completions.create(model=model.path.name, prompt=PROMPT)
-                scheduler.gate.set()
+        with running_server(create_app(slow_model, scheduler, defaults=DEFAULTS)) as url:
+            with httpx.stream("POST", url + "/v1/completions", json=LONG, timeout=60):
+                assert wait_until(lambda: scheduler.running_rows == 1)
+                with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                    waiting = pool.submit(httpx.post, url + "/v1/completions",
+                                          json={"prompt": "hi", "max_tokens": 8}, timeout=60)
+                    assert wait_until(lambda: scheduler.queue_depth == 1)
+                    r = httpx.post(url + "/v1/completions", json={"prompt": "hi"}, timeout=30)
+                    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+                    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+                    with pytest.raises(openai.RateLimitError):
+                        client.completions.create(model=slow_model.path.name, prompt="hi")
+                # the long stream is closed here: its row leaves, the waiting request runs
                 assert waiting.result().status_code == 200
+            assert len(scheduler.submitted) == 2  # the refused requests never reached a row
     finally:
         scheduler.close()
 
 
-def test_disconnect_mid_stream_frees_the_row(model):
-    scheduler = SerialScheduler(model, SchedulerLimits(max_batch=1, max_queue=8), step_delay=0.05)
+def test_disconnect_mid_stream_frees_the_row(slow_model):
+    scheduler = RecordingScheduler(slow_model, SchedulerLimits(max_batch=4, max_queue=8))
     try:
-        with running_server(create_app(model, scheduler, defaults=DEFAULTS)) as url:
-            body = {"prompt": PROMPT, "stream": True, "max_tokens": 32, "stop_at_eos": False}
-            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as r:
+        with running_server(create_app(slow_model, scheduler, defaults=DEFAULTS)) as url:
+            with httpx.stream("POST", url + "/v1/completions", json=LONG, timeout=60) as r:
                 for line in r.iter_lines():
-                    if line.startswith("data: ") and json.loads(line[6:])["choices"][0]["text"]:
-                        break  # text arrived: the row is running; leave
+                    if line.startswith("data: "):
+                        choice = json.loads(line[6:])["choices"][0]
+                        assert choice["finish_reason"] is None
+                        if choice["text"]:
+                            break  # text arrived, the row is running: leave
             row_id = scheduler.submitted[-1].request_id
             assert wait_until(lambda: scheduler.finished.get(row_id) == "cancelled", timeout=15)
             assert wait_until(lambda: scheduler.running_rows == 0)
             client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-            out = client.completions.create(model=model.path.name, prompt=PROMPT, max_tokens=8)
-            assert out.choices[0].text == expected(model, raw_ids(model, PROMPT), max_tokens=8).text
+            out = client.completions.create(model=slow_model.path.name, prompt="hello world", max_tokens=8)
+            assert out.choices[0].text == expected(slow_model, raw_ids(slow_model, "hello world"), max_tokens=8).text
     finally:
         scheduler.close()
 
