@@ -191,12 +191,16 @@ def summarize(outcomes: list[Outcome], wall: float) -> dict:
 
 
 def request_bodies(args: argparse.Namespace, count: int, seed: int) -> list[dict]:
-    options = {"block_length": args.block_length, "policy": args.policy}
+    """``count`` request bodies: prompts drawn from a pool of ``--prompt-pool`` and answer lengths
+    from ``--max-tokens`` (so identical requests recur and their single runs are computed once)."""
+    rng = random.Random(seed)
+    pool = bench_prompts(args.prompt_pool, seed)
+    options = {"block_length": args.block_length, "policy": args.policy, "cache": args.cache}
     if args.policy_arg:
         from dllm.cli_options import parse_kv
 
         options["policy_args"] = parse_kv(args.policy_arg)
-    return [{"prompt": p, "max_tokens": args.max_tokens, **options} for p in bench_prompts(count, seed)]
+    return [{"prompt": rng.choice(pool), "max_tokens": rng.choice(args.max_tokens), **options} for _ in range(count)]
 
 
 def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
@@ -239,20 +243,21 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
         outcomes, wall = asyncio.run(poisson_run(server.url, bodies, args.rates[-1], args.duration, args.timeout,
                                                  args.seed, cancel_prob=args.cancel_prob, on_tick=sample))
     model = dllm.load(args.model)
-    references: dict[str, list[int]] = {}
+    references: dict[str, list[int]] = {}  # one single run per distinct request body
     mismatches = 0
     eos = set(model.model.eos_token_ids)
     for body, outcome in zip(bodies, outcomes):
         if outcome.cancelled or outcome.status != 200 or outcome.finish_reason is None:
             continue
-        if body["prompt"] not in references:
+        key = json.dumps(body, sort_keys=True)
+        if key not in references:
             config = GenerationConfig(gen_length=block_aligned_gen_length(body["max_tokens"], body["block_length"]),
                                       block_length=body["block_length"], policy=body["policy"],
-                                      policy_args=body.get("policy_args", {}))
+                                      policy_args=body.get("policy_args", {}), cache=body["cache"])
             ids = model.generate_ids([model.encode(body["prompt"], chat=False)], config).token_ids[0]
             ids = ids[: body["max_tokens"]]
-            references[body["prompt"]] = ids[:-1] if ids and ids[-1] in eos else ids
-        mismatches += outcome.token_ids != references[body["prompt"]]
+            references[key] = ids[:-1] if ids and ids[-1] in eos else ids
+        mismatches += outcome.token_ids != references[key]
     summary = summarize(outcomes, wall)
     return {**summary, "requests": args.soak, "cancel_prob": args.cancel_prob, "rate": args.rates[-1],
             "checked_against_single_run": summary["completed"], "token_mismatches": mismatches,
@@ -301,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
     out_dir = check_output_dir(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model or "bundled", "max_batch": args.max_batch, "max_queue": args.max_queue,
-            "max_tokens": args.max_tokens, "block_length": args.block_length, "policy": args.policy,
+            "max_tokens": args.max_tokens, "block_length": args.block_length, "policy": args.policy, "cache": args.cache,
             "policy_args": args.policy_arg or [], "seed": args.seed, "cpu_threads": os.environ.get("OMP_NUM_THREADS")}
     if args.soak:
         result = {**meta, "soak": run_soak(args, out_dir)}
@@ -327,6 +332,16 @@ def _rates(text: str) -> list[float]:
     return rates
 
 
+def _positive_ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 16,32; got {text!r}") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"values must be positive, got {text!r}")
+    return values
+
+
 def _modes(text: str) -> list[str]:
     modes = text.split(",")
     bad = sorted(set(modes) - {"continuous", "static"})
@@ -347,7 +362,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=positive_float, default=300.0, help="a request's time limit, seconds")
     p.add_argument("--max-batch", type=positive_int, default=8, help="the server's max batch")
     p.add_argument("--max-queue", type=positive_int, default=256, help="the server's max queue")
-    p.add_argument("--max-tokens", type=positive_int, default=32, help="answer tokens per request")
+    p.add_argument("--max-tokens", type=_positive_ints, default=[32],
+                   help="answer tokens per request, comma-separated (each request draws one)")
+    p.add_argument("--cache", default="none", help="KV cache of every request")
+    p.add_argument("--prompt-pool", type=positive_int, default=32, help="distinct prompts requests draw from")
     p.add_argument("--block-length", type=positive_int, default=8, help="block size")
     p.add_argument("--policy", default="low_confidence", help="unmasking rule")
     p.add_argument("--policy-arg", action="append", metavar="K=V", help="rule option, repeatable")
