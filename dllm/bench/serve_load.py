@@ -265,6 +265,22 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
             "rss_max_mb": max((v for _, v in rss), default=None)}
 
 
+def markdown(results: dict) -> str:
+    """One table row per (rate, mode), continuous and static side by side."""
+    def f(value, digits=2):
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    lines = ["| rate (req/s) | mode | completed | tokens/s | req/s | TTFT p50 (s) | TTFT p99 (s) | latency p50 (s) | latency p99 (s) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for i, rate in enumerate(results["rates"]):
+        for mode, rows in results["modes"].items():
+            r = rows[i]
+            lines.append(f"| {rate:g} | {mode} | {r['completed']}/{r['sent']} | {f(r['throughput_tokens_per_s'], 1)} | "
+                         f"{f(r['throughput_requests_per_s'])} | {f(r['ttft_p50_s'])} | {f(r['ttft_p99_s'])} | "
+                         f"{f(r['latency_p50_s'])} | {f(r['latency_p99_s'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(results: dict, path: Path) -> None:
     import matplotlib
 
@@ -274,8 +290,9 @@ def plot(results: dict, path: Path) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for mode, rows in results["modes"].items():
         rates = [r["rate"] for r in rows]
-        a.plot(rates, [r["latency_p99_s"] for r in rows], marker="o", label=f"{mode} p99")
-        a.plot(rates, [r["latency_p50_s"] for r in rows], marker=".", linestyle="--", label=f"{mode} p50")
+        (line,) = a.plot(rates, [r["latency_p99_s"] for r in rows], marker="o", label=f"{mode} p99")
+        a.plot(rates, [r["latency_p50_s"] for r in rows], marker=".", linestyle="--", color=line.get_color(),
+               label=f"{mode} p50")
         b.plot(rates, [r["throughput_tokens_per_s"] for r in rows], marker="o", label=mode)
     a.set(xlabel="arrival rate (requests/s)", ylabel="latency (s)", title="latency")
     b.set(xlabel="arrival rate (requests/s)", ylabel="answer tokens/s", title="throughput")
@@ -317,6 +334,7 @@ def run(args: argparse.Namespace) -> int:
         return 0 if result["soak"]["token_mismatches"] == 0 else 1
     result = {**meta, "requests_per_rate": args.requests, "duration_s": args.duration, **run_rates(args, out_dir)}
     (out_dir / "serve_load.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out_dir / "serve_load.md").write_text(markdown(result))
     plot(result, out_dir / "serve_load.png")
     print(json.dumps(result["modes"]))
     return 0
