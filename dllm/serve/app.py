@@ -130,8 +130,8 @@ async def _stream(session: RowSession, parsed: ParsedRequest, writer: ResponseWr
                 yield writer.chunk(event.index, event.text)
             if event.finished:
                 yield writer.chunk(event.index, None if parsed.chat else "", row)
-        if not session.done:
-            return  # the client went away
+        if session.disconnected:
+            return
         if parsed.include_usage:
             yield writer.usage_chunk(session.rows, prompt_tokens)
         yield DONE

@@ -42,6 +42,7 @@ class RowSession:
                 self.rows.append(RowText(decode, list(model.model.eos_token_ids), parsed.stops, parsed.max_tokens))
         self._queue: asyncio.Queue[tuple[int, RowUpdate]] = asyncio.Queue()
         self._submitted = 0
+        self.disconnected = False  # the client went away before every row was decided
 
     def submit(self) -> None:
         """Queue every row; on a full queue (QueueFullError) or a refused row (ValueError) the
@@ -76,6 +77,7 @@ class RowSession:
                 index, update = await asyncio.wait_for(self._queue.get(), timeout=poll)
             except asyncio.TimeoutError:
                 if disconnected is not None and await disconnected():
+                    self.disconnected = True
                     self.cancel()
                     return
                 continue
@@ -100,3 +102,5 @@ class RowSession:
         for request, row in zip(self.requests[: self._submitted], self.rows):
             if not row.done:
                 self.scheduler.cancel(request.request_id)
+                row.reason = "cancelled"
+                self.metrics.rows.labels(reason="cancelled").inc()

@@ -216,6 +216,7 @@ def test_disconnect_mid_stream_frees_the_row(slow_model):
             row_id = scheduler.submitted[-1].request_id
             assert wait_until(lambda: scheduler.finished.get(row_id) == "cancelled", timeout=15)
             assert wait_until(lambda: scheduler.running_rows == 0)
+            assert 'dllm_rows_finished_total{reason="cancelled"} 1.0' in httpx.get(url + "/metrics").text
             client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
             out = client.completions.create(model=slow_model.path.name, prompt="hello world", max_tokens=8)
             assert out.choices[0].text == expected(slow_model, raw_ids(slow_model, "hello world"), max_tokens=8).text
