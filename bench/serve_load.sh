@@ -23,6 +23,6 @@ $PY -m dllm bench serve --model "$RANDOM_MODEL" --out bench/results/serve_random
   --requests 6 --duration 120 --timeout 900 --max-tokens 8 --block-length 4 --cache prefix --max-batch 4
 
 if [ -n "${SOAK:-}" ]; then
-  $PY -m dllm bench serve --soak "$SOAK" --out bench/results/serve_soak --rates 1.5 --duration 1800 \
-    --timeout 900 --max-tokens 8,16 --block-length 8 --cache prefix --max-batch 8 --cancel-prob 0.2
+  $PY -m dllm bench serve --soak "$SOAK" --out bench/results/serve_soak --rates 2 --duration 1800 --max-queue 512 \
+    --timeout 600 --max-tokens 8,16 --block-length 8 --cache prefix --max-batch 16 --cancel-prob 0.2
 fi

@@ -50,6 +50,7 @@ class Outcome:
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     cancelled: bool = False
+    error: str | None = None  # a transport error (the request is counted, not completed)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -118,6 +119,8 @@ class ServerProcess:
 
 async def one_request(client, url: str, body: dict, timeout: float, cancel_after: float | None) -> Outcome:
     """Stream one completion; with ``cancel_after``, close the stream that many seconds in."""
+    import httpx
+
     out = Outcome(sent=time.perf_counter())
     try:
         async with asyncio.timeout(cancel_after if cancel_after is not None else timeout):
@@ -141,6 +144,8 @@ async def one_request(client, url: str, body: dict, timeout: float, cancel_after
         out.cancelled = cancel_after is not None
         if not out.cancelled:
             out.finish_reason = "client_timeout"
+    except httpx.TransportError as err:  # e.g. a keep-alive connection the server closed as it was reused
+        out.error = f"{type(err).__name__}: {err}"
     return out
 
 
@@ -176,13 +181,14 @@ async def poisson_run(url: str, bodies: list[dict], rate: float, duration: float
 
 
 def summarize(outcomes: list[Outcome], wall: float) -> dict:
-    done = [o for o in outcomes if o.status == 200 and o.latency is not None and not o.cancelled]
+    done = [o for o in outcomes if o.status == 200 and o.latency is not None and not o.cancelled and o.error is None]
     tokens = sum(o.tokens for o in done)
     latencies = [o.latency for o in done]
     ttfts = [o.ttft for o in done if o.ttft is not None]
     return {
         "sent": len(outcomes), "completed": len(done), "rejected_429": sum(o.status == 429 for o in outcomes),
-        "cancelled": sum(o.cancelled for o in outcomes), "wall_s": wall,
+        "cancelled": sum(o.cancelled for o in outcomes), "transport_errors": sum(o.error is not None for o in outcomes),
+        "wall_s": wall,
         "throughput_tokens_per_s": tokens / wall if wall > 0 else 0.0,
         "throughput_requests_per_s": len(done) / wall if wall > 0 else 0.0,
         "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),

@@ -58,3 +58,12 @@ def test_bad_options_are_refused(argv, capsys):
     with pytest.raises(SystemExit) as err:
         main(["bench", "serve", "--out", "x", *argv])
     assert err.value.code == 2
+
+
+def test_a_transport_error_is_one_failed_request_not_a_failed_run():
+    from dllm.bench.serve_load import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    outcomes, wall = asyncio.run(poisson_run(url, [{"prompt": "x"}] * 2, rate=50.0, duration=5, timeout=5, seed=0))
+    assert [o.error is not None for o in outcomes] == [True, True]
+    assert summarize(outcomes, wall)["transport_errors"] == 2
