@@ -70,11 +70,11 @@ class ServerProcess:
     """``dllm serve`` in a subprocess on 127.0.0.1 (a free port), stopped on exit."""
 
     def __init__(self, model: str | None, *, continuous: bool, max_batch: int, max_queue: int,
-                 log_path: Path, startup_timeout: float = 300.0) -> None:
+                 log_path: Path, device: str = "cpu", startup_timeout: float = 300.0) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "dllm", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-               "--max-batch", str(max_batch), "--max-queue", str(max_queue)]
+               "--max-batch", str(max_batch), "--max-queue", str(max_queue), "--device", device]
         cmd += ["--model", model] if model else []
         cmd += [] if continuous else ["--static"]
         self.log_file = log_path.open("w")
@@ -214,7 +214,8 @@ def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
     for mode in args.modes:
         results["modes"][mode] = []
         with ServerProcess(args.model, continuous=mode == "continuous", max_batch=args.max_batch,
-                           max_queue=args.max_queue, log_path=out_dir / f"server_{mode}.log") as server:
+                           max_queue=args.max_queue, log_path=out_dir / f"server_{mode}.log",
+                           device=args.device) as server:
             for i, rate in enumerate(args.rates):
                 bodies = request_bodies(args, args.requests, args.seed + i)
                 outcomes, wall = asyncio.run(poisson_run(server.url, bodies, rate, args.duration, args.timeout,
@@ -234,7 +235,7 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
     bodies = request_bodies(args, args.soak, args.seed)
     rss: list[tuple[float, float]] = []
     with ServerProcess(args.model, continuous=True, max_batch=args.max_batch, max_queue=args.max_queue,
-                       log_path=out_dir / "server_soak.log") as server:
+                       log_path=out_dir / "server_soak.log", device=args.device) as server:
         start = time.perf_counter()
         last = [0.0]
 
@@ -248,7 +249,7 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
 
         outcomes, wall = asyncio.run(poisson_run(server.url, bodies, args.rates[-1], args.duration, args.timeout,
                                                  args.seed, cancel_prob=args.cancel_prob, on_tick=sample))
-    model = dllm.load(args.model)
+    model = dllm.load(args.model, device=args.device)
     references: dict[str, list[int]] = {}  # one single run per distinct request body
     mismatches = 0
     eos = set(model.model.eos_token_ids)
@@ -328,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
 
     out_dir = check_output_dir(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"model": args.model or "bundled", "max_batch": args.max_batch, "max_queue": args.max_queue,
+    meta = {"model": args.model or "bundled", "device": args.device, "max_batch": args.max_batch, "max_queue": args.max_queue,
             "max_tokens": args.max_tokens, "block_length": args.block_length, "policy": args.policy, "cache": args.cache,
             "policy_args": args.policy_arg or [], "seed": args.seed, "cpu_threads": os.environ.get("OMP_NUM_THREADS")}
     if args.soak:
@@ -379,6 +380,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("serve", help="load generator for dllm serve: Poisson arrivals, continuous vs static batching")
     p.add_argument("--model", default=None, help="checkpoint directory (default: the bundled model)")
+    p.add_argument("--device", default="cpu", help="the server's torch device, e.g. cuda")
     p.add_argument("--rates", type=_rates, default=[0.5, 1.0, 2.0], help="arrival rates, requests/s, comma-separated")
     p.add_argument("--modes", type=_modes, default=["continuous", "static"], help="batching modes to compare")
     p.add_argument("--requests", type=positive_int, default=40, help="requests per rate (at most)")
