@@ -1,4 +1,4 @@
-"""Command line: ``dllm generate | chat | bench parallelbench | bench throughput | train-filter``.
+"""Command line: ``dllm generate | chat | serve | models | bench parallelbench | bench throughput | bench serve | train-filter``.
 
 Results go to stdout; diagnostics go through ``logging`` to stderr (-v / -q, on every command);
 bad input is one ``dllm: error: ...`` line and exit status 2, before any model work.
@@ -136,8 +136,10 @@ def _extra_commands():
     """Subcommands contributed by other modules (bench, training of filters)."""
     from dllm.bench.cli import register_bench
     from dllm.models_cli import register as register_models
+    from dllm.serve.cli import register as register_serve
     from dllm.train.filter_cli import register as register_train_filter
 
+    yield register_serve
     yield register_bench
     yield register_train_filter
     yield register_models

@@ -5,14 +5,15 @@ import argparse
 
 
 def register_bench(sub: argparse._SubParsersAction) -> None:
-    bench = sub.add_parser("bench", help="benchmarks: parallelbench, throughput")
+    bench = sub.add_parser("bench", help="benchmarks: parallelbench, throughput, serve")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
     for register in _benchmarks():
         register(bench_sub)
 
 
 def _benchmarks():
-    from dllm.bench import parallelbench_cli, throughput
+    from dllm.bench import parallelbench_cli, serve_load, throughput
 
     yield parallelbench_cli.register
     yield throughput.register
+    yield serve_load.register

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `dllm bench serve` on the bundled model and on a ~100M-parameter random LLaDA (written in the
+# original checkpoint layout to a scratch directory), results into bench/results/serve*/.
+# SOAK=N adds an N-request soak run on the bundled model. Every run is bounded in time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python}
+SCRATCH=${SCRATCH:-$(mktemp -d)}
+RANDOM_MODEL="$SCRATCH/llada-100m-random"
+
+$PY -m dllm bench serve --out bench/results/serve_bundled --rates 0.25,0.5,1 --requests 30 --duration 90 \
+  --timeout 300 --max-tokens 16,32 --block-length 8 --max-batch 8
+$PY -m dllm bench serve --out bench/results/serve_bundled_prefix --rates 1,2,4 --requests 30 --duration 60 \
+  --timeout 300 --max-tokens 16,32 --block-length 8 --cache prefix --max-batch 8
+
+if [ ! -f "$RANDOM_MODEL/config.json" ]; then
+  $PY -c "
+from dllm.models.tiny import write_tiny_checkpoint
+write_tiny_checkpoint('$RANDOM_MODEL', 'llada', d_model=768, n_layers=14, n_heads=12, mlp_hidden=2048,
+                      max_len=1024, seed=0)"
+fi
+$PY -m dllm bench serve --model "$RANDOM_MODEL" --out bench/results/serve_random100m --rates 0.05,0.2 \
+  --requests 6 --duration 120 --timeout 900 --max-tokens 8 --block-length 4 --cache prefix --max-batch 4
+
+if [ -n "${SOAK:-}" ]; then
+  $PY -m dllm bench serve --soak "$SOAK" --out bench/results/serve_soak --rates 2 --duration 1800 --max-queue 512 \
+    --timeout 600 --max-tokens 8,16 --block-length 8 --cache prefix --max-batch 16 --cancel-prob 0.2
+fi

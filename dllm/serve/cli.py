@@ -1,0 +1,69 @@
+"""``dllm serve``: the OpenAI-compatible server on one model, with the scheduler's limits and the
+decoding options as server-wide defaults (a request's extra fields override them)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+
+from dllm.cli_options import add_generation_options, add_model_options, generation_config, positive_int
+from dllm.cli_output import LOGGER_NAME
+
+log = logging.getLogger(LOGGER_NAME)
+
+
+def server_defaults(args: argparse.Namespace):
+    """The decoding options as defaults: validated once (before loading the model); --gen-length
+    is the default max_tokens, block_length and steps stay unset unless given."""
+    from dllm.serve.requests import ServerDefaults
+
+    config = generation_config(args)
+    options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    options.pop("gen_length")
+    options.update(block_length=args.block_length, steps=args.steps)
+    return ServerDefaults(options=options, max_tokens=args.gen_length)
+
+
+def make_scheduler(model, limits):
+    """The continuous-batching scheduler over ``model`` (static batching with
+    ``limits.continuous`` False)."""
+    try:
+        from dllm.serve.scheduler import BatchScheduler
+    except ImportError as err:
+        raise ValueError(f"this build of dllm has no batching scheduler ({err})") from err
+    return BatchScheduler(model, limits)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    import dllm
+    from dllm.serve.app import create_app
+    from dllm.serve.protocol import SchedulerLimits
+
+    defaults = server_defaults(args)
+    limits = SchedulerLimits(max_batch=args.max_batch, max_queue=args.max_queue, continuous=not args.static)
+    model = dllm.load(args.model, device=args.device, dtype=args.dtype)
+    scheduler = make_scheduler(model, limits)
+    try:
+        app = create_app(model, scheduler, defaults=defaults, served_name=args.served_model_name)
+        log.info("serving %s on http://%s:%d/v1 (%s batching, max batch %d, max queue %d)", model.path.name,
+                 args.host, args.port, "static" if args.static else "continuous", args.max_batch, args.max_queue)
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", lifespan="off")
+    finally:
+        scheduler.close()
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (completions, chat, streaming)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=positive_int, default=8000, help="port to listen on")
+    p.add_argument("--served-model-name", default=None, help="model name clients use (default: the directory's name)")
+    p.add_argument("--max-batch", type=positive_int, default=8, help="rows decoded together")
+    p.add_argument("--max-queue", type=positive_int, default=64, help="requests waiting beyond them (then 429)")
+    p.add_argument("--static", action="store_true",
+                   help="static batching: the batch drains before new rows join (default: continuous)")
+    add_model_options(p)
+    add_generation_options(p)
+    p.set_defaults(func=cmd_serve)

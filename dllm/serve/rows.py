@@ -1,0 +1,69 @@
+"""One row's answer as its updates arrive: the final prefix, cut at stops and at max_tokens, and
+the text that may be sent so far.
+
+A diffusion row commits out of order; only its final prefix (every position before it committed)
+is read, so the text streamed piece by piece is the text a whole response holds. A tail that
+could still become a stop string is held back (``safe_text_length``), and so is a trailing
+partial character (a multi-byte character split over tokens decodes to U+FFFD until its last
+byte is final).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from dllm.serve.protocol import RowUpdate
+from dllm.stops import FINISH_REASONS, StopConditions, StoppedText, cut_at_stop, safe_text_length
+
+REPLACEMENT = "\ufffd"
+
+
+class RowText:
+    """Accumulates a row's final ids; ``done`` once an end-of-text, a stop, max_tokens or the
+    scheduler's last update ends it."""
+
+    def __init__(self, decode: Callable[[list[int]], str], eos_ids: list[int], stops: StopConditions,
+                 max_tokens: int) -> None:
+        self.decode, self.eos_ids, self.stops, self.max_tokens = decode, eos_ids, stops, max_tokens
+        self.ids: list[int] = []
+        self.sent = 0  # characters of text already handed out
+        self.cut = StoppedText(text="", ids=[], finish_reason=None)
+        self.reason: str | None = None  # dllm's finish reason once done
+        self.stats: dict[str, Any] | None = None
+        self.error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.reason is not None
+
+    def add(self, update: RowUpdate) -> None:
+        """Take one update; afterwards ``done`` says whether the row's answer is decided."""
+        if self.done:
+            return
+        self.ids += update.final_ids
+        if update.stats is not None:
+            self.stats = update.stats
+        ended = update.finished and update.finish_reason in FINISH_REASONS  # not cancelled, not failed
+        complete = ended or len(self.ids) >= self.max_tokens
+        self.cut = cut_at_stop(self.ids[: self.max_tokens], self.decode, self.eos_ids, self.stops, complete=complete)
+        if self.cut.finish_reason is not None:
+            self.reason = self.cut.finish_reason
+        elif update.finished:  # cancelled or failed before its answer was decided
+            self.reason = update.finish_reason or "error"
+            self.error = update.error
+
+    def take_text(self) -> str:
+        """Text not handed out yet that can no longer change (all of it once done)."""
+        text = self.cut.text
+        end = len(text) if self.done else safe_text_length(text, self.stops)
+        while end > self.sent and text[end - 1] == REPLACEMENT and not self.done:
+            end -= 1
+        piece = text[self.sent : max(end, self.sent)]
+        self.sent += len(piece)
+        return piece
+
+    @property
+    def openai_finish_reason(self) -> str | None:
+        """OpenAI's reading: "stop" for an end-of-text or a stop, "length" when the answer ran out."""
+        if self.reason in ("eos", "stop"):
+            return "stop"
+        return self.reason

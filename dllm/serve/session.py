@@ -1,0 +1,106 @@
+"""One HTTP request's rows on the scheduler: submit them, turn the scheduler thread's updates into
+asyncio events, cut each row at its stops, and cancel what is no longer wanted."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+from dllm.serve.metrics import ServerMetrics
+from dllm.serve.protocol import QueueFullError, RowUpdate, Scheduler, ServeRequest
+from dllm.serve.requests import ParsedRequest
+from dllm.serve.rows import RowText
+
+
+@dataclass(slots=True)
+class RowEvent:
+    """New final text of choice ``index``; ``finished`` when its answer is decided."""
+
+    index: int
+    text: str
+    finished: bool
+
+
+class RowSession:
+    """The rows of one request: prompt p's sample j is choice ``p * n + j``."""
+
+    def __init__(self, parsed: ParsedRequest, model, scheduler: Scheduler, metrics: ServerMetrics) -> None:
+        self.parsed, self.scheduler, self.metrics = parsed, scheduler, metrics
+        self.id = uuid.uuid4().hex
+        self.started = time.perf_counter()
+        self.first_token: float | None = None
+        decode = lambda ids: model.tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+        self.requests: list[ServeRequest] = []
+        self.rows: list[RowText] = []
+        for p, ids in enumerate(parsed.prompt_ids):
+            for j, seed in enumerate(parsed.seeds):
+                index = p * parsed.n + j
+                self.requests.append(ServeRequest(request_id=f"{self.id}-{index}", prompt_ids=ids,
+                                                  config=parsed.config, seed=seed))
+                self.rows.append(RowText(decode, list(model.model.eos_token_ids), parsed.stops, parsed.max_tokens))
+        self._queue: asyncio.Queue[tuple[int, RowUpdate]] = asyncio.Queue()
+        self._submitted = 0
+        self.disconnected = False  # the client went away before every row was decided
+
+    def submit(self) -> None:
+        """Queue every row; on a full queue (QueueFullError) or a refused row (ValueError) the
+        rows already queued are cancelled and the error propagates."""
+        loop = asyncio.get_running_loop()
+        try:
+            for index, request in enumerate(self.requests):
+                self.scheduler.submit(request, self._callback(loop, index))
+                self._submitted += 1
+        except (QueueFullError, ValueError):
+            self.cancel()
+            raise
+        self.metrics.prompt_tokens.inc(sum(len(ids) for ids in self.parsed.prompt_ids) * self.parsed.n)
+
+    def _callback(self, loop: asyncio.AbstractEventLoop, index: int):
+        def on_update(update: RowUpdate) -> None:  # the scheduler's thread
+            try:
+                loop.call_soon_threadsafe(self._queue.put_nowait, (index, update))
+            except RuntimeError:  # the event loop has closed: nobody is listening any more
+                pass
+        return on_update
+
+    @property
+    def done(self) -> bool:
+        return all(row.done for row in self.rows)
+
+    async def events(self, disconnected=None, poll: float = 0.25) -> AsyncIterator[RowEvent]:
+        """Events until every row is decided. ``disconnected``: an async callable polled while
+        waiting; when it answers True the rows are cancelled and iteration stops."""
+        while not self.done:
+            try:
+                index, update = await asyncio.wait_for(self._queue.get(), timeout=poll)
+            except asyncio.TimeoutError:
+                if disconnected is not None and await disconnected():
+                    self.disconnected = True
+                    self.cancel()
+                    return
+                continue
+            row = self.rows[index]
+            if row.done:
+                continue
+            row.add(update)
+            if self.first_token is None and row.ids:
+                self.first_token = time.perf_counter()
+                self.metrics.ttft.observe(self.first_token - self.started)
+            if row.done:
+                if not update.finished:
+                    self.scheduler.cancel(self.requests[index].request_id)  # a stop: free the row now
+                self.metrics.row_finished(row.reason, len(row.cut.ids), row.stats)
+            text = row.take_text()
+            if text or row.done:
+                yield RowEvent(index=index, text=text, finished=row.done)
+        self.metrics.latency.observe(time.perf_counter() - self.started)
+
+    def cancel(self) -> None:
+        """Free every submitted row that is not decided (a disconnect, an error, a full queue)."""
+        for request, row in zip(self.requests[: self._submitted], self.rows):
+            if not row.done:
+                self.scheduler.cancel(request.request_id)
+                row.reason = "cancelled"
+                self.metrics.rows.labels(reason="cancelled").inc()

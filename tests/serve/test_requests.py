@@ -1,0 +1,66 @@
+"""Request parsing: server defaults under request fields, OpenAI fields mapped onto dllm's, and
+``dllm serve``'s command line turned into those defaults (bad options refused before loading)."""
+from __future__ import annotations
+
+import pytest
+
+import dllm
+from dllm.cli import build_parser, main
+from dllm.config import sample_seeds
+from dllm.serve.cli import server_defaults
+from dllm.serve.requests import RequestError, ServerDefaults, parse_request
+
+
+@pytest.fixture(scope="module")
+def model():
+    return dllm.load()
+
+
+def parse(model, body, defaults=None, chat=False):
+    return parse_request(body, model, defaults or ServerDefaults(), chat=chat, served_name="m")
+
+
+def test_request_fields_override_server_defaults(model):
+    defaults = ServerDefaults(options={"policy": "threshold", "policy_args": {"tau": 0.8}, "block_length": 8},
+                              max_tokens=16)
+    p = parse(model, {"prompt": "hi"}, defaults)
+    assert (p.config.policy, p.config.policy_args, p.config.gen_length, p.max_tokens) == ("threshold", {"tau": 0.8}, 16, 16)
+    p = parse(model, {"prompt": "hi", "policy": "low_confidence", "policy_args": {}, "max_tokens": 20}, defaults)
+    assert (p.config.policy, p.config.gen_length, p.config.block_length, p.max_tokens) == ("low_confidence", 24, 8, 20)
+
+
+def test_openai_fields_map_onto_dllm(model):
+    p = parse(model, {"prompt": ["a", "b"], "n": 3, "seed": 5, "temperature": 0.5, "top_p": 0.9, "stop": "x",
+                      "stream": True, "stream_options": {"include_usage": True}})
+    assert p.seeds == sample_seeds(5, 3) and len(p.prompt_ids) == 2
+    assert (p.config.temperature, p.config.top_p, p.stops.strings, p.stream, p.include_usage) == (0.5, 0.9, ("x",), True, True)
+    chat = parse(model, {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 8}, chat=True)
+    assert chat.prompt_ids == [model.encode([{"role": "user", "content": "hi"}], chat=True)] and chat.max_tokens == 8
+
+
+def test_server_steps_apply_to_its_own_length_only(model):
+    defaults = ServerDefaults(options={"steps": 16, "block_length": 8}, max_tokens=32)
+    assert parse(model, {"prompt": "hi"}, defaults).config.steps == 16
+    assert parse(model, {"prompt": "hi", "max_tokens": 8}, defaults).config.steps == 8  # one token per step
+
+
+@pytest.mark.parametrize("body, param", [({"prompt": "hi", "echo": True}, "echo"), ({"prompt": "hi"}, "prompt"),
+                                         ({"messages": []}, "messages")])
+def test_chat_takes_messages_only(model, body, param):
+    with pytest.raises(RequestError) as err:
+        parse(model, body, chat=True)
+    assert err.value.status == 400 and err.value.param == param
+
+
+def test_serve_command_line_becomes_defaults():
+    args = build_parser().parse_args(["serve", "--policy", "threshold", "--policy-arg", "tau=0.7",
+                                      "--gen-length", "64", "--block-length", "16", "--temperature", "0.3"])
+    defaults = server_defaults(args)
+    assert defaults.max_tokens == 64 and "gen_length" not in defaults.options
+    assert defaults.options["policy_args"] == {"tau": 0.7} and defaults.options["block_length"] == 16
+    assert defaults.options["temperature"] == 0.3 and defaults.options["steps"] is None
+
+
+def test_serve_refuses_bad_options_before_loading(capsys):
+    assert main(["serve", "--model", "/nonexistent/dir", "--policy", "threshold", "--policy-arg", "tau=high"]) == 2
+    assert "tau" in capsys.readouterr().err
