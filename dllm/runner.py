@@ -79,6 +79,12 @@ class ModelRunner:
             self.last = None if rows is not None else LastForward(logits, q_start, charged)
         return logits
 
+    def charge(self, token_counts: Tensor, rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
+        """Count one forward that a cache ran layer by layer itself: ``token_counts`` (N,) are
+        the query tokens each input really had computed (``rows``: as in forward). Returns the
+        rows charged."""
+        return self._count(token_counts, token_counts.shape[0], rows, count)
+
     def _guided(self, tokens, positions, visible: KeyVisibility, cache) -> Tensor:
         if cache is not None:
             raise ValueError("cfg_scale > 0 is supported with cache='none' only; drop one of them")
@@ -90,10 +96,14 @@ class ModelRunner:
         cond, unc = both.chunk(2)
         return unc + (self.cfg_scale + 1) * (cond - unc)
 
-    def _count(self, T: int, N: int, rows: Tensor | None, count: Tensor | None) -> Tensor:
+    def _count(self, T: int | Tensor, N: int, rows: Tensor | None, count: Tensor | None) -> Tensor:
         charged = self.active if count is None else count & self.active
         self.nfe += charged.long()
         width = torch.ones_like(self.nfe) if rows is None else torch.bincount(rows, minlength=self.nfe.shape[0])
         self.draft_rows += charged.long() * width
-        self.token_forwards += charged.long() * width * T
+        if isinstance(T, Tensor):  # tokens per input, summed into their rows
+            T = T if rows is None else torch.bincount(rows, weights=T.double(), minlength=width.shape[0]).long()
+            self.token_forwards += charged.long() * T
+        else:
+            self.token_forwards += charged.long() * width * T
         return charged
