@@ -1,6 +1,7 @@
 """KV-cache speed: prefix, dual and sub-block caching against no cache, side by side in one run.
 
     python bench/cache_speed.py --out bench/results/cache_speed
+    python bench/cache_speed.py --gen-lengths 512 --modes none dual adaptive --out ...
 
 Random LLaDA-shaped model (d_model 768, 12 layers, vocab 32,000: 134M parameters),
 low_confidence at a fixed number of tokens per step, block 32, batch 1, stop_at_eos off.
@@ -23,8 +24,11 @@ import dllm
 from dllm.models.tiny import write_tiny_checkpoint
 
 SHAPE = dict(d_model=768, n_layers=12, n_heads=12, mlp_hidden=2048, vocab_size=32000)
-MODES = [("none", {}), ("prefix", {"cache": "prefix"}), ("dual", {"cache": "dual"}),
-         ("dual + sub-block 8", {"cache": "dual", "sub_block_length": 8})]
+MODES = {"none": {}, "prefix": {"cache": "prefix"}, "dual": {"cache": "dual"},
+         "dual + sub-block 8": {"cache": "dual", "sub_block_length": 8},
+         "adaptive": {"cache": "adaptive"},
+         "adaptive ratio 0.5": {"cache": "adaptive", "cache_args": {"ratio": 0.5}}}
+DEFAULT_MODES = ["none", "prefix", "dual", "dual + sub-block 8"]
 
 
 def main() -> None:
@@ -33,6 +37,8 @@ def main() -> None:
     ap.add_argument("--gen-lengths", type=int, nargs="+", default=[256, 512])
     ap.add_argument("--tokens-per-step", type=int, default=4)
     ap.add_argument("--block-length", type=int, default=32)
+    ap.add_argument("--modes", nargs="+", choices=list(MODES), default=DEFAULT_MODES,
+                    help="caches to compare, the first is the baseline (default: %(default)s)")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -42,7 +48,8 @@ def main() -> None:
         model.generate_ids(prompt, dllm.GenerationConfig(gen_length=32, steps=8, stop_at_eos=False))  # warm-up
         for G in args.gen_lengths:
             base = None
-            for name, options in MODES:
+            for name in args.modes:
+                options = MODES[name]
                 cfg = dllm.GenerationConfig(gen_length=G, block_length=args.block_length, stop_at_eos=False,
                                             steps=G // args.tokens_per_step, **options)
                 t = time.perf_counter()

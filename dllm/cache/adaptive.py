@@ -93,13 +93,16 @@ class AdaptiveCache:
         self.kv: KVBuffers | None = None
         self.hidden: Tensor | None = None  # (n_layers, B, L, d): each layer's cached input
         self.seen: Tensor | None = None  # (B, L): the token each cached position was computed for
+        self._peak = 0  # bytes held at once: buffers plus a candidate copy (dllm.memory plans them)
         self.refreshes = 0  # rows x forwards that recomputed their context (diagnostics)
 
     @property
     def peak_bytes(self) -> int:
-        if self.kv is None:
-            return self.exact.peak_bytes
-        return self.kv.nbytes + self.hidden.nbytes
+        return self.exact.peak_bytes if self.kv is None else self._peak
+
+    def _held(self, buffers: tuple) -> int:
+        kv, hidden, seen = buffers
+        return kv.nbytes + hidden.nbytes + seen.nbytes
 
     def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
                      rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
@@ -118,8 +121,11 @@ class AdaptiveCache:
         shift = int(runner.shift_logits)
         q_lo = bs - shift
         buffers = (self.kv, self.hidden, self.seen)
+        held = self._held(buffers)
         if rows is not None:  # candidate states refresh on a copy of their row's buffers
             buffers = (self.kv.select(rows), self.hidden[:, rows], self.seen[rows])
+            held += self._held(buffers)
+        self._peak = max(self._peak, held)
         B = tokens.shape[0]
         never = model.config.n_layers  # "refresh from layer n_layers" = no refresh
         trigger = torch.full((B,), never, dtype=torch.long, device=tokens.device)
