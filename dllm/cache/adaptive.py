@@ -152,49 +152,47 @@ class AdaptiveCache:
         canvas_rows = slice(None) if rows is None else rows
         n_layers, B, device = model.config.n_layers, tokens.shape[0], tokens.device
         from_layer = n_layers // 2 if o.from_layer is None else o.from_layer
-        idx = torch.cat([torch.arange(a, b, device=device) for a, b in spans + [(q_lo, be)]]).unique()
-        w0 = int((idx < q_lo).sum())
-        win = slice(w0, w0 + be - q_lo)  # the window inside the wide query set (idx is sorted)
+        idx, N, w0 = self._query_set(spans, q_lo, be, device)
+        win, wpos = slice(w0, w0 + be - q_lo), slice(q_lo, be)  # the window in the query set / canvas
         cos, sin = rope_cos_sin(runner.canvas.positions[canvas_rows][:, idx], model.config.head_dim,
                                 model.config.rope_theta)
-        visible = runner.visibility(0, len(idx), runner.canvas.length, rows)
-        unchanged = seen[:, q_lo:be] == tokens[:, q_lo:be]  # (B, W): the still-masked positions
-        x = model.embed(tokens[:, idx])  # (B, N, d)
-        x_win = x[:, win]
-        window = torch.zeros(len(idx), dtype=torch.bool, device=device)
+        visible = runner.visibility(0, N, runner.canvas.length, rows)
+        unchanged = seen[:, wpos] == tokens[:, wpos]  # (B, W): the still-masked positions
+        window = torch.zeros(N, dtype=torch.bool, device=device)
         window[win] = True
-        candidates = runner.canvas.valid[canvas_rows][:, idx] & ~window  # (B, N) context tokens a refresh may recompute
-        recompute = torch.zeros(B, len(idx), dtype=torch.bool, device=device)
+        recompute = torch.zeros(B, N, dtype=torch.bool, device=device)  # context recomputed at this layer
         layer_tokens = torch.zeros(B, dtype=torch.long, device=device)
+        x_win, x = model.embed(tokens[:, wpos]), None  # x: the whole query set, once a row refreshes
         for i, layer in enumerate(model.layers):
             if i >= from_layer:  # drift test of rows not refreshing yet
-                drifted = self._drift(x_win, hidden[i, :, q_lo:be], unchanged) >= o.drift
+                drifted = self._drift(x_win, hidden[i, :, wpos], unchanged) >= o.drift
                 trigger = torch.where((trigger == n_layers) & drifted, i, trigger)
-            if i > 0:  # context not recomputed at the layer below reads its cached inputs
-                x = torch.where(recompute[..., None], x, hidden[i][:, idx])
-                x[:, win] = x_win
             starting = trigger == i
-            if bool(starting.any()):
-                chosen = ~window  # (N,): every context token of the scope, padding included
-                if o.ratio < 1 and select:
-                    mass = self._window_attention(layer, x, cos, sin, visible, kv.layers[i], win, q_lo, be)
-                    chosen = self._top(mass, candidates, o.ratio)
-                    layer_tokens += torch.where(starting, self._test_cost(model, candidates, runner.canvas.length), 0)
-                recompute |= starting[:, None] & chosen
-            span = slice(0, len(idx)) if bool(recompute.any()) else win
-            written = (recompute | window)[:, span]
-            at = idx[span]
-            hidden[i][:, at] = torch.where(written[..., None], x[:, span], hidden[i][:, at])
-            out = self._layer(layer, x[:, span], cos[:, :, span], sin[:, :, span], visible,
-                              kv.layers[i], at, written)
-            layer_tokens += written.sum(-1) * n_layers  # in layer-tokens x n_layers (see _test_cost)
-            if span == win:
-                x_win = x[:, win] = out
-            else:
-                x, x_win = out, out[:, win]
+            if bool(starting.any()) or x is not None:
+                cached = model.embed(tokens[:, idx]) if i == 0 else hidden[i][:, idx]
+                # context not recomputed at the layer below reads its cached inputs
+                x = cached.clone() if x is None else torch.where(recompute[..., None], x, cached)
+                x[:, win] = x_win
+                if bool(starting.any()):
+                    chosen = ~window  # (N,): every context token of the scope, padding included
+                    if o.ratio < 1 and select:
+                        candidates = runner.canvas.valid[canvas_rows][:, idx] & ~window
+                        mass = self._window_attention(layer, x, cos, sin, visible, kv.layers[i], win, q_lo, be)
+                        chosen = self._top(mass, candidates, o.ratio)
+                        layer_tokens += torch.where(starting, self._test_cost(model, candidates, runner.canvas.length), 0)
+                    recompute = recompute | (starting[:, None] & chosen)
+                written = recompute | window
+                hidden[i][:, idx] = torch.where(written[..., None], x, cached)
+                x = self._layer(layer, x, cos, sin, visible, kv.layers[i], idx, written)
+                x_win = x[:, win]
+                layer_tokens += written.sum(-1) * n_layers  # in layer-tokens x n_layers (see _test_cost)
+            else:  # the window alone, as the dual cache's window forward
+                hidden[i][:, wpos] = x_win
+                x_win = self._layer(layer, x_win, cos[:, :, win], sin[:, :, win], visible, kv.layers[i], wpos)
+                layer_tokens += (be - q_lo) * n_layers
         refreshed = trigger < n_layers
         seen[:, idx] = torch.where(recompute, tokens[:, idx], seen[:, idx])
-        seen[:, q_lo:be] = tokens[:, q_lo:be]
+        seen[:, wpos] = tokens[:, wpos]
         self.refreshes += int(refreshed.sum())
         per_forward = n_layers * n_layers  # layer_tokens counts n_layers units per token and layer
         charged = runner.charge(torch.div(layer_tokens + per_forward - 1, per_forward, rounding_mode="floor"),
@@ -203,6 +201,21 @@ class AdaptiveCache:
         if runner.keep_last:  # candidate-state forwards do not describe the canvas
             runner.last = None if rows is not None else LastForward(logits, q_lo, charged)
         return logits[:, : be - q_lo - int(runner.shift_logits)]
+
+    @staticmethod
+    def _query_set(spans: list[tuple[int, int]], q_lo: int, be: int, device) -> tuple[slice | Tensor, int, int]:
+        """Canvas positions of ``spans`` and the window [q_lo, be): a slice when contiguous (views,
+        no copies), else sorted indices; their count and the window's offset among them."""
+        lo, hi = min([q_lo] + [a for a, _ in spans]), max([be] + [b for _, b in spans])
+        covered = sorted(spans + [(q_lo, be)])
+        reach, contiguous = covered[0][1], True
+        for a, b in covered[1:]:
+            contiguous &= a <= reach
+            reach = max(reach, b)
+        if contiguous:
+            return slice(lo, hi), hi - lo, q_lo - lo
+        idx = torch.cat([torch.arange(a, b, device=device) for a, b in covered]).unique()
+        return idx, len(idx), int((idx < q_lo).sum())
 
     @staticmethod
     def _window_attention(layer, x: Tensor, cos: Tensor, sin: Tensor, visible, layer_cache,
@@ -254,10 +267,10 @@ class AdaptiveCache:
         return torch.where(unchanged, change, torch.zeros_like(change)).amax(-1)
 
     @staticmethod
-    def _layer(layer, x: Tensor, cos: Tensor, sin: Tensor, visible, layer_cache, at: Tensor,
-               written: Tensor) -> Tensor:
-        """One transformer block over the queries x (B, T, d) at canvas positions ``at`` (T,),
-        writing K/V only where ``written`` (B, T): rows that keep their cached context leave it."""
+    def _layer(layer, x: Tensor, cos: Tensor, sin: Tensor, visible, layer_cache, at: slice | Tensor,
+               written: Tensor | None = None) -> Tensor:
+        """One transformer block over the queries x (B, T, d) at canvas positions ``at``, writing
+        K/V only where ``written`` (B, T) (None: everywhere): context a row keeps stays cached."""
         attn = layer.attn
         h = layer.attn_norm(x)
         Bq, T, _ = h.shape
@@ -267,9 +280,10 @@ class AdaptiveCache:
         q = apply_rope(q, cos, sin, attn.rope_full_precision)
         k = apply_rope(k, cos, sin, attn.rope_full_precision)
         k_buf, v_buf = layer_cache
-        keep = written[:, None, :, None]
-        k_buf[:, :, at] = torch.where(keep, k, k_buf[:, :, at])
-        v_buf[:, :, at] = torch.where(keep, v, v_buf[:, :, at])
+        if written is not None:
+            keep = written[:, None, :, None]
+            k, v = torch.where(keep, k, k_buf[:, :, at]), torch.where(keep, v, v_buf[:, :, at])
+        k_buf[:, :, at], v_buf[:, :, at] = k, v
         x = x + attn.o_proj(attend(q, k_buf, v_buf, visible).reshape(Bq, T, -1))
         return x + layer.mlp(layer.mlp_norm(x))
 
