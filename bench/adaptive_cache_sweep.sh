@@ -7,7 +7,7 @@
 # One harness call per task, each running every cache of bench/runs/adaptive_cache.json back to
 # back, so the runs share the machine's load in the same way (tokens/s side by side). Zero-shot,
 # block 8, STRATIFIED (default 30) evenly spaced samples per task; LANES (default 2) processes
-# take the tasks in turn. A rerun resumes.
+# take the tasks in turn (each writes the summary it knows; the last pass merges them). A rerun resumes.
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-runs}
