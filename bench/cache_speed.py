@@ -1,6 +1,7 @@
 """KV-cache speed: prefix, dual and sub-block caching against no cache, side by side in one run.
 
     python bench/cache_speed.py --out bench/results/cache_speed
+    python bench/cache_speed.py --gen-lengths 512 --modes none dual adaptive --out ...
 
 Random LLaDA-shaped model (d_model 768, 12 layers, vocab 32,000: 134M parameters),
 low_confidence at a fixed number of tokens per step, block 32, batch 1, stop_at_eos off.
@@ -20,11 +21,15 @@ from pathlib import Path
 import torch
 
 import dllm
+from dllm.engine import decode
 from dllm.models.tiny import write_tiny_checkpoint
 
 SHAPE = dict(d_model=768, n_layers=12, n_heads=12, mlp_hidden=2048, vocab_size=32000)
-MODES = [("none", {}), ("prefix", {"cache": "prefix"}), ("dual", {"cache": "dual"}),
-         ("dual + sub-block 8", {"cache": "dual", "sub_block_length": 8})]
+MODES = {"none": {}, "prefix": {"cache": "prefix"}, "dual": {"cache": "dual"},
+         "dual + sub-block 8": {"cache": "dual", "sub_block_length": 8},
+         "adaptive": {"cache": "adaptive"},
+         "adaptive ratio 0.5": {"cache": "adaptive", "cache_args": {"ratio": 0.5}}}
+DEFAULT_MODES = ["none", "prefix", "dual", "dual + sub-block 8"]
 
 
 def main() -> None:
@@ -33,26 +38,30 @@ def main() -> None:
     ap.add_argument("--gen-lengths", type=int, nargs="+", default=[256, 512])
     ap.add_argument("--tokens-per-step", type=int, default=4)
     ap.add_argument("--block-length", type=int, default=32)
+    ap.add_argument("--modes", nargs="+", choices=list(MODES), default=DEFAULT_MODES,
+                    help="caches to compare, the first is the baseline (default: %(default)s)")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model = dllm.load(write_tiny_checkpoint(tmp, "llada", **SHAPE))
         params = sum(p.numel() for p in model.model.parameters())
         prompt = [[11 + i for i in range(24)]]
-        model.generate_ids(prompt, dllm.GenerationConfig(gen_length=32, steps=8, stop_at_eos=False))  # warm-up
+        # decode(), not generate_ids(): a random model predicts ids its small tokenizer cannot decode
+        decode(model.model, prompt, dllm.GenerationConfig(gen_length=32, steps=8, stop_at_eos=False))  # warm-up
         for G in args.gen_lengths:
             base = None
-            for name, options in MODES:
+            for name in args.modes:
+                options = MODES[name]
                 cfg = dllm.GenerationConfig(gen_length=G, block_length=args.block_length, stop_at_eos=False,
                                             steps=G // args.tokens_per_step, **options)
                 t = time.perf_counter()
-                out = model.generate_ids(prompt, cfg)
+                out = decode(model.model, prompt, cfg)
                 wall = time.perf_counter() - t
-                ids = out.token_ids[0]
-                base = base or {"wall": wall, "ids": ids, "tf": out.stats[0]["token_forwards"]}
-                rows.append({"gen_length": G, "mode": name, "nfe": out.stats[0]["nfe"],
-                             "token_forwards": out.stats[0]["token_forwards"], "seconds": wall,
-                             "speedup": base["wall"] / wall, "token_forward_ratio": base["tf"] / out.stats[0]["token_forwards"],
+                ids, nfe, tf = out.answer[0].tolist(), int(out.nfe[0]), int(out.token_forwards[0])
+                base = base or {"wall": wall, "ids": ids, "tf": tf}
+                rows.append({"gen_length": G, "mode": name, "nfe": nfe,
+                             "token_forwards": tf, "seconds": wall,
+                             "speedup": base["wall"] / wall, "token_forward_ratio": base["tf"] / tf,
                              "tokens_differing_from_none": sum(a != b for a, b in zip(ids, base["ids"])),
                              "kv_cache_peak_mib": out.memory["kv_cache_peak_bytes"] / 2**20,
                              "model_mib": out.memory["model_bytes"] / 2**20})

@@ -18,7 +18,7 @@ class GenerationConfig:
     policy / policy_args: the unmasking rule by name (see ``dllm.samplers.RULES``).
     strategy / strategy_args: how forwards are spent ("plain", or draft-and-verify / lookahead).
     stopper / stopper_args: early-exit criterion ("none", or a registered stopper).
-    cache / sub_block_length / cache_args: KV-cache mode ("none", "prefix", "dual") and options.
+    cache / sub_block_length / cache_args: KV-cache mode ("none", "prefix", "dual", "adaptive") and options.
     temperature: Gumbel-max sampling temperature (0 = argmax); top_p / top_k filter first.
     cfg_scale: LLaDA classifier-free guidance (unconditional = prompt replaced by masks).
     stop_at_eos: a row stops once every position before its first end-of-text is committed;

@@ -78,6 +78,13 @@ def _itemsize(model) -> int:
     return torch.empty((), dtype=model.dtype).element_size()
 
 
+def adaptive_state_bytes(model, batch: int, length: int) -> int:
+    """Bytes the adaptive cache holds beyond K/V: every layer's input and the token ids seen."""
+    if model.attention == "block_causal":  # it runs the exact dual path
+        return 0
+    return batch * length * (model.config.n_layers * model.config.d_model * _itemsize(model) + INT64)
+
+
 def kv_cache_bytes(model, batch: int, length: int) -> int:
     """Bytes of the K and V buffers of every layer for ``batch`` rows of ``length`` positions."""
     return 2 * model.config.n_layers * math.prod(KVBuffers.shape(model, batch, length)) * _itemsize(model)
@@ -148,6 +155,8 @@ def plan_memory(model, batch: int, canvas_length: int, config: GenerationConfig,
         kv = kv_cache_bytes(model, batch, canvas_length)
         if widest_rows > batch:
             kv += kv_cache_bytes(model, widest_rows, canvas_length)
+        if config.cache == "adaptive":  # each layer's cached input and the tokens they were computed for
+            kv += adaptive_state_bytes(model, batch + (widest_rows if widest_rows > batch else 0), canvas_length)
     V, e = model.config.vocab_size, _itemsize(model)
     # the LM head runs on the decision window only; Dream's shifted window may be concatenated
     # into a copy (dllm/cache/block.py), hence two windows

@@ -90,6 +90,12 @@ class ModelRunner:
             self.last = None if rows is not None else LastForward(logits, q_start + head_lo, charged)
         return logits[:, lo - head_lo : hi - head_lo] if (head_lo, head_hi) != (lo, hi) else logits
 
+    def charge(self, token_counts: Tensor, rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
+        """Count one forward that a cache ran layer by layer itself: ``token_counts`` (N,) are
+        the query tokens each input really had computed (``rows``: as in forward). Returns the
+        rows charged."""
+        return self._count(token_counts, token_counts.shape[0], rows, count)
+
     def _guided(self, tokens, positions, visible: KeyVisibility, cache, head) -> Tensor:
         if cache is not None:
             raise ValueError("cfg_scale > 0 is supported with cache='none' only; drop one of them")
@@ -109,12 +115,16 @@ class ModelRunner:
             mark_static(cache)
         return call_compiled(self.model, tokens, positions, visible, cache, write_at, head)
 
-    def _count(self, T: int, N: int, rows: Tensor | None, count: Tensor | None) -> Tensor:
+    def _count(self, T: int | Tensor, N: int, rows: Tensor | None, count: Tensor | None) -> Tensor:
         charged = self.active if count is None else count & self.active
         self.nfe += charged.long()
         width = torch.ones_like(self.nfe)  # inputs per canvas row (bincount would read the device)
         if rows is not None:
             width = torch.zeros_like(self.nfe).index_add_(0, rows, torch.ones_like(rows))
         self.draft_rows += charged.long() * width
-        self.token_forwards += charged.long() * width * T
+        if isinstance(T, Tensor):  # tokens per input, summed into their rows
+            T = T if rows is None else torch.zeros_like(self.nfe).index_add_(0, rows, T.long())
+            self.token_forwards += charged.long() * T
+        else:
+            self.token_forwards += charged.long() * width * T
         return charged

@@ -10,7 +10,9 @@ stalls the launch queue until the device catches up. The loop is written to stay
 * per decision window: the read that ends its loop and the "is any row still active?" read;
 * with EoTP truncating rows: one more per forward (the furthest end over active rows, read
   before the next forward after a truncation): at most one per round plus one per window (the
-  candidate strategies' block-start forward).
+  candidate strategies' block-start forward);
+* per decode: one read when the result is built (each row's last committing forward, which
+  gives its own latency).
 
 ``tests/samplers/test_host_syncs.py`` counts them on CPU for every strategy and fails above this.
 """
@@ -19,9 +21,10 @@ from __future__ import annotations
 READS_PER_ROUND = {"plain": 1, "freedave": 2, "lopa": 2}
 READS_PER_WINDOW = 2
 READS_PER_FORWARD_TRUNCATED = 1  # EoTP: the furthest end over active rows, before the next forward
+READS_PER_DECODE = 1  # the result: each row's last committing forward (its own latency)
 
 
 def read_budget(strategy: str, rounds: int, windows: int, truncating: bool = False) -> int:
     """Host reads a decode of ``rounds`` strategy steps over ``windows`` windows may make."""
     truncated = READS_PER_FORWARD_TRUNCATED * (rounds + windows) if truncating else 0
-    return READS_PER_ROUND[strategy] * rounds + READS_PER_WINDOW * windows + truncated
+    return READS_PER_ROUND[strategy] * rounds + READS_PER_WINDOW * windows + truncated + READS_PER_DECODE

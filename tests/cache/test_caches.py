@@ -10,8 +10,17 @@ from dllm.engine import decode
 from dllm.models.tiny import write_tiny_checkpoint
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]
-CACHED = [dict(cache="prefix"), dict(cache="dual"), dict(cache="dual", sub_block_length=4),
-          dict(cache="prefix", sub_block_length=4)]
+BLOCK = [dict(cache="prefix"), dict(cache="dual"), dict(cache="adaptive"),
+         dict(cache="adaptive", cache_args={"drift": 0.02, "scope": "all", "ratio": 0.5, "from_layer": 0})]
+SUB_BLOCK = [dict(cache="dual", sub_block_length=4), dict(cache="prefix", sub_block_length=4)]
+CACHED = BLOCK + SUB_BLOCK
+# cache_args that refresh everything at every step: the uncached decode, token for token
+EVERY_STEP = {"prefix": {"refresh_every": 1}, "dual": {"refresh_every": 1},
+              "adaptive": {"drift": 0.0, "from_layer": 0, "scope": "all", "ratio": 1.0}}
+
+
+def _every_step(options: dict) -> dict:
+    return {**options, "cache_args": EVERY_STEP[options["cache"]]}
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +39,7 @@ def test_block_causal_family_loads(block_causal):
     assert block_causal.shift_logits
 
 
-@pytest.mark.parametrize("options", CACHED[:2])  # sub-block reuse of the block's own K/V is approximate
+@pytest.mark.parametrize("options", BLOCK)  # sub-block reuse of the block's own K/V is approximate
 @pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["batch1", "batch4"])
 def test_block_causal_cache_is_exact(block_causal, options, prompts):
     plain = _answers(block_causal, prompts)
@@ -40,7 +49,7 @@ def test_block_causal_cache_is_exact(block_causal, options, prompts):
     assert (cached.token_forwards < plain.token_forwards).all()
 
 
-@pytest.mark.parametrize("options", CACHED[2:])
+@pytest.mark.parametrize("options", SUB_BLOCK)
 def test_block_causal_sub_blocks_refreshed_every_step_are_exact(block_causal, options):
     plain = _answers(block_causal, PROMPTS, sub_block_length=4)
     cached = _answers(block_causal, PROMPTS, cache_args={"refresh_every": 1}, **options)
@@ -53,8 +62,46 @@ def test_block_causal_sub_blocks_refreshed_every_step_are_exact(block_causal, op
 def test_refresh_every_step_equals_no_cache(tiny_models, family, options, prompts):
     model = tiny_models[family].model
     plain = _answers(model, prompts, sub_block_length=options.get("sub_block_length"))
-    cached = _answers(model, prompts, cache_args={"refresh_every": 1}, **options)
+    cached = _answers(model, prompts, **_every_step(options))
     assert cached.answer.tolist() == plain.answer.tolist()
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+@pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["batch1", "batch4"])
+def test_adaptive_without_refresh_equals_dual(tiny_models, family, prompts):
+    """drift=inf: the drift test never fires, so only the block-start refresh is left."""
+    model = tiny_models[family].model
+    dual = _answers(model, prompts, cache="dual", policy="threshold", policy_args={"tau": 0.3})
+    adaptive = _answers(model, prompts, cache="adaptive", cache_args={"drift": float("inf")},
+                        policy="threshold", policy_args={"tau": 0.3})
+    assert adaptive.answer.tolist() == dual.answer.tolist()
+    assert adaptive.token_forwards.tolist() == dual.token_forwards.tolist()
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_adaptive_charges_the_tokens_it_recomputes(tiny_models, family):
+    """Refreshing more of the context costs more token-forwards, and never more than uncached."""
+    model = tiny_models[family].model
+    cost = lambda **args: _answers(model, PROMPTS[1:2], cache="adaptive", cache_args=args).token_forwards[0]  # noqa: E731
+    never, quarter, half = cost(drift=float("inf")), cost(ratio=0.25), cost(ratio=0.5)
+    middle, every = cost(ratio=1.0, scope="all"), cost(ratio=1.0, scope="all", from_layer=0)
+    plain = _answers(model, PROMPTS[1:2]).token_forwards[0]
+    assert never < quarter < half < middle < every == plain
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"ratio": 0}, "ratio must be a fraction"), ({"scope": "suffix"}, "scope must be one of"),
+    ({"drift": -1}, "drift must be a number"), ({"from_layer": 9}, "choose from_layer < 2"),
+    ({"response_every": 0}, "response_every must be a positive"),
+])
+def test_adaptive_rejects_bad_options(tiny_models, args, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_models["llada"].generate("hi", gen_length=8, cache="adaptive", cache_args=args)
+
+
+def test_adaptive_takes_no_sub_blocks(tiny_models):
+    with pytest.raises(ValueError, match="drop sub_block_length"):
+        tiny_models["llada"].generate("hi", gen_length=8, block_length=8, cache="adaptive", sub_block_length=4)
 
 
 @pytest.mark.parametrize("family,policy", [("llada", "low_confidence"), ("dream", "entropy")])

@@ -57,3 +57,16 @@ def test_budget_that_fits_decodes_normally(tiny_models):
 def test_budget_must_be_positive():
     with pytest.raises(ValueError, match="memory_budget_mb must be positive"):
         GenerationConfig(gen_length=8, memory_budget_mb=0)
+
+
+@pytest.mark.parametrize("strategy", [{}, {"strategy": "freedave", "strategy_args": {"num_drafts": 4}}],
+                         ids=["plain", "freedave"])
+def test_adaptive_cache_stays_within_its_plan(tiny_models, strategy):
+    """The adaptive cache holds every layer's input next to the K/V; the plan counts them."""
+    lm = tiny_models["llada"]
+    config = GenerationConfig(gen_length=8, block_length=4, steps=8, cache="adaptive", **strategy)
+    out = lm.generate_ids(PROMPTS, config)
+    assert kv_cache_bytes(lm.model, len(PROMPTS), max(map(len, PROMPTS)) + 8) < out.memory["kv_cache_peak_bytes"]
+    assert out.memory["kv_cache_peak_bytes"] <= out.memory["kv_cache_bytes"]
+    if not strategy:
+        assert out.memory["kv_cache_peak_bytes"] == out.memory["kv_cache_bytes"]

@@ -7,7 +7,10 @@ from dllm import GenerationConfig
 from dllm.engine import decode
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]
-CACHES = [dict(cache="none"), dict(cache="prefix"), dict(cache="dual")]
+# adaptive with ratio 1: each step recomputes the whole scope from the block-start inputs, so a
+# draft evaluated on the block-start cache sees what the plain decode would (FreeDave lossless)
+CACHES = [dict(cache="none"), dict(cache="prefix"), dict(cache="dual"),
+          dict(cache="adaptive", cache_args={"ratio": 1.0})]
 
 
 def _cfg(**kw):
@@ -37,7 +40,7 @@ def test_freedave_plus_plus_equals_threshold_decoding(tiny_models, family):
 
 
 @pytest.mark.parametrize("family", ["llada", "dream"])
-@pytest.mark.parametrize("cache", CACHES, ids=lambda c: c["cache"])
+@pytest.mark.parametrize("cache", CACHES + [dict(cache="adaptive")], ids=lambda c: c["cache"] + str(c.get("cache_args", "")))
 @pytest.mark.parametrize("branches", [1, 3])
 def test_lopa_batch_equals_single(tiny_models, family, cache, branches):
     model = tiny_models[family].model

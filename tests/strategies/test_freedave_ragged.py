@@ -43,7 +43,7 @@ def test_every_rule_with_finished_rows(tiny_models, filter_dir, family, rule):
 
 
 @pytest.mark.parametrize("family", ["llada", "dream"])
-@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual", "adaptive"])
 def test_freedave_plus_plus_every_cache(tiny_models, family, cache):
     """The reported case: threshold base rule (FreeDave++), K = 8, every cache mode."""
     cfg = GenerationConfig(gen_length=32, block_length=16, steps=32, policy="threshold",
