@@ -1,7 +1,9 @@
-"""``make demo``: a real generation with the bundled trained model, and its stats line."""
+"""``make demo``: a real generation with the bundled trained model, its stats line, and one
+line from every other bundled model (each family it ships)."""
 from __future__ import annotations
 
 import dllm
+from dllm.models.bundled import DEFAULT_MODEL, bundled_models
 
 PROMPT = (
     "You are managing a waiting line at a customer service desk.\n"
@@ -24,7 +26,13 @@ def main() -> None:
         out = model.generate(PROMPT, **options)
         s = out.stats[0]
         print(f"{label}: {out.texts[0]}")
-        print(f"  [NFE {s['nfe']} | TPF {s['tpf']:.2f} | {s['tokens'] / s['seconds']:.0f} tokens/s on CPU]")
+        print(f"  [NFE {s['nfe']} | TPF {s['tpf']:.2f} | {s['tokens'] / s['seconds']:.0f} tokens/s on {model.model.device}]")
+    print("\nevery bundled model, one token per step (`dllm models` lists them):")
+    for name in bundled_models():
+        other = model if name == DEFAULT_MODEL else dllm.load(name)
+        out = other.generate(PROMPT, gen_length=32, steps=32)
+        layout = other.model.config.family + (" (block-causal)" if other.model.attention == "block_causal" else "")
+        print(f"  {name} [{layout}, NFE {out.stats[0]['nfe']}]: {out.texts[0]}")
 
 
 if __name__ == "__main__":

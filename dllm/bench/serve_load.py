@@ -70,11 +70,13 @@ class ServerProcess:
     """``dllm serve`` in a subprocess on 127.0.0.1 (a free port), stopped on exit."""
 
     def __init__(self, model: str | None, *, continuous: bool, max_batch: int, max_queue: int,
-                 log_path: Path, device: str = "cpu", startup_timeout: float = 300.0) -> None:
+                 log_path: Path, device: str = "auto", dtype: str = "auto",
+                 startup_timeout: float = 300.0) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "dllm", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-               "--max-batch", str(max_batch), "--max-queue", str(max_queue), "--device", device]
+               "--max-batch", str(max_batch), "--max-queue", str(max_queue), "--device", device,
+               "--dtype", dtype]
         cmd += ["--model", model] if model else []
         cmd += [] if continuous else ["--static"]
         self.log_file = log_path.open("w")
@@ -215,7 +217,7 @@ def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
         results["modes"][mode] = []
         with ServerProcess(args.model, continuous=mode == "continuous", max_batch=args.max_batch,
                            max_queue=args.max_queue, log_path=out_dir / f"server_{mode}.log",
-                           device=args.device) as server:
+                           device=args.device, dtype=args.dtype) as server:
             for i, rate in enumerate(args.rates):
                 bodies = request_bodies(args, args.requests, args.seed + i)
                 outcomes, wall = asyncio.run(poisson_run(server.url, bodies, rate, args.duration, args.timeout,
@@ -235,7 +237,7 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
     bodies = request_bodies(args, args.soak, args.seed)
     rss: list[tuple[float, float]] = []
     with ServerProcess(args.model, continuous=True, max_batch=args.max_batch, max_queue=args.max_queue,
-                       log_path=out_dir / "server_soak.log", device=args.device) as server:
+                       log_path=out_dir / "server_soak.log", device=args.device, dtype=args.dtype) as server:
         start = time.perf_counter()
         last = [0.0]
 
@@ -249,7 +251,7 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
 
         outcomes, wall = asyncio.run(poisson_run(server.url, bodies, args.rates[-1], args.duration, args.timeout,
                                                  args.seed, cancel_prob=args.cancel_prob, on_tick=sample))
-    model = dllm.load(args.model, device=args.device)
+    model = dllm.load(args.model, device=args.device, dtype=args.dtype)
     references: dict[str, list[int]] = {}  # one single run per distinct request body
     mismatches = 0
     eos = set(model.model.eos_token_ids)
@@ -376,11 +378,10 @@ def _modes(text: str) -> list[str]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from dllm.cli_options import positive_float, positive_int
+    from dllm.cli_options import add_model_options, positive_float, positive_int
 
     p = sub.add_parser("serve", help="load generator for dllm serve: Poisson arrivals, continuous vs static batching")
-    p.add_argument("--model", default=None, help="checkpoint directory (default: the bundled model)")
-    p.add_argument("--device", default="cpu", help="the server's torch device, e.g. cuda")
+    add_model_options(p)  # the server's (and the single-run check's) model, device and dtype
     p.add_argument("--rates", type=_rates, default=[0.5, 1.0, 2.0], help="arrival rates, requests/s, comma-separated")
     p.add_argument("--modes", type=_modes, default=["continuous", "static"], help="batching modes to compare")
     p.add_argument("--requests", type=positive_int, default=40, help="requests per rate (at most)")
