@@ -48,3 +48,21 @@ def test_block_causal_caches_are_exact_on_parallelbench_prompts(name, cache, sub
         plain = decode(lm.model, prompts, GenerationConfig(sub_block_length=sub, **cfg))  # same windows
         cached = decode(lm.model, prompts, GenerationConfig(cache=cache, sub_block_length=sub, **cfg))
         assert cached.answer.tolist() == plain.answer.tolist()
+
+
+DREAM = [n for n in NAMES if bundled_models()[n].config.get("model_type", "").lower() == "dream"]
+
+
+@pytest.mark.parametrize("name", DREAM)
+@pytest.mark.parametrize("alg", ["maskgit_plus", "topk_margin", "entropy"])
+def test_dream_model_rules_decode_as_dreams_own_loop(name, alg):
+    from tests.oracles import dream_generate
+
+    lm = dllm.load(name)
+    corpus = TaskCorpus(require_data(), seed=777_002)
+    for task, steps in (("waiting_line/reverse", 32), ("waiting_line/sort", 11)):
+        ex = corpus.sample(task)
+        prompt = lm.encode(ex.messages)
+        cfg = GenerationConfig(gen_length=ex.gen_length, steps=steps, policy=alg, stop_at_eos=False)
+        ours = decode(lm.model, [prompt], cfg).answer[0].tolist()
+        assert ours == dream_generate(lm.model, prompt, steps=steps, gen_length=ex.gen_length, alg=alg)
