@@ -22,11 +22,10 @@ from tqdm import tqdm
 from dllm.api import DiffusionLM
 from dllm.bench.metrics import score
 from dllm.bench.results_store import ResultStore, run_metadata
-from dllm.cache import make_cache
 from dllm.config import GenerationConfig
 from dllm.data.prompts import TaskSpec, build_messages, load_samples, load_task_configs
 from dllm.engine import check_prompts
-from dllm.samplers import make_rule, make_stopper, make_strategy
+from dllm.policies import check_policies
 
 OFFLINE_TASKS = (
     "waiting_line/copy", "waiting_line/reverse", "waiting_line/sort", "waiting_line/shuffle",
@@ -62,16 +61,7 @@ def check_run(run: Run, gen_length: int) -> GenerationConfig:
     so a bad option (an unknown name, tau "high") fails before any task is decoded."""
     try:
         config = run.config(gen_length)
-        rule, stopper = make_rule(config.policy, config.policy_args), make_stopper(config.stopper, config.stopper_args)
-        make_strategy(config.strategy, config.strategy_args)
-        cache_options = {**config.cache_args, "block_length": config.block_length}
-        if config.sub_block_length is not None:
-            cache_options["sub_block_length"] = config.sub_block_length
-        make_cache(config.cache, **cache_options)
-        for part in (rule, stopper):
-            check = getattr(part, "check_config", None)
-            if check is not None:
-                check(config)
+        check_policies(config)
     except (TypeError, ValueError, KeyError, FileNotFoundError) as err:
         raise ValueError(f"run {run.name!r} (gen_length {gen_length}): {err}; fix this run's options "
                          "(--runs file or --policy-arg) before benchmarking") from err

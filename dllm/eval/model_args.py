@@ -13,9 +13,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from dllm.cache import make_cache
 from dllm.config import GenerationConfig
-from dllm.samplers import RULES, STOPPERS, STRATEGIES, make_rule, make_stopper, make_strategy
+from dllm.policies import check_policies
+from dllm.samplers import RULES, STOPPERS, STRATEGIES
 from dllm.validation import check_value, field_types
 
 DICT_FIELDS = {"policy_args": ("policy", RULES), "strategy_args": ("strategy", STRATEGIES),
@@ -114,16 +114,5 @@ def _default(kind: str) -> str:
 
 def check_parts(config: GenerationConfig) -> None:
     """Build the config's rule, strategy, stopper and cache once: a wrong option fails now."""
-    try:
-        rule, stopper = make_rule(config.policy, config.policy_args), make_stopper(config.stopper, config.stopper_args)
-        make_strategy(config.strategy, config.strategy_args)
-        cache_options = {**config.cache_args, "block_length": config.block_length}
-        if config.sub_block_length is not None:
-            cache_options["sub_block_length"] = config.sub_block_length
-        make_cache(config.cache, **cache_options)
-        for part in (rule, stopper):
-            check = getattr(part, "check_config", None)
-            if check is not None:
-                check(config)
-    except TypeError as err:
-        raise ValueError(f"model_args: an option has a value of the wrong type ({err})") from err
+    check_policies(config, {"policy_args": "policy_args.<key>", "strategy_args": "strategy_args.<key>",
+                            "stopper_args": "stopper_args.<key>"})
