@@ -25,6 +25,7 @@ from dllm.bench.results_store import ResultStore, run_metadata
 from dllm.config import GenerationConfig
 from dllm.data.prompts import TaskSpec, build_messages, load_samples, load_task_configs
 from dllm.engine import check_prompts
+from dllm.models.bundled import model_label
 from dllm.policies import check_policies
 
 OFFLINE_TASKS = (
@@ -205,7 +206,8 @@ def qps(speedup: float, score_: float, baseline: float, gamma: float = 4.0) -> f
 
 
 def model_name(model: DiffusionLM) -> str:
-    return str(getattr(model, "path", "") or type(model).__name__)
+    path = getattr(model, "path", None)
+    return model_label(path) if path else type(model).__name__
 
 
 def check_prompt_lengths(model: DiffusionLM, plans: list[TaskPlan]) -> None:

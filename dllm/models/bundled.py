@@ -56,6 +56,16 @@ def bundled_models() -> dict[str, BundledModel]:
     return {d.name: BundledModel(d.name, d) for d in sorted(BUNDLED_DIR.iterdir()) if (d / "config.json").is_file()}
 
 
+def model_label(path: Path) -> str:
+    """How results name a model: a bundled model by its name, any other by its path as given
+    (so no machine's install location ends up in a results file)."""
+    resolved = Path(path).resolve()
+    for model in bundled_models().values():
+        if model.path.resolve() == resolved:
+            return model.name
+    return str(path)
+
+
 def resolve_model_path(model: str | os.PathLike | None) -> Path:
     """A checkpoint directory from a path, a bundled model's name, or None (the default model).
 

@@ -34,3 +34,11 @@ def test_models_command_lists_each_model_with_its_size(capsys):
         lm = dllm.load(row["name"])
         assert row["parameters"] == sum(p.numel() for p in lm.model.parameters())
         assert row["size_mb"] < 10, "bundled models stay under 10 MB"
+
+
+def test_results_name_a_bundled_model_by_its_name_not_its_install_path(tmp_path):
+    from dllm.models.bundled import model_label
+
+    for name, model in bundled_models().items():
+        assert model_label(model.path) == name
+    assert model_label(tmp_path) == str(tmp_path)
