@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 from dllm.validation import OptionTypeError
 
 FINISH_REASONS = ("eos", "stop", "length")  # end-of-text, a stop string / id, the canvas ran out
+REPLACEMENT = "\ufffd"  # what a tokenizer decodes an incomplete UTF-8 sequence to
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +90,19 @@ def first_stop_string(text: str, stops: StopConditions) -> int | None:
 
 def safe_text_length(text: str, stops: StopConditions) -> int:
     """How much of a not-yet-final ``text`` can be emitted: everything except a tail that could
-    still grow into a stop string (the longest suffix that is a proper prefix of one)."""
+    still grow into a stop string (the longest suffix that is a proper prefix of one), and then a
+    trailing partial character (a multi-byte character split over tokens decodes to U+FFFD until
+    its last byte is final)."""
     hold = 0
     for s in stops.strings:
         for k in range(min(len(s) - 1, len(text)), 0, -1):
             if text.endswith(s[:k]):
                 hold = max(hold, k)
                 break
-    return len(text) - hold
+    end = len(text) - hold
+    while end > 0 and text[end - 1] == REPLACEMENT:
+        end -= 1
+    return end
 
 
 def _ids_covering(ids: list[int], decode: Callable[[list[int]], str], chars: int) -> list[int]:

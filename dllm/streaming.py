@@ -53,7 +53,7 @@ def stream_decoding(lm, decoding: Decoding, stops: StopConditions) -> Iterator[S
         final_ids = canvas[: next((i for i, t in enumerate(canvas) if t == mask_id), len(canvas))]
         cut = cut_at_stop(final_ids, text_of, eos, stops, complete=False)
         reason = cut.finish_reason
-        text = cut.text if reason else _safe_prefix(cut.text, stops)
+        text = cut.text if reason else cut.text[: safe_text_length(cut.text, stops)]
         if reason == "stop":  # the rest of the canvas cannot change the text: stop decoding
             decoding.stop_rows(torch.ones(1, dtype=torch.bool, device=decoding.state.tokens.device))
         delta, sent = (text[len(sent):], text) if len(text) > len(sent) else ("", sent)
@@ -77,8 +77,3 @@ def _last(lm, decoding: Decoding, stops: StopConditions, sent: str, text_of) -> 
     return StreamUpdate(committed={}, canvas=canvas, final_ids=kept, final_text=cut.text,
                         text_delta=cut.text[len(sent):], finished=True, finish_reason=cut.finish_reason, stats=stats)
 
-
-def _safe_prefix(text: str, stops: StopConditions) -> str:
-    """``text`` without a tail that may still become a stop string or a multi-token character."""
-    text = text[: safe_text_length(text, stops)]
-    return text.rstrip("\ufffd")

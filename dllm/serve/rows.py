@@ -3,9 +3,8 @@ the text that may be sent so far.
 
 A diffusion row commits out of order; only its final prefix (every position before it committed)
 is read, so the text streamed piece by piece is the text a whole response holds. A tail that
-could still become a stop string is held back (``safe_text_length``), and so is a trailing
-partial character (a multi-byte character split over tokens decodes to U+FFFD until its last
-byte is final).
+could still become a stop string, or a trailing partial character, is held back
+(``safe_text_length``).
 """
 from __future__ import annotations
 
@@ -13,8 +12,6 @@ from typing import Any, Callable
 
 from dllm.serve.protocol import RowUpdate
 from dllm.stops import FINISH_REASONS, StopConditions, StoppedText, cut_at_stop, safe_text_length
-
-REPLACEMENT = "\ufffd"
 
 
 class RowText:
@@ -55,8 +52,6 @@ class RowText:
         """Text not handed out yet that can no longer change (all of it once done)."""
         text = self.cut.text
         end = len(text) if self.done else safe_text_length(text, self.stops)
-        while end > self.sent and text[end - 1] == REPLACEMENT and not self.done:
-            end -= 1
         piece = text[self.sent : max(end, self.sent)]
         self.sent += len(piece)
         return piece
