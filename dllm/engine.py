@@ -19,7 +19,7 @@ from torch import Tensor
 from dllm.cache import make_cache
 from dllm.canvas import Canvas, build_canvas
 from dllm.config import GenerationConfig
-from dllm.kernels import TokenStats, confidence_stats
+from dllm.kernels import StatsScratch, TokenStats, confidence_stats
 from dllm.memory import check_memory_budget, plan_memory
 from dllm.runner import ModelRunner
 from dllm.samplers import make_rule, make_stopper, make_strategy
@@ -56,6 +56,7 @@ class DecodeState:
         self.stopper = make_stopper(config.stopper, config.stopper_args)
         device = canvas.tokens.device
         self.excluded = torch.tensor([self.mask_id], device=device)
+        self.stats_scratch = StatsScratch()  # the CPU statistics' work buffers, reused every step
         self.eos = torch.tensor(model.eos_token_ids, device=device)
         self.fill_id = model.eos_token_ids[0]  # written after a row's end (a Python int: no device read)
         B, G = canvas.batch_size, config.gen_length
@@ -130,7 +131,8 @@ class DecodeState:
         if self.config.temperature > 0:
             key = self.noise(rows, steps)
             noise = dict(seed=key.seed[:, None].expand(N, W).reshape(-1), counter=key.counters().reshape(-1))
-        stats = confidence_stats(flat, temperature=self.config.temperature, excluded_ids=self.excluded, **noise)
+        stats = confidence_stats(flat, temperature=self.config.temperature, excluded_ids=self.excluded,
+                                 scratch=self.stats_scratch, **noise)
         return stats.reshape(N, W)
 
     def noise(self, rows: Tensor | None = None, steps: Tensor | int | None = None) -> RowNoise:

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from dllm.kernels import confidence_stats as _cs
-from dllm.kernels.confidence_stats import TokenStats, confidence_stats_torch
+from dllm.kernels.confidence_stats import StatsScratch, TokenStats, confidence_stats_torch
 
 CALL_COUNTS: Counter = Counter()
 BACKENDS = ("auto", "torch", "triton")
@@ -58,18 +58,19 @@ def kernel_backend(device=None) -> str:
     return "triton" if dev == "cuda" and _cs.triton_available() else "torch"
 
 
-def confidence_stats(logits: Tensor, **kwargs) -> TokenStats:
+def confidence_stats(logits: Tensor, *, scratch: StatsScratch | None = None, **kwargs) -> TokenStats:
     """Per-row statistics of (R, V) logits through the selected backend.
 
     Keyword arguments and the returned fields are those of ``confidence_stats_torch``
-    (temperature, seed, offset, counter, excluded_ids).
+    (temperature, seed, offset, counter, excluded_ids); ``scratch`` (the torch path's reused
+    work buffers) is ignored by the Triton kernel, which needs none.
     """
     backend = kernel_backend(logits.device)
     CALL_COUNTS["confidence_stats"] += 1
     CALL_COUNTS[f"confidence_stats:{backend}"] += 1
     if backend == "triton":
         return _cs.confidence_stats_triton(logits, **kwargs)
-    return _cs.confidence_stats_torch(logits, **kwargs)
+    return _cs.confidence_stats_torch(logits, scratch=scratch, **kwargs)
 
 
-__all__ = ["BACKENDS", "CALL_COUNTS", "TokenStats", "confidence_stats", "confidence_stats_torch", "kernel_backend"]
+__all__ = ["BACKENDS", "CALL_COUNTS", "StatsScratch", "TokenStats", "confidence_stats", "confidence_stats_torch", "kernel_backend"]

@@ -154,9 +154,25 @@ def _resolve_seed(seed: int | None, temperature: float) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+class StatsScratch:
+    """The torch path's two (R, V) float32 work buffers, kept between calls: one decode's steps
+    reuse them instead of allocating (and page-faulting in) two fresh tensors per step. Grows
+    to the largest (R, V) asked for; owned by one caller (not shared between threads)."""
+
+    def __init__(self) -> None:
+        self._flat: Tensor | None = None
+
+    def buffers(self, R: int, V: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        n = R * V
+        if self._flat is None or self._flat.shape[1] < n or self._flat.device != device:
+            self._flat = torch.empty(2, n, device=device)
+        return self._flat[0, :n].view(R, V), self._flat[1, :n].view(R, V)
+
+
 def confidence_stats_torch(logits: Tensor, *, temperature: float = 0.0, seed: int | Tensor | None = None,
                            offset: int = 0, counter: Tensor | None = None,
-                           excluded_ids: Tensor | None = None) -> TokenStats:
+                           excluded_ids: Tensor | None = None,
+                           scratch: StatsScratch | None = None) -> TokenStats:
     """Reference implementation and CPU path.
 
     logits: (R, V) float32 / bfloat16 / float16; computed in float32 whatever the input dtype.
@@ -170,34 +186,57 @@ def confidence_stats_torch(logits: Tensor, *, temperature: float = 0.0, seed: in
     non-negative per-row seeds; ``None`` at T > 0 draws one from torch's global generator.
     ``counter``: (R,) non-negative int64 per-row counters; default offset + row.
     prob, margin_prob and entropy are those of the un-tempered softmax(logits).
+    ``scratch``: buffers reused across calls (e.g. one decode's steps); None allocates.
     """
     if logits.dim() != 2:
         raise ValueError(f"confidence_stats expects (rows, vocab) logits, got shape {tuple(logits.shape)}")
     if logits.dtype not in FLOAT_DTYPES:
         raise ValueError(f"confidence_stats expects float32/bfloat16/float16 logits, got {logits.dtype}")
     R, V = logits.shape
-    x = logits.float()  # (R, V) float32
-    if excluded_ids is not None and excluded_ids.numel():
-        x = x.index_fill(1, excluded_ids.to(x.device, torch.int64).reshape(-1), float("-inf"))
-    lse = x.logsumexp(-1)  # (R,)
-    logp = x - lse[:, None]  # (R, V)
-    p = logp.exp()
-    entropy = -torch.where(p > 0, p * logp, 0.0).sum(-1)
-    if V >= 2:
-        top2 = x.topk(2, dim=-1).values  # (R, 2)
+    # y: a float32 working copy (the caller's logits stay untouched), shifted so that its max is 0.
+    # y and e are the only (R, V) tensors and every pass runs in place or reduces: on a CPU each
+    # fresh (R, V) temporary costs page faults about as much as its arithmetic (``scratch``
+    # reuses the two buffers across calls), and the index-returning reductions (argmax, topk)
+    # cost ~10x a plain one, so the first max is found by a weighted plain max.
+    device = logits.device
+    if scratch is None:
+        y, e = (torch.empty(R, V, device=device) for _ in range(2))
     else:
-        top2 = torch.cat([x, torch.full_like(x, float("-inf"))], dim=1)  # (R, 1) -> (R, 2)
-    p_top2 = (top2 - lse[:, None]).exp()  # (R, 2)
+        y, e = scratch.buffers(R, V, device)
+    y.copy_(logits)
+    if excluded_ids is not None and excluded_ids.numel():
+        y.index_fill_(1, excluded_ids.to(device, torch.int64).reshape(-1), float("-inf"))
+    y.sub_(y.amax(-1, keepdim=True))  # y = x - max <= 0, exactly 0 at every max
+    torch.exp(y, out=e)  # unnormalised probabilities: p = e / s, log p = y - log s
+    s = e.sum(-1)  # (R,)
     if temperature > 0:
-        seeds, counters = noise_keys(R, x.device, seed, temperature, offset, counter)
-        cols = torch.arange(V, device=x.device, dtype=torch.int64)[None, :]  # (1, V)
+        seeds, counters = noise_keys(R, device, seed, temperature, offset, counter)
+        cols = torch.arange(V, device=device, dtype=torch.int64)[None, :]  # (1, V)
         u = hash_uniform_torch(seeds[:, None], counters[:, None], cols)  # (R, V)
         gumbel = -torch.log(-torch.log(u))
-        token = (x + temperature * gumbel).argmax(-1)
-    else:
-        token = x.argmax(-1)
-    prob = p.gather(-1, token[:, None])[:, 0]  # (R, 1) -> (R,)
-    return TokenStats(token, prob, p_top2[:, 0] - p_top2[:, 1], top2[:, 0] - top2[:, 1], entropy)
+        token = (y + temperature * gumbel).argmax(-1)  # the shift does not move a row's argmax
+    # entropy = log s - sum(e * y) / s; -inf entries (e = 0) clamped so that 0 * y = 0
+    finite_min = torch.finfo(torch.float32).min
+    y.clamp_(min=finite_min)
+    entropy = s.log() - e.mul_(y).sum(-1) / s
+    top1 = _first_max_index(y, scratch=e)  # e is spent: its buffer holds the weights
+    if temperature == 0:
+        token = top1
+    prob = y.gather(-1, token[:, None])[:, 0].exp() / s
+    # top-2 logit (relative to the max): the max over everything but the first max
+    second = y.scatter_(1, top1[:, None], float("-inf")).amax(-1)
+    second = torch.where(second <= finite_min, float("-inf"), second)  # no second finite entry
+    return TokenStats(token, prob, (1.0 - second.exp()) / s, -second, entropy)
+
+
+def _first_max_index(y: Tensor, scratch: Tensor) -> Tensor:
+    """(R,) first column where each row of ``y`` (entries <= 0, max 0) is 0, without argmax:
+    1 + sign(y) is 1 exactly at the maxima and 0 elsewhere; weighted by V - col, the row's max
+    names the first one (V < 2**24: exact in float32). ``scratch``: an (R, V) float32 buffer."""
+    V = y.shape[-1]
+    weight = torch.arange(V, 0, -1, device=y.device, dtype=torch.float32)
+    at_max = torch.sign(y, out=scratch).add_(1.0).mul_(weight)
+    return (V - at_max.amax(-1)).long()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -85,6 +85,26 @@ def test_reference_single_candidate_rows():
     assert torch.isinf(st.margin_logit).all()
 
 
+def test_reused_scratch_gives_the_same_statistics_and_leaves_the_logits_alone():
+    """One decode reuses a StatsScratch across steps whose row counts and dtypes change."""
+    g = torch.Generator().manual_seed(2)
+    scratch = cs.StatsScratch()
+    for rows, vocab, dtype in [(8, 300, torch.float32), (3, 300, torch.bfloat16), (8, 120, torch.float32),
+                               (12, 500, torch.float16), (2, 500, torch.float32)]:
+        x = (torch.randn(rows, vocab, generator=g) * 4).to(dtype)
+        x[0, 1] = x[0, 9] = x.max() + 1  # a tie for the max
+        before = x.clone()
+        for temperature in (0.0, 0.7):
+            fresh = confidence_stats_torch(x, temperature=temperature, seed=3, excluded_ids=torch.tensor([4]))
+            reused = confidence_stats_torch(x, temperature=temperature, seed=3, excluded_ids=torch.tensor([4]),
+                                            scratch=scratch)
+            for name in TokenStats._fields:
+                assert torch.equal(getattr(fresh, name), getattr(reused, name)), (rows, vocab, name)
+        assert torch.equal(x, before)
+        _assert_matches(confidence_stats_torch(x, excluded_ids=torch.tensor([4]), scratch=scratch),
+                        _plain(x.float(), excluded=[4]))
+
+
 def test_gumbel_sampling_is_seeded_offset_shifted_and_follows_the_tempered_softmax():
     logits = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5])
     x = logits.expand(20000, 5).contiguous()
