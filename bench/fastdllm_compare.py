@@ -68,6 +68,8 @@ def main() -> None:
     ap.add_argument("--tokens-per-step", type=int, default=4, help="fixed-steps policy: tokens per step")
     ap.add_argument("--threshold", type=float, default=0.9)
     ap.add_argument("--modes", nargs="+", choices=sorted(MODES), default=["none", "prefix", "dual"])
+    ap.add_argument("--policies", nargs="+", choices=["threshold", "fixed"], default=["threshold", "fixed"],
+                    help="confidence threshold (--threshold) and/or fixed steps (--tokens-per-step)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -90,6 +92,7 @@ def main() -> None:
             f"fixed {args.tokens_per_step}/step": (dict(policy="low_confidence", steps=G // args.tokens_per_step),
                                                    dict(steps=G // args.tokens_per_step)),
         }
+        policies = {name: v for name, v in policies.items() if name.split()[0] in args.policies}
         rows = []
         for mode in args.modes:
             for name, (ours, theirs) in policies.items():

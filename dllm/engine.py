@@ -88,6 +88,10 @@ class DecodeState:
                 check(config)
         if getattr(self.cache, "first_token", "rule") == "argmax":  # Fast-dLLM's block start
             self.rule = FirstTokenFromRefresh(self.rule, self)
+        # whether a step reads statistics of eligible (masked) window positions only: then the
+        # LM head may skip the committed ones (dllm/runner.py head_rows_pay_off)
+        self.reads_eligible_only = all(getattr(part, "reads_eligible_only", False)
+                                       for part in (self.rule, self.stopper))
 
     def _cache_options(self) -> dict:
         options = {**self.config.cache_args, "block_length": self.config.block_length}
@@ -101,12 +105,13 @@ class DecodeState:
 
     # --- what strategies call -------------------------------------------------------------
     def block_logits(self, tokens: Tensor | None = None, rows: Tensor | None = None,
-                     count: Tensor | None = None) -> Tensor:
+                     count: Tensor | None = None, head_rows: Tensor | None = None) -> Tensor:
         """Logits (N, W, V) of the active block for ``tokens`` (default: the canvas).
 
         By default the forward is charged only to active rows that still have masks in the
         window: a row waiting for the rest of the batch to finish a block spends nothing, so a
-        batch's NFE equals its rows' single-run NFE under adaptive rules too."""
+        batch's NFE equals its rows' single-run NFE under adaptive rules too. ``head_rows``
+        (N, W) bool: the only positions whose logits the caller reads (others may be zeros)."""
         tokens = self.tokens if tokens is None else tokens
         if count is None:
             count = self.eligible().any(-1)
@@ -114,7 +119,11 @@ class DecodeState:
             ends = torch.where(self.runner.active, self.end, 0)
             self.runner.live_end = max(self.be, int(ends.max()))
             self._ends_moved = False
-        logits = self.cache.block_logits(self.runner, tokens, self.bs, self.be, self.step, rows, count)
+        self.runner.head_rows = head_rows
+        try:
+            logits = self.cache.block_logits(self.runner, tokens, self.bs, self.be, self.step, rows, count)
+        finally:
+            self.runner.head_rows = None
         self.forwards += 1
         return logits
 

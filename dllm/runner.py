@@ -13,6 +13,7 @@ from torch import Tensor
 
 from dllm.canvas import Canvas
 from dllm.compiled import call_compiled, mark_static
+from dllm.models.transformer import DiffusionTransformer
 from dllm.models.visibility import KeyVisibility, block_causal_spans
 
 
@@ -24,6 +25,14 @@ class LastForward(NamedTuple):
     logits: Tensor
     q_start: int
     charged: Tensor
+
+
+def head_rows_pay_off(device: torch.device) -> bool:
+    """Whether the LM head should run on the read window positions only. On a CPU the head's
+    FLOPs are its time (~a fifth of a small model's window forward), so skipping committed
+    positions pays; on a GPU a window's head reads the same weights either way, and selecting
+    rows would make the host wait for the device."""
+    return device.type == "cpu"
 
 
 class ModelRunner:
@@ -40,6 +49,9 @@ class ModelRunner:
         self.live_end = canvas.length  # forwards never need positions past this (EoTP)
         self.keep_last = False  # keep the last canvas forward's logits (answer-wide stoppers)
         self.last: LastForward | None = None
+        # (N, W) bool, set by the engine around one block_logits call: the window positions whose
+        # logits the step reads (rule and stopper read eligible positions only); None = all
+        self.head_rows: Tensor | None = None
 
     @property
     def shift_logits(self) -> bool:
@@ -74,6 +86,11 @@ class ModelRunner:
         if keep:  # every answer output of the forward
             head_lo, head_hi = min(lo, max(0, self.canvas.prompt_width - int(self.shift_logits) - q_start)), T
         head = None if (head_lo, head_hi) == (0, T) else (head_lo, head_hi)
+        need = self.head_rows
+        if need is not None and (rows is not None or keep or self.compile or self.cfg_scale > 0
+                                 or need.shape != (tokens.shape[0], hi - lo) or not head_rows_pay_off(tokens.device)
+                                 or not isinstance(self.model, DiffusionTransformer)):
+            need = None  # candidate states, answer-wide heads, static compiled shapes, wrapped models
         key_len = self.canvas.length if cache is not None else T
         if cache is None and q_start != 0:
             raise ValueError("an uncached forward must cover the canvas from position 0")
@@ -84,7 +101,7 @@ class ModelRunner:
         if self.cfg_scale > 0:
             logits = self._guided(tokens, positions, visible, cache, head)
         else:
-            logits = self._model(tokens, positions, visible, cache, q_start, head)
+            logits = self._model(tokens, positions, visible, cache, q_start, head, need)
         charged = self._count(T, tokens.shape[0], rows, count)
         if self.keep_last:  # candidate-state forwards (rows) do not describe the canvas
             self.last = None if rows is not None else LastForward(logits, q_start + head_lo, charged)
@@ -108,8 +125,10 @@ class ModelRunner:
         cond, unc = both.chunk(2)
         return unc + (self.cfg_scale + 1) * (cond - unc)
 
-    def _model(self, tokens, positions, visible, cache, write_at, head) -> Tensor:
+    def _model(self, tokens, positions, visible, cache, write_at, head, need=None) -> Tensor:
         if not self.compile:
+            if need is not None:
+                return self.model(tokens, positions, visible, cache, write_at, head, head_rows=need)
             return self.model(tokens, positions, visible, cache, write_at, head)
         if cache is not None:
             mark_static(cache)

@@ -1,8 +1,8 @@
 """The one transformer every family builds: embeddings, blocks, final norm, LM head.
 
 Implements the model contract the engine relies on:
-``forward(input_ids, position_ids, visible=None, cache=None, cache_write=0, logits_for=None)
--> logits`` plus
+``forward(input_ids, position_ids, visible=None, cache=None, cache_write=0, logits_for=None,
+head_rows=None) -> logits`` plus
 the attributes ``mask_token_id``, ``eos_token_ids``, ``shift_logits``, ``attention``.
 """
 from __future__ import annotations
@@ -65,6 +65,7 @@ class DiffusionTransformer(nn.Module):
         cache: LayerCaches | None = None,
         cache_write: int = 0,
         logits_for: tuple[int, int] | None = None,
+        head_rows: Tensor | None = None,
     ) -> Tensor:
         """input_ids, position_ids: (B, T); ``visible``: which of the S keys each query sees
         (key validity (B, S) and block-causal spans; None = every key, every query).
@@ -76,6 +77,8 @@ class DiffusionTransformer(nn.Module):
         ``logits_for=(lo, hi)``: only queries [lo, hi) need logits; the others skip the final
         norm and the LM head (the head is a large share of a small model's forward and the
         engine reads only the decision window). The result is then (B, hi - lo, vocab).
+        ``head_rows`` (B, hi - lo) bool: of those, the queries whose logits are read; the others'
+        logits are left at zero (the engine passes it on a CPU, where the head's FLOPs are time).
         """
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
         x = self.embed(input_ids)  # (B, T, d_model)
@@ -84,4 +87,8 @@ class DiffusionTransformer(nn.Module):
             x = layer(x, cos, sin, visible, layer_cache, cache_write)
         if logits_for is not None:
             x = x[:, logits_for[0] : logits_for[1]]
-        return self.lm_head(self.norm(x))
+        if head_rows is None:
+            return self.lm_head(self.norm(x))
+        logits = x.new_zeros(*x.shape[:2], self.lm_head.out_features)
+        logits[head_rows] = self.lm_head(self.norm(x[head_rows]))
+        return logits

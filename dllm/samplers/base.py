@@ -39,6 +39,10 @@ class RuleInput:
 
 
 class UnmaskingRule(Protocol):
+    """A rule (or stopper) whose class sets ``reads_eligible_only = True`` promises to read the
+    statistics of eligible positions only; the plain strategy then lets the LM head skip the
+    others (their statistics are then those of zero logits)."""
+
     def __call__(self, inp: RuleInput) -> Tensor:
         """Return a bool (B, W) mask of positions to commit, a subset of ``inp.eligible``."""
 
@@ -93,6 +97,8 @@ STOPPERS, register_stopper, make_stopper = _registry("stopping criterion")
 @register_stopper("none")
 @dataclass(kw_only=True, slots=True)
 class NoStopper:
+    reads_eligible_only = True  # reads nothing
+
     def __call__(self, state, stats: TokenStats, commit: Tensor) -> Tensor:
         return commit
 

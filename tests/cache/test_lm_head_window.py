@@ -1,6 +1,7 @@
 """The LM head runs only on the queries whose logits are used (the decision window, or every
-answer output for answer-wide stoppers): tokens, order and NFE equal the full-head decode for
-every family, cache mode and strategy, on a ragged batch."""
+answer output for answer-wide stoppers; on a CPU, for rules that read masked positions only,
+the window's masked positions): tokens, order and NFE equal the full-head decode for every
+family, cache mode and strategy, on a ragged batch."""
 from __future__ import annotations
 
 import pytest
@@ -37,7 +38,8 @@ def full_head(monkeypatch):
     """The LM head on every query, the window sliced afterwards (the behaviour before)."""
     forward = DiffusionTransformer.forward
 
-    def full(self, input_ids, position_ids, visible=None, cache=None, cache_write=0, logits_for=None):
+    def full(self, input_ids, position_ids, visible=None, cache=None, cache_write=0, logits_for=None,
+             head_rows=None):
         logits = forward(self, input_ids, position_ids, visible, cache, cache_write)
         return logits if logits_for is None else logits[:, logits_for[0] : logits_for[1]]
 
@@ -53,7 +55,7 @@ def test_window_head_equals_full_head(models, full_head, family, cache, strategy
     config = GenerationConfig(gen_length=16, block_length=8, steps=8, **cache, **STRATEGIES[strategy])
     seen = []
     head = models[family].lm_head.forward
-    models[family].lm_head.forward = lambda x: seen.append(x.shape[1]) or head(x)
+    models[family].lm_head.forward = lambda x: seen.append(x.shape[:-1]) or head(x)
     try:
         window = decode(models[family], PROMPTS, config)
     finally:
@@ -64,4 +66,10 @@ def test_window_head_equals_full_head(models, full_head, family, cache, strategy
     assert torch.equal(window.order, full.order)
     assert torch.equal(window.nfe, full.nfe) and torch.equal(window.token_forwards, full.token_forwards)
     if not strategy.startswith("sched"):  # answer-wide stoppers read every answer output of a canvas forward
-        assert max(seen) <= config.window_length
+        assert max((s[1] for s in seen if len(s) == 2), default=0) <= config.window_length
+    # plain steps of rules that read masked positions only: the head skips committed positions
+    selected = [s[0] for s in seen if len(s) == 1]
+    if strategy == "plain":
+        assert selected and min(selected) < len(PROMPTS) * config.window_length
+    else:
+        assert not selected

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import dllm.engine as engine
+import dllm.runner as runner
 from dllm import GenerationConfig
 from dllm.engine import decode
 from dllm.samplers.base import STRATEGIES
@@ -47,6 +48,9 @@ def test_host_reads_within_budget(tiny_models, monkeypatch, strategy, decoding, 
     options = DECODING[decoding]
     if strategy == "freedave" and "stopper" in options:
         pytest.skip("freedave verifies the base rule alone (no stopper)")
+    # the GPU's path: on a CPU the LM head also skips committed positions, selecting rows by a
+    # boolean mask, which would wait for a GPU (dllm/runner.py head_rows_pay_off says where)
+    monkeypatch.setattr(runner, "head_rows_pay_off", lambda device: False)
     made = []
     make = engine.make_strategy
     monkeypatch.setattr(engine, "make_strategy", lambda *a: made.append(RoundCounter(make(*a))) or made[-1])

@@ -28,6 +28,8 @@ def _reveal_ratio(inp: RuleInput, eps: float) -> tuple[Tensor, Tensor]:
 @register_rule("origin")
 @dataclass(kw_only=True, slots=True)
 class DreamOrigin:
+    reads_eligible_only = True  # statistics of masked positions only
+
     eps: float = 1e-3
 
     def __call__(self, inp: RuleInput) -> Tensor:
@@ -37,6 +39,8 @@ class DreamOrigin:
 
 @dataclass(kw_only=True, slots=True)
 class _DreamScored:
+    reads_eligible_only = True  # statistics of masked positions only
+
     eps: float = 1e-3
     alg_temp: float = 0.0
 

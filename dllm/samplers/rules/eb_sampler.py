@@ -17,6 +17,8 @@ from dllm.samplers.base import RuleInput, register_rule, topk_mask
 @register_rule("eb_sampler")
 @dataclass(kw_only=True, slots=True)
 class EntropyBounded:
+    reads_eligible_only = True  # statistics of masked positions only
+
     gamma: float = 0.1
 
     def __post_init__(self) -> None:

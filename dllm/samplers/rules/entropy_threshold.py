@@ -16,6 +16,8 @@ from dllm.samplers.rules.threshold import most_confident
 @register_rule("entropy_threshold")
 @dataclass(kw_only=True, slots=True)
 class EntropyThreshold:
+    reads_eligible_only = True  # statistics of masked positions only
+
     tau: float = 0.5
 
     def __post_init__(self) -> None:

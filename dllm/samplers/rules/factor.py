@@ -18,6 +18,8 @@ from dllm.samplers.base import RuleInput, register_rule, topk_mask
 @register_rule("factor")
 @dataclass(kw_only=True, slots=True)
 class ConfidenceFactor:
+    reads_eligible_only = True  # statistics of masked positions only
+
     factor: float = 1.0
 
     def __post_init__(self) -> None:

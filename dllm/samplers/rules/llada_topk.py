@@ -25,6 +25,8 @@ def transfer_count(block_masks: Tensor, num_steps: int, step: int) -> Tensor:
 class LowConfidence:
     """Commit the k most probable predictions (k from the per-row block schedule)."""
 
+    reads_eligible_only = True  # statistics of masked positions only
+
     def __call__(self, inp: RuleInput) -> Tensor:
         k = transfer_count(inp.block_masks, inp.num_steps, inp.step)
         return topk_mask(inp.stats.prob, k, inp.eligible)
@@ -34,6 +36,8 @@ class LowConfidence:
 @dataclass(kw_only=True, slots=True)
 class RandomTopK:
     """Commit k uniformly random masked positions (k from the per-row block schedule)."""
+
+    reads_eligible_only = True  # statistics of masked positions only
 
     def __call__(self, inp: RuleInput) -> Tensor:
         k = transfer_count(inp.block_masks, inp.num_steps, inp.step)

@@ -30,6 +30,8 @@ def most_confident(scores: Tensor, eligible: Tensor) -> Tensor:
 @register_rule("threshold")
 @dataclass(kw_only=True, slots=True)
 class ConfidenceThreshold:
+    reads_eligible_only = True  # statistics of masked positions only
+
     tau: float = 0.9
     budget_cap: bool = False
 

@@ -12,7 +12,8 @@ class Plain:
     candidate_rows = 1  # rows one canvas row occupies in a forward (dllm.memory)
 
     def step(self, state) -> None:
-        logits = state.block_logits()
+        # rules and stoppers that read masked positions only let the LM head skip the others
+        logits = state.block_logits(head_rows=state.eligible() if state.reads_eligible_only else None)
         stats = state.statistics(logits)
         commit = state.rule(state.rule_input(stats))
         commit = state.stopper(state, stats, commit)
