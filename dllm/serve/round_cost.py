@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
+
+from dllm.config import GenerationConfig
 
 Shape = tuple[int, int]  # (prefix tokens: prompt + finished blocks, answer positions left)
 
@@ -24,20 +27,40 @@ def canvas_tokens(rows: list[Shape]) -> int:
     return len(rows) * (max(p for p, _ in rows) + max(r for _, r in rows))
 
 
-def join_pays(batch: list[Shape], joining: list[Shape], overhead_tokens: float) -> bool:
+def round_tokens(rows: list[Shape], config: GenerationConfig) -> float:
+    """Tokens a round forwards for ``rows`` sharing a canvas, averaged over a block: the block's
+    first round refreshes the whole canvas; later rounds forward the whole canvas again (no
+    cache), the canvas from the block on (prefix: the longest remainder) or the window alone
+    (dual)."""
+    if not rows:
+        return 0.0
+    full = canvas_tokens(rows)
+    if config.cache == "prefix":
+        later = len(rows) * max(r for _, r in rows)
+    elif config.cache == "dual":
+        later = len(rows) * config.window_length
+    else:
+        later = full
+    steps = config.steps_per_block
+    return (full + (steps - 1) * later) / steps
+
+
+def join_pays(batch: list[Shape], joining: list[Shape], overhead_tokens: float,
+              tokens: Callable[[list[Shape]], float] = canvas_tokens) -> bool:
     """Whether ``joining`` rows cost less in ``batch``'s canvas than in a batch of their own,
-    whose extra forward per round costs ``overhead_tokens`` (a forward's fixed cost in tokens)."""
+    whose extra forward per round costs ``overhead_tokens`` (a forward's fixed cost in tokens);
+    ``tokens`` prices a round of some rows (default: their canvas, as without a cache)."""
     if not batch or not joining:
         return True
-    together = canvas_tokens(batch + joining)
-    apart = canvas_tokens(batch) + canvas_tokens(joining) + overhead_tokens
+    together = tokens(batch + joining)
+    apart = tokens(batch) + tokens(joining) + overhead_tokens
     return together <= apart
 
 
 @dataclass(kw_only=True)
 class RoundCost:
-    """Least-squares fit, weighted toward recent rounds, of a round's seconds against its canvas
-    tokens. ``overhead_tokens`` is the fixed cost of a forward in tokens (fixed / per_token):
+    """Least-squares fit, weighted toward recent rounds, of a round's seconds against its tokens
+    (``round_tokens``). ``overhead_tokens`` is a forward's fixed cost in tokens (fixed / per_token):
     ``fixed_tokens`` when given, else the fit once it has ``min_rounds`` rounds of spread sizes,
     else infinite (rows always share a batch, as when every forward costs the same)."""
 

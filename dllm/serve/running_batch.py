@@ -185,12 +185,6 @@ class RunningBatch:
         width = (self.decoding.block if blocks is None else blocks) * self.config.block_length
         return [(len(r.prefix) + width, r.remaining - width) for r in self.live if r.remaining > width]
 
-    @property
-    def canvas_tokens(self) -> int:
-        """Tokens of the current canvas (rows x length): what a round's forward covers."""
-        canvas = self.decoding.state.canvas
-        return canvas.batch_size * canvas.length
-
     def at_boundary(self) -> bool:
         """True once the decode ended or reached the start of a new block (no forward in it yet)."""
         return self.decoding.done or self.decoding.block != self.block

@@ -14,6 +14,7 @@ longest runs next.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
@@ -23,7 +24,7 @@ from dllm.config import GenerationConfig
 from dllm.engine import check_seeds
 from dllm.inputs import check_token_ids
 from dllm.serve.protocol import QueueFullError, RowUpdate, Scheduler, SchedulerLimits, ServeRequest
-from dllm.serve.round_cost import RoundCost, join_pays
+from dllm.serve.round_cost import RoundCost, join_pays, round_tokens
 from dllm.serve.running_batch import RowProgress, RunningBatch, batch_key
 
 log = logging.getLogger(__name__)
@@ -133,9 +134,10 @@ class BatchScheduler(Scheduler):
     def _step(self, batch: RunningBatch) -> None:
         updates = batch.cancel_marked()
         if not batch.at_boundary():  # stopping rows may have ended the block: rebuild first
-            tokens, start = batch.canvas_tokens, time.perf_counter()
+            tokens, start = round_tokens(batch.shapes(), batch.config), time.perf_counter()
             updates += batch.step()
-            self.cost.observe(tokens, time.perf_counter() - start)
+            if tokens:
+                self.cost.observe(tokens, time.perf_counter() - start)
         self._send(updates)
         if batch.at_boundary():
             batch.next_block(self._joiners(batch))
@@ -177,7 +179,7 @@ class BatchScheduler(Scheduler):
                 return []
             waiting = list(queue)[: self._room(batch.key)]
             if not join_pays(batch.shapes(), [(len(r.prefix), r.remaining) for r in waiting],
-                             self.cost.overhead_tokens):
+                             self.cost.overhead_tokens, functools.partial(round_tokens, config=batch.config)):
                 return []
             rows = self._take(batch.key, len(waiting))
             self._admitted += len(rows)
@@ -198,7 +200,8 @@ class BatchScheduler(Scheduler):
                 return
             shapes = [(len(r.prefix), r.remaining) for r in waiting]
             overhead = self.cost.overhead_tokens
-            if any(join_pays(b.shapes(b.block + 1), shapes, overhead) for b in self._batches if not b.done):
+            price = functools.partial(round_tokens, config=self._batches[0].config)
+            if any(join_pays(b.shapes(b.block + 1), shapes, overhead, price) for b in self._batches if not b.done):
                 return  # a running batch takes them at its next boundary
             rows = self._take(key, len(waiting))
             self._admitted += len(rows)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 import random
 
-from dllm.serve.round_cost import RoundCost, canvas_tokens, join_pays
+import functools
+
+from dllm import GenerationConfig
+from dllm.serve.round_cost import RoundCost, canvas_tokens, join_pays, round_tokens
 
 
 def test_canvas_tokens_pad_to_the_longest_prefix_and_remainder():
@@ -23,6 +26,22 @@ def test_rows_at_the_same_stage_share_a_batch_rows_far_apart_do_not():
     assert join_pays(running, fresh, overhead_tokens=math.inf)  # every forward costs the same: always share
     assert join_pays(running, [(62, 8)], overhead_tokens=0)  # fits the canvas: no padding, nothing to save
     assert join_pays([], fresh, overhead_tokens=0)
+
+
+def test_a_round_is_priced_by_what_its_cache_forwards():
+    rows = [(60, 8), (30, 32)]  # canvas 2 x (60 + 32); one block of 8 rounds
+    config = dict(gen_length=32, block_length=8)
+    none = round_tokens(rows, GenerationConfig(**config, cache="none"))
+    prefix = round_tokens(rows, GenerationConfig(**config, cache="prefix"))
+    dual = round_tokens(rows, GenerationConfig(**config, cache="dual"))
+    assert none == canvas_tokens(rows) == 184
+    assert prefix == (184 + 7 * 2 * 32) / 8  # a refresh, then the canvas from the block on
+    assert dual == (184 + 7 * 2 * 8) / 8  # a refresh, then the block alone
+    # the decision follows the cache: most prefix rounds forward only the remainders, so the same
+    # rows pad each other by fewer tokens (76 a round) than their canvas says (104)
+    resumed, fresh = [(60, 8), (58, 8), (62, 8)], [(30, 32)]
+    price = functools.partial(round_tokens, config=GenerationConfig(**config, cache="prefix"))
+    assert not join_pays(resumed, fresh, 90) and join_pays(resumed, fresh, 90, price)
 
 
 def test_fit_recovers_fixed_and_per_token_cost():
