@@ -4,6 +4,9 @@ throughput, and where the time goes: forwards, rows per forward, canvas tokens f
 the rows' own tokens (the rest is padding), rebuilds and their cost, the fitted forward overhead.
 
     python bench/serve_profile.py --rate 8 --requests 80 --cache none --out bench/results/serve_profile/none_8.json
+
+``--rows-sweep`` instead times one decode round against the rows in the batch (1, 2, 4, 8 rows
+of 32 answer tokens, each cache): how far a forward's cost is from flat in rows.
 """
 from __future__ import annotations
 
@@ -107,6 +110,25 @@ def run(args: argparse.Namespace, continuous: bool, lm, requests: list[ServeRequ
             "rebuild_share": probe.rebuild_s / wall, "fitted_overhead_tokens": None if math.isinf(overhead) else overhead}
 
 
+def rows_sweep(lm, args: argparse.Namespace) -> dict:
+    """Best-of-3 seconds per round of a decode of 1, 2, 4 and 8 prompts, per cache."""
+    from dllm.engine import decode
+
+    prompts = [lm.encode(p, chat=False) for p in bench_prompts(8, args.seed)]
+    out = {}
+    for cache in ("none", "prefix", "dual"):
+        config = GenerationConfig(gen_length=32, block_length=args.block_length, policy="low_confidence",
+                                  cache=cache, stop_at_eos=False)
+        for rows in (1, 2, 4, 8):
+            best = math.inf
+            for _ in range(3):
+                start = time.perf_counter()
+                result = decode(lm.model, prompts[:rows], config)
+                best = min(best, (time.perf_counter() - start) / int(result.nfe.max()))
+            out[f"{cache}/{rows}"] = 1000 * best
+    return {"ms_per_round": out, "prompt_tokens": [len(p) for p in prompts]}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="checkpoint directory (default: the bundled LLaDA model)")
@@ -119,6 +141,7 @@ def main() -> None:
     p.add_argument("--forward-overhead-tokens", type=float, default=None)
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rows-sweep", action="store_true", help="time a round against the rows in it instead")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -131,6 +154,12 @@ def main() -> None:
                                                      policy="low_confidence", cache=args.cache))
                 for i in range(args.requests)]
     lm.generate("warm up", chat=False, gen_length=8, block_length=8)
+    if args.rows_sweep:
+        result = {"load_average_before": os.getloadavg(), **rows_sweep(lm, args), "load_average_after": os.getloadavg()}
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps(result))
+        return
     probe = Probe()
     result = {"rate": args.rate, "requests": args.requests, "cache": args.cache, "load_average_before": os.getloadavg(),
               "modes": [run(args, mode, lm, requests, probe) for mode in (True, False)],
