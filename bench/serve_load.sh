@@ -8,10 +8,13 @@ PY=${PY:-python}
 SCRATCH=${SCRATCH:-$(mktemp -d)}
 RANDOM_MODEL="$SCRATCH/llada-100m-random"
 
-$PY -m dllm bench serve --out bench/results/serve_bundled --rates 0.25,0.5,1 --requests 30 --duration 90 \
+# bundled model: no cache, prefix and dual cache, at rates up to where static batching queues
+$PY -m dllm bench serve --out bench/results/serve_bundled --rates 2,4,6 --requests 60 --duration 60 \
   --timeout 300 --max-tokens 16,32 --block-length 8 --max-batch 8
-$PY -m dllm bench serve --out bench/results/serve_bundled_prefix --rates 1,2,4 --requests 30 --duration 60 \
+$PY -m dllm bench serve --out bench/results/serve_bundled_prefix --rates 4,8,12 --requests 60 --duration 60 \
   --timeout 300 --max-tokens 16,32 --block-length 8 --cache prefix --max-batch 8
+$PY -m dllm bench serve --out bench/results/serve_bundled_dual --rates 8,16,24 --requests 80 --duration 60 \
+  --timeout 300 --max-tokens 16,32 --block-length 8 --cache dual --max-batch 8
 
 if [ ! -f "$RANDOM_MODEL/config.json" ]; then
   $PY -c "
@@ -19,8 +22,8 @@ from dllm.models.tiny import write_tiny_checkpoint
 write_tiny_checkpoint('$RANDOM_MODEL', 'llada', d_model=768, n_layers=14, n_heads=12, mlp_hidden=2048,
                       max_len=1024, seed=0)"
 fi
-$PY -m dllm bench serve --model "$RANDOM_MODEL" --out bench/results/serve_random100m --rates 0.05,0.2 \
-  --requests 6 --duration 120 --timeout 900 --max-tokens 8 --block-length 4 --cache prefix --max-batch 4
+$PY -m dllm bench serve --model "$RANDOM_MODEL" --out bench/results/serve_random100m --rates 0.1,0.3 \
+  --requests 15 --duration 150 --timeout 900 --max-tokens 8 --block-length 4 --cache prefix --max-batch 4
 
 if [ -n "${SOAK:-}" ]; then
   $PY -m dllm bench serve --soak "$SOAK" --out bench/results/serve_soak --rates 2 --duration 1800 --max-queue 512 \

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from dllm.request import OutputRequest
-from dllm.stops import StoppedText, cut_at_stop
+from dllm.stops import StopConditions, StoppedText, cut_at_stop
 
 
 @dataclass(kw_only=True, slots=True)
@@ -22,15 +22,25 @@ class GenerationOutput:
     memory: dict[str, int] = field(default_factory=dict)  # dllm.memory plan + kv_cache_peak_bytes
 
 
+def cut_answer(ids: Sequence[int], decode: Callable[[list[int]], str], eos_ids: Sequence[int],
+               stops: StopConditions, max_tokens: int | None, *, complete: bool) -> StoppedText:
+    """An answer's final prefix ``ids`` as ``generate`` reads it: cut at the first end-of-text,
+    stop id or stop string; when what that keeps is longer than ``max_tokens``, cut at
+    ``max_tokens`` instead ("length"), so an answer of exactly ``max_tokens`` tokens keeps its
+    own reason. ``complete``: ``ids`` is the whole answer; a prefix that runs past
+    ``max_tokens`` is decided either way (the server and ``stream`` read prefixes as they grow)."""
+    stopped = cut_at_stop(ids, decode, eos_ids, stops, complete=complete)
+    if max_tokens is not None and len(stopped.ids) > max_tokens:
+        stopped = cut_at_stop(list(ids)[:max_tokens], decode, eos_ids, stops, complete=True)
+    return stopped
+
+
 def end_row(answer: Sequence[int], decode: Callable[[list[int]], str], eos_ids: Sequence[int],
             request: OutputRequest) -> tuple[StoppedText, list[int]]:
     """A finished row's text, finish reason and kept ids (the ending end-of-text / stop id
-    included, as in ``token_ids``). ``max_tokens`` cuts the answer first; "length" then means
-    the cut removed text (an answer ending exactly at ``max_tokens`` keeps its own reason)."""
+    included, as in ``token_ids``), cut by ``cut_answer``."""
     answer = list(answer)
-    stopped = cut_at_stop(answer, decode, eos_ids, request.stops, complete=True)
-    if request.max_tokens is not None and len(stopped.ids) > request.max_tokens:
-        stopped = cut_at_stop(answer[: request.max_tokens], decode, eos_ids, request.stops, complete=True)
+    stopped = cut_answer(answer, decode, eos_ids, request.stops, request.max_tokens, complete=True)
     kept = list(stopped.ids)
     ends = set(eos_ids) | set(request.stops.token_ids)
     after = len(kept)

@@ -14,6 +14,8 @@ from typing import Any, Iterator
 import torch
 
 from dllm.engine import Decoding
+from dllm.outputs import end_row
+from dllm.request import OutputRequest
 from dllm.stops import StopConditions, cut_at_stop, safe_text_length
 
 
@@ -66,10 +68,9 @@ def stream_decoding(lm, decoding: Decoding, stops: StopConditions) -> Iterator[S
 def _last(lm, decoding: Decoding, stops: StopConditions, sent: str, text_of) -> StreamUpdate:
     result = decoding.result()
     canvas = result.answer[0].tolist()
-    complete = lm.model.mask_token_id not in canvas
-    answer = canvas if complete else canvas[: canvas.index(lm.model.mask_token_id)]
-    cut = cut_at_stop(answer, text_of, lm.model.eos_token_ids, stops, complete=complete)
-    kept = answer[: len(cut.ids) + 1] if cut.finish_reason == "eos" else cut.ids
+    mask_id = lm.model.mask_token_id  # masks are left only when a stop ended the decode early
+    answer = canvas[: canvas.index(mask_id)] if mask_id in canvas else canvas
+    cut, kept = end_row(answer, text_of, lm.model.eos_token_ids, OutputRequest(stops=stops))
     nfe = int(result.nfe[0])
     stats = {"nfe": nfe, "tokens": len(kept), "tpf": len(kept) / max(nfe, 1),
              "token_forwards": int(result.token_forwards[0]), "draft_rows": int(result.draft_rows[0]),

@@ -71,7 +71,7 @@ class ServerProcess:
 
     def __init__(self, model: str | None, *, continuous: bool, max_batch: int, max_queue: int,
                  log_path: Path, device: str = "auto", dtype: str = "auto",
-                 startup_timeout: float = 300.0) -> None:
+                 startup_timeout: float = 300.0, forward_overhead_tokens: float | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "dllm", "serve", "--host", "127.0.0.1", "--port", str(self.port),
@@ -79,6 +79,8 @@ class ServerProcess:
                "--dtype", dtype]
         cmd += ["--model", model] if model else []
         cmd += [] if continuous else ["--static"]
+        if forward_overhead_tokens is not None:
+            cmd += ["--forward-overhead-tokens", str(forward_overhead_tokens)]
         self.log_file = log_path.open("w")
         self.proc = subprocess.Popen(cmd, stdout=self.log_file, stderr=subprocess.STDOUT, env=os.environ.copy())
         self.startup_timeout = startup_timeout
@@ -217,7 +219,8 @@ def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
         results["modes"][mode] = []
         with ServerProcess(args.model, continuous=mode == "continuous", max_batch=args.max_batch,
                            max_queue=args.max_queue, log_path=out_dir / f"server_{mode}.log",
-                           device=args.device, dtype=args.dtype) as server:
+                           device=args.device, dtype=args.dtype,
+                           forward_overhead_tokens=args.forward_overhead_tokens) as server:
             for i, rate in enumerate(args.rates):
                 bodies = request_bodies(args, args.requests, args.seed + i)
                 outcomes, wall = asyncio.run(poisson_run(server.url, bodies, rate, args.duration, args.timeout,
@@ -333,7 +336,8 @@ def run(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model or "bundled", "device": args.device, "max_batch": args.max_batch, "max_queue": args.max_queue,
             "max_tokens": args.max_tokens, "block_length": args.block_length, "policy": args.policy, "cache": args.cache,
-            "policy_args": args.policy_arg or [], "seed": args.seed, "cpu_threads": os.environ.get("OMP_NUM_THREADS")}
+            "policy_args": args.policy_arg or [], "seed": args.seed, "cpu_threads": os.environ.get("OMP_NUM_THREADS"),
+            "forward_overhead_tokens": args.forward_overhead_tokens, "load_average_before": os.getloadavg()}
     if args.soak:
         result = {**meta, "soak": run_soak(args, out_dir)}
         (out_dir / "soak.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -341,7 +345,8 @@ def run(args: argparse.Namespace) -> int:
             plot_rss(result["soak"]["rss_mb"], out_dir / "soak_rss.png")
         print(json.dumps({k: v for k, v in result["soak"].items() if k != "rss_mb"}))
         return 0 if result["soak"]["token_mismatches"] == 0 else 1
-    result = {**meta, "requests_per_rate": args.requests, "duration_s": args.duration, **run_rates(args, out_dir)}
+    result = {**meta, "requests_per_rate": args.requests, "duration_s": args.duration, **run_rates(args, out_dir),
+              "load_average_after": os.getloadavg()}
     (out_dir / "serve_load.json").write_text(json.dumps(result, indent=1) + "\n")
     (out_dir / "serve_load.md").write_text(markdown(result))
     plot(result, out_dir / "serve_load.png")
@@ -379,6 +384,7 @@ def _modes(text: str) -> list[str]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from dllm.cli_options import add_model_options, positive_float, positive_int
+    from dllm.serve.cli import non_negative_float
 
     p = sub.add_parser("serve", help="load generator for dllm serve: Poisson arrivals, continuous vs static batching")
     add_model_options(p)  # the server's (and the single-run check's) model, device and dtype
@@ -396,6 +402,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-length", type=positive_int, default=8, help="block size")
     p.add_argument("--policy", default="low_confidence", help="unmasking rule")
     p.add_argument("--policy-arg", action="append", metavar="K=V", help="rule option, repeatable")
+    p.add_argument("--forward-overhead-tokens", type=non_negative_float, default=None, metavar="T",
+                   help="passed to the continuous server (default: it fits its own)")
     p.add_argument("--seed", type=int, default=0, help="seed of prompts, arrivals and cancellations")
     p.add_argument("--soak", type=positive_int, default=None, metavar="N",
                    help="soak mode: N requests at the last rate with random cancellations (continuous only)")

@@ -42,7 +42,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from dllm.serve.protocol import SchedulerLimits
 
     defaults = server_defaults(args)
-    limits = SchedulerLimits(max_batch=args.max_batch, max_queue=args.max_queue, continuous=not args.static)
+    limits = SchedulerLimits(max_batch=args.max_batch, max_queue=args.max_queue, continuous=not args.static,
+                             forward_overhead_tokens=args.forward_overhead_tokens)
     model = dllm.load(args.model, device=args.device, dtype=args.dtype)
     scheduler = make_scheduler(model, limits)
     try:
@@ -64,6 +65,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queue", type=positive_int, default=64, help="requests waiting beyond them (then 429)")
     p.add_argument("--static", action="store_true",
                    help="static batching: the batch drains before new rows join (default: continuous)")
+    p.add_argument("--forward-overhead-tokens", type=non_negative_float, default=None, metavar="T",
+                   help="continuous batching: a forward's fixed cost in canvas tokens; waiting rows that would "
+                        "pad the running batch by more start a batch of their own (default: fitted from "
+                        "the rounds the server times; inf: always join)")
     add_model_options(p)
     add_generation_options(p)
     p.set_defaults(func=cmd_serve)
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of tokens (or inf), got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value

@@ -56,12 +56,15 @@ class QueueFullError(RuntimeError):
 @dataclass(kw_only=True, slots=True)
 class SchedulerLimits:
     """max_batch: rows decoded together; max_queue: requests waiting beyond them (then 429);
-    continuous: waiting rows join the running batch at its next block boundary (False: static
-    batching, the batch drains before new rows join)."""
+    continuous: waiting rows join a running batch at its next block boundary, or start a batch
+    of their own at once when that costs less (False: static batching, the batch drains before
+    new rows join); forward_overhead_tokens: a forward's fixed cost in canvas tokens, which
+    decides between the two (None: fitted from the rounds the scheduler times)."""
 
     max_batch: int = 8
     max_queue: int = 64
     continuous: bool = True
+    forward_overhead_tokens: float | None = None
 
 
 class Scheduler(abc.ABC):

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from dllm.outputs import cut_answer
 from dllm.serve.protocol import RowUpdate
-from dllm.stops import FINISH_REASONS, StopConditions, StoppedText, cut_at_stop, safe_text_length
+from dllm.stops import FINISH_REASONS, StopConditions, StoppedText, safe_text_length
 
 
 class RowText:
@@ -40,8 +41,7 @@ class RowText:
         if update.stats is not None:
             self.stats = update.stats
         ended = update.finished and update.finish_reason in FINISH_REASONS  # not cancelled, not failed
-        complete = ended or len(self.ids) >= self.max_tokens
-        self.cut = cut_at_stop(self.ids[: self.max_tokens], self.decode, self.eos_ids, self.stops, complete=complete)
+        self.cut = cut_answer(self.ids, self.decode, self.eos_ids, self.stops, self.max_tokens, complete=ended)
         if self.cut.finish_reason is not None:
             self.reason = self.cut.finish_reason
         elif update.finished:  # cancelled or failed before its answer was decided

@@ -74,7 +74,6 @@ class RunningBatch:
         self.model, self.config, self.key, self.joinable = model, config, key, joinable
         self.mask_id, self.eos = model.mask_token_id, set(model.eos_token_ids)
         self.rows: list[RowProgress] = []
-        self.joined = 0  # rows that joined after the batch started (the scheduler bounds a turn)
         self.decoding: Decoding | None = None
         self.rebuild(rows)
 
@@ -177,6 +176,14 @@ class RunningBatch:
         stop[marked] = True
         self.decoding.stop_rows(stop)
         return self.read()
+
+    def shapes(self, blocks: int | None = None) -> list[tuple[int, int]]:
+        """(prefix tokens, answer positions left) of each row still decoding after ``blocks``
+        blocks of this batch (default: the blocks finished so far), as a rebuild would lay it out."""
+        if self.decoding is None:
+            return []
+        width = (self.decoding.block if blocks is None else blocks) * self.config.block_length
+        return [(len(r.prefix) + width, r.remaining - width) for r in self.live if r.remaining > width]
 
     def at_boundary(self) -> bool:
         """True once the decode ended or reached the start of a new block (no forward in it yet)."""

@@ -1,15 +1,20 @@
-"""BatchScheduler: one loop thread decodes the running batch one round at a time.
+"""BatchScheduler: one loop thread decodes the running batches one round at a time.
 
 Requests wait in one queue per batch key (``running_batch.batch_key``: what must be equal in a
 batch; prompt, seed, gen_length and stops may differ). With ``continuous`` batching, waiting
-requests of the running batch's key join it at its next block boundary; without, they wait
-until it has drained. Finished and cancelled rows stop costing forwards at once and leave at the
-next boundary. Keys take turns: while other keys wait, the running batch takes at most
-``max_batch`` joining rows in all, then drains, and the key waiting longest runs next.
+requests of the running key never wait for a batch to drain: at a running batch's next block
+boundary they join it, or, when sharing its canvas costs more than a forward of their own
+(``round_cost``: rows at different stages pad each other), they start a batch of their own at
+once, and the batches step in turns, one round each. Without ``continuous`` (static batching)
+one batch runs and waiting requests start when it has drained. Finished and cancelled rows stop
+costing forwards at once and leave at the next boundary. Keys take turns: while other keys
+wait, the running key admits at most ``max_batch`` more rows, then drains, and the key waiting
+longest runs next.
 """
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
@@ -19,6 +24,7 @@ from dllm.config import GenerationConfig
 from dllm.engine import check_seeds
 from dllm.inputs import check_token_ids
 from dllm.serve.protocol import QueueFullError, RowUpdate, Scheduler, SchedulerLimits, ServeRequest
+from dllm.serve.round_cost import RoundCost, join_pays, round_tokens
 from dllm.serve.running_batch import RowProgress, RunningBatch, batch_key
 
 log = logging.getLogger(__name__)
@@ -35,7 +41,9 @@ class BatchScheduler(Scheduler):
         self._cond = threading.Condition()
         self._queues: dict[str, collections.deque[RowProgress]] = {}  # by batch key
         self._ids: dict[str, RowProgress] = {}
-        self._batch: RunningBatch | None = None
+        self._batches: list[RunningBatch] = []  # all of one key, stepped in turns
+        self._admitted = 0  # rows the running key admitted after its first batch (a bounded turn)
+        self.cost = RoundCost(fixed_tokens=self.limits.forward_overhead_tokens)
         self._closed = False
         self._seconds_per_request = 1.0  # moving average of a request's latency (Retry-After)
         self._thread = threading.Thread(target=self._loop, name="dllm-scheduler", daemon=True)
@@ -77,8 +85,7 @@ class BatchScheduler(Scheduler):
 
     @property
     def running_rows(self) -> int:
-        batch = self._batch
-        return 0 if batch is None else len(batch.live)
+        return sum(len(batch.live) for batch in list(self._batches))
 
     # --- checks before any model work ---------------------------------------------------------
     def _check(self, request: ServeRequest) -> None:
@@ -104,29 +111,33 @@ class BatchScheduler(Scheduler):
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and self._batch is None and not self.queue_depth:
+                while not self._closed and not self._batches and not self.queue_depth:
                     self._cond.wait()
                 if self._closed:
                     break
                 dropped = self._drop_cancelled_waiting()
             self._send(dropped)
-            try:
-                if self._batch is None:
-                    self._start_batch()
-                elif not self._batch.done:
-                    self._step()
-            except Exception as error:  # a failed batch ends its rows, the server goes on
-                log.exception("batch failed")
-                self._fail_batch(error)
-            if self._batch is not None and self._batch.done:
-                self._batch = None
+            if not self._batches:
+                self._start_batch()
+            for batch in list(self._batches):
+                try:
+                    self._step(batch)
+                except Exception as error:  # a failed batch ends its rows, the server goes on
+                    log.exception("batch failed")
+                    self._fail_batch(batch, error)
+                if batch.done and batch in self._batches:
+                    self._batches.remove(batch)
+            if self._batches:
+                self._start_side_batch()
         self._shutdown()
 
-    def _step(self) -> None:
-        batch = self._batch
+    def _step(self, batch: RunningBatch) -> None:
         updates = batch.cancel_marked()
         if not batch.at_boundary():  # stopping rows may have ended the block: rebuild first
+            tokens, start = round_tokens(batch.shapes(), batch.config), time.perf_counter()
             updates += batch.step()
+            if tokens:
+                self.cost.observe(tokens, time.perf_counter() - start)
         self._send(updates)
         if batch.at_boundary():
             batch.next_block(self._joiners(batch))
@@ -137,25 +148,64 @@ class BatchScheduler(Scheduler):
             if key is None:
                 return
             rows = self._take(key, self.limits.max_batch)
+        self._admitted = 0
+        self._launch(rows, key)
+
+    def _launch(self, rows: list[RowProgress], key: str) -> None:
         config = rows[0].request.config
         try:
-            self._batch = RunningBatch(self.model, rows, config, key, batch_key(config, self.model)[1])
+            self._batches.append(RunningBatch(self.model, rows, config, key, batch_key(config, self.model)[1]))
         except Exception as error:  # e.g. over the memory budget: these rows end, others go on
             self._end(rows, "error", str(error))
 
+    def _room(self, key: str) -> int:
+        """Rows of ``key`` that may be admitted now (the caller holds the lock)."""
+        room = self.limits.max_batch - self.running_rows
+        if any(k != key for k in self._queues):  # others wait: a bounded turn
+            room = min(room, self.limits.max_batch - self._admitted)
+        return max(room, 0)
+
+    def _joinable(self) -> bool:
+        return self.limits.continuous and bool(self._batches) and self._batches[0].joinable
+
     def _joiners(self, batch: RunningBatch) -> list[RowProgress]:
-        """Rows that join ``batch`` at this boundary (continuous batching only)."""
-        if not (self.limits.continuous and batch.joinable):
+        """Rows that join ``batch`` at this boundary (continuous batching only): the waiting
+        rows of its key, when sharing its canvas costs less than a batch of their own."""
+        if not self._joinable():
             return []
         with self._cond:
-            if batch.key not in self._queues:
+            queue = self._queues.get(batch.key)
+            if not queue:
                 return []
-            room = self.limits.max_batch - len(batch.live)
-            if any(key != batch.key for key in self._queues):  # others wait: a bounded turn
-                room = min(room, self.limits.max_batch - batch.joined)
-            rows = self._take(batch.key, max(room, 0))
-            batch.joined += len(rows)
+            waiting = list(queue)[: self._room(batch.key)]
+            if not join_pays(batch.shapes(), [(len(r.prefix), r.remaining) for r in waiting],
+                             self.cost.overhead_tokens, functools.partial(round_tokens, config=batch.config)):
+                return []
+            rows = self._take(batch.key, len(waiting))
+            self._admitted += len(rows)
             return rows
+
+    def _start_side_batch(self) -> None:
+        """Continuous batching: start the waiting rows of the running key in a batch of their
+        own now, unless joining a running batch at its next boundary costs less."""
+        if not self._joinable():
+            return
+        key = self._batches[0].key
+        with self._cond:
+            queue = self._queues.get(key)
+            if not queue:
+                return
+            waiting = list(queue)[: self._room(key)]
+            if not waiting:
+                return
+            shapes = [(len(r.prefix), r.remaining) for r in waiting]
+            overhead = self.cost.overhead_tokens
+            price = functools.partial(round_tokens, config=self._batches[0].config)
+            if any(join_pays(b.shapes(b.block + 1), shapes, overhead, price) for b in self._batches if not b.done):
+                return  # a running batch takes them at its next boundary
+            rows = self._take(key, len(waiting))
+            self._admitted += len(rows)
+        self._launch(rows, key)
 
     def _next_key(self) -> str | None:
         """The key whose first waiting request has waited longest."""
@@ -197,16 +247,17 @@ class BatchScheduler(Scheduler):
             except Exception:  # a caller's callback must not stop the other rows
                 log.exception("on_update of request %s failed", row.request.request_id)
 
-    def _fail_batch(self, error: Exception) -> None:
-        batch, self._batch = self._batch, None
-        self._end([] if batch is None else batch.live, "error", str(error))
+    def _fail_batch(self, batch: RunningBatch, error: Exception) -> None:
+        if batch in self._batches:
+            self._batches.remove(batch)
+        self._end(batch.live, "error", str(error))
 
     def _shutdown(self) -> None:
         with self._cond:
             waiting = [r for q in self._queues.values() for r in q]
             self._queues.clear()
-        running = [] if self._batch is None else self._batch.live
-        self._batch = None
+        running = [row for batch in self._batches for row in batch.live]
+        self._batches = []
         self._end(running + waiting, "cancelled")
 
     def _end(self, rows: list[RowProgress], reason: str, error: str | None = None) -> None:

@@ -6,9 +6,11 @@ import random
 
 import pytest
 
+from dllm.outputs import end_row
+from dllm.request import OutputRequest
 from dllm.serve.protocol import RowUpdate
 from dllm.serve.rows import RowText
-from dllm.stops import StopConditions, cut_at_stop
+from dllm.stops import StopConditions
 
 VOCAB = ["a", "b", "ab", "ST", "OP", " ", "\u00e9", "x"]
 EOS = 99
@@ -36,16 +38,38 @@ def feed(ids, chunks, stops, max_tokens, finish="length"):
 def test_streamed_pieces_add_up_to_the_whole_cut(trial):
     rng = random.Random(trial)
     ids = [rng.randrange(len(VOCAB)) for _ in range(rng.randrange(1, 30))]
+    max_tokens = rng.randrange(1, 40)
     if rng.random() < 0.3:
         ids.insert(rng.randrange(len(ids) + 1), EOS)
+    elif rng.random() < 0.2:  # an answer of exactly max_tokens tokens, then end-of-text
+        ids.insert(min(max_tokens, len(ids)), EOS)
     stops = StopConditions.parse(rng.choice([None, "STOP", ["ab ", "x"], "\u00e9x"]))
-    max_tokens = rng.randrange(1, 40)
     chunks = [rng.randrange(0, 4) for _ in range(40)]
     row, pieces = feed(ids, chunks, stops, max_tokens)
-    whole = cut_at_stop(ids[:max_tokens], decode, [EOS], stops, complete=True)
+    whole, _ = end_row(ids, decode, [EOS], OutputRequest(stops=stops, max_tokens=max_tokens))  # generate's cut
     assert "".join(pieces) == whole.text
     assert row.reason == whole.finish_reason
     assert row.cut.ids == whole.ids
+
+
+def test_an_answer_of_exactly_max_tokens_then_end_of_text_ends_as_in_generate():
+    ids = [0, 1, 2, EOS, 1]
+    row, _ = feed(ids, [1, 1, 1, 1, 1], StopConditions(), max_tokens=3)
+    whole, _ = end_row(ids, decode, [EOS], OutputRequest(max_tokens=3))
+    assert row.reason == whole.finish_reason == "eos"
+    assert row.cut.text == whole.text == "abab"
+
+
+def test_stream_keeps_the_ending_stop_id_as_generate_does(tiny_models):
+    lm = tiny_models["llada"]
+    options = dict(gen_length=16, block_length=8, seed=7)
+    plain = lm.generate("hello there", chat=False, **options).token_ids[0]
+    stop_id = next(t for t in plain[2:] if t not in lm.model.eos_token_ids)  # a token after the start
+    out = lm.generate("hello there", chat=False, stop_token_ids=[stop_id], **options)
+    last = list(lm.stream("hello there", chat=False, stop_token_ids=[stop_id], **options))[-1]
+    assert out.finish_reasons[0] == last.finish_reason == "stop"
+    assert last.final_ids == out.token_ids[0] and last.final_ids[-1] == stop_id
+    assert last.final_text == out.texts[0]
 
 
 def test_a_possible_stop_is_held_back_until_decided():

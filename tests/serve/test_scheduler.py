@@ -3,6 +3,7 @@ give exactly their single-run tokens, in continuous and static mode, for every c
 really join a running batch at block boundaries; cancel and queue limits."""
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -76,7 +77,9 @@ def compositions(monkeypatch):
 def test_concurrent_requests_equal_single_runs(tiny_models, compositions, cache, continuous):
     lm = tiny_models["llada"]
     requests = mixed_requests(32, CACHES[cache])
-    scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=6, max_queue=64, continuous=continuous))
+    # every forward costing the same (a GPU below saturation): waiting rows always join
+    scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=6, max_queue=64, continuous=continuous,
+                                                   forward_overhead_tokens=math.inf))
     collect = Collector(len(requests))
     try:
         for i, request in enumerate(requests):
@@ -97,6 +100,36 @@ def test_concurrent_requests_equal_single_runs(tiny_models, compositions, cache,
         assert joined, "no request joined a running batch at a block boundary"
     else:
         assert not joined, "a request joined a running batch under static batching"
+
+
+@pytest.mark.parametrize("overhead", [0.0, math.inf], ids=["linear_cost", "flat_cost"])
+def test_rows_that_would_pad_a_batch_run_beside_it_exactly(tiny_models, monkeypatch, overhead):
+    """When a forward's cost is all in its tokens, waiting rows that would pad the running
+    batch's canvas start a batch of their own at once and the batches step in turns; when every
+    forward costs the same, they join instead. Either way each row's tokens are its single run."""
+    lm = tiny_models["llada"]
+    requests = mixed_requests(24, CACHES["prefix"])
+    scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=6, max_queue=64, forward_overhead_tokens=overhead))
+    side_by_side = []
+    step = BatchScheduler._step
+
+    def record(self, batch):
+        side_by_side.append(len(self._batches))
+        step(self, batch)
+
+    monkeypatch.setattr(BatchScheduler, "_step", record)
+    collect = Collector(len(requests))
+    try:
+        for i, request in enumerate(requests):
+            scheduler.submit(request, collect)
+            if i % 3 == 2:
+                time.sleep(0.01)  # arrivals spread over the run
+        collect.wait()
+    finally:
+        scheduler.close()
+    for request in requests:
+        assert collect.final[request.request_id] == single_run(lm.model, request), request.request_id
+    assert (max(side_by_side) > 1) == (overhead == 0)
 
 
 def test_cancel_frees_the_row_and_leaves_the_others_intact(tiny_models, compositions):
