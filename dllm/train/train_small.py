@@ -8,7 +8,7 @@ masked positions (the 1/t weighting trained far slower at this scale). Prompts a
 masked. ``--family dream`` adds Dream's logit shift; ``--family fast_dllm_v2`` trains a
 block-causal model with block-diffusion masking (dllm/train/objectives.py). Seeded and
 reproducible; evaluates on a held-out split of freshly generated samples and writes a loadable
-checkpoint directory at every evaluation.
+checkpoint directory at every evaluation, and the best one so far by held-out mean to ``best/``.
 """
 from __future__ import annotations
 
@@ -215,6 +215,16 @@ def evaluate(model, tokenizer, heldout: list, specs: dict) -> dict:
     return {"per_task": per_task, "mean": sum(per_task.values()) / len(per_task)}
 
 
+def keep_best(model, raw: dict, out: Path, step: int, scores: dict) -> None:
+    """Write the checkpoint to ``out/best`` (a loadable directory with the tokenizer) with its
+    step and held-out scores in ``best.json``: the last evaluation is not always the best one."""
+    best = out / "best"
+    save_checkpoint(model, raw, best)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(out / name, best / name)
+    (best / "best.json").write_text(json.dumps({"step": step, **scores}, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
@@ -289,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     meta = {"args": {k: str(v) for k, v in vars(args).items()}, "params": n_params}
     log.write(json.dumps({"meta": meta}) + "\n")
     start = time.time()
+    best_mean = -1.0
     model.train()
     bar = tqdm(range(1, args.steps + 1), desc=f"train {n_params / 1e6:.2f}M", dynamic_ncols=True)
     for step in bar:
@@ -313,6 +324,9 @@ def main(argv: list[str] | None = None) -> None:
             bar.write(f"step {step} heldout mean {record['eval']['mean']:.3f} "
                       + " ".join(f"{k.split('/')[1][:10]}={v:.2f}" for k, v in record["eval"]["per_task"].items()))
             save_checkpoint(model, raw, out)
+            if record["eval"]["mean"] > best_mean:
+                best_mean = record["eval"]["mean"]
+                keep_best(model, raw, out, step, record["eval"])
         log.write(json.dumps(record) + "\n")
         log.flush()
 

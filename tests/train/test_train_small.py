@@ -43,3 +43,22 @@ def test_tokenizer_with_init_is_refused(tmp_path, capsys):
 def test_missing_data_folder_is_named(tmp_path):
     with pytest.raises(SystemExit, match="no ParallelBench data at .*Pass --data DIR or set DLLM_PARALLELBENCH_DIR"):
         main(["--out", str(tmp_path / "o"), "--data", str(tmp_path / "absent"), *TINY_RUN])
+
+
+def test_best_evaluation_is_kept_as_a_loadable_checkpoint(tmp_path):
+    """``out/best`` holds the weights of the evaluation with the highest held-out mean, with
+    the tokenizer and the step it came from, so a run that ends past its best loses nothing."""
+    from dllm.models.loading import load_model
+
+    out = tmp_path / "run"
+    main(["--out", str(out), "--data", str(require_data()), "--tokenizer", str(default_model_path()),
+          *TINY_RUN, "--steps", "4"])
+    best = json.loads((out / "best" / "best.json").read_text())
+    evals = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    evals = [r for r in evals if "eval" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    top = max(evals, key=lambda r: r["eval"]["mean"])  # the first of equal means
+    assert best["step"] == top["step"] and best["mean"] == top["eval"]["mean"]
+    assert load_model(out / "best") is not None
+    if best["step"] == 4:  # the last evaluation won: best/ and the run's own checkpoint agree
+        assert (out / "best" / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
