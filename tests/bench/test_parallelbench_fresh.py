@@ -14,6 +14,7 @@ from dllm.bench.metrics import score
 from dllm.bench.parallelbench import Run, plan_parallelbench, run_parallelbench
 from dllm.bench.parallelbench_cli import build_runs
 from dllm.bench.parallelbench_fresh import FRESH_SEED_MIN, FRESH_TASKS, FreshSamples, fresh_samples
+from dllm.bench.plots import describe
 from dllm.cli import main as cli_main
 from dllm.data.prompts import build_messages, load_task_configs
 from dllm.data.waiting_line import official_test_contexts
@@ -86,8 +87,10 @@ def test_fresh_run_scores_the_generated_samples_and_records_its_source(model, tm
     fresh = FreshSamples(4, SEED)
     summary = run_parallelbench(model, data, [K1], tasks=tasks, shots=0, limit=None, batch_size=4,
                                 out_dir=tmp_path, fresh=fresh)
-    rows = json.loads((tmp_path / "summary.json").read_text())["rows"]
+    stored = json.loads((tmp_path / "summary.json").read_text())
+    rows = stored["rows"]
     assert {r["source"] for r in rows} == {fresh.label} and all(r["samples"] == 4 for r in rows)
+    assert fresh.label in describe(stored)  # tables and plots say the samples were generated
     written = [json.loads(x) for x in (tmp_path / "samples" / "k1" / "waiting_line__copy.jsonl").read_text().splitlines()]
     expected = fresh_samples(data, "waiting_line/copy", 4, SEED)
     assert [w["label"] for w in written] == [s["answer"] for s in expected]
