@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from dllm.api import DiffusionLM
 from dllm.bench.metrics import score
+from dllm.bench.parallelbench_fresh import FreshSamples, check_fresh_request, fresh_samples
 from dllm.bench.results_store import ResultStore, run_metadata
 from dllm.config import GenerationConfig
 from dllm.data.prompts import TaskSpec, build_messages, load_samples, load_task_configs
@@ -96,19 +97,25 @@ class TaskPlan:
     samples: list[dict]
     indices: list[int]
     sampling: str  # "all" or "stratified" (see select_samples)
-    available: int  # samples in the task's file
+    available: int  # samples in the task's file (or its fresh set)
+    fresh: FreshSamples | None = None  # None: the official file
 
     def fingerprint(self, model: str) -> dict[str, Any]:
         """What must match for a stored row to count as this pair's result."""
-        return {"line": self.run.line, "config": _config_dict(self.config), "shots": self.shots,
-                "sample_ids": self.indices, "model": model}
+        key = {"line": self.run.line, "config": _config_dict(self.config), "shots": self.shots,
+               "sample_ids": self.indices, "model": model}
+        if self.fresh is not None:
+            key["source"] = self.fresh.label
+        return key
 
 
 def plan_parallelbench(data_dir: Path, runs: list[Run], *, tasks: list[str], shots: int | None,
-                       limit: int | None, batch_size: int) -> list[TaskPlan]:
+                       limit: int | None, batch_size: int, fresh: FreshSamples | None = None) -> list[TaskPlan]:
     """Validate everything about a benchmark before any model work; one TaskPlan per (run, task).
 
     ``shots`` None follows the benchmark's protocol (each task's own one-shot example count).
+    ``fresh`` replaces each task's official file by freshly generated samples (same templates
+    and scorer; see dllm.bench.parallelbench_fresh).
     """
     if not data_dir.is_dir():
         raise FileNotFoundError(f"ParallelBench data directory {data_dir} not found; pass --data DIR "
@@ -126,7 +133,11 @@ def plan_parallelbench(data_dir: Path, runs: list[Run], *, tasks: list[str], sho
     unknown = sorted(set(tasks) - set(known))
     if unknown:
         raise ValueError(f"unknown task(s) {unknown}; known: {sorted(known)}")
-    samples = {task: load_samples(data_dir, task) for task in tasks}
+    if fresh is not None:
+        check_fresh_request(tasks, fresh.count, fresh.seed)
+        samples = {task: fresh_samples(data_dir, task, fresh.count, fresh.seed) for task in tasks}
+    else:
+        samples = {task: load_samples(data_dir, task) for task in tasks}
     plans = []
     for run in runs:
         for task in tasks:
@@ -135,7 +146,7 @@ def plan_parallelbench(data_dir: Path, runs: list[Run], *, tasks: list[str], sho
             plans.append(TaskPlan(run=run, spec=spec, config=check_run(run, spec.max_tokens),
                                   shots=spec.icl_example_count if shots is None else shots,
                                   samples=[samples[task][i] for i in indices], indices=indices, sampling=sampling,
-                                  available=len(samples[task])))
+                                  available=len(samples[task]), fresh=fresh))
     return plans
 
 
@@ -163,6 +174,7 @@ def evaluate_task(model: DiffusionLM, plan: TaskPlan, *, batch_size: int, store:
     return {
         "run": run.name, "line": run.line, "task": spec.name, "samples": n, "of": plan.available,
         "sampling": plan.sampling, "sample_ids": plan.indices, "shots": plan.shots,
+        **({"source": plan.fresh.label} if plan.fresh is not None else {}),
         "score": sum(scored) / len(scored) if scored else None,
         "nfe": sum(r["nfe"] for r in records) / n,
         "tpf": sum(r["tokens"] for r in records) / max(sum(r["nfe"] for r in records), 1),
@@ -228,7 +240,8 @@ def check_prompt_lengths(model: DiffusionLM, plans: list[TaskPlan]) -> None:
 
 def run_parallelbench(model: DiffusionLM, data_dir: Path, runs: list[Run], *, tasks: list[str],
                       shots: int | None, limit: int | None, batch_size: int, out_dir: Path,
-                      plans: list[TaskPlan] | None = None, show_progress: bool = False) -> dict[str, Any]:
+                      plans: list[TaskPlan] | None = None, show_progress: bool = False,
+                      fresh: FreshSamples | None = None) -> dict[str, Any]:
     """Evaluate every run on every task and return the summary.
 
     Results go to ``out_dir`` as they are made: each finished (run, task) rewrites summary.json
@@ -238,7 +251,8 @@ def run_parallelbench(model: DiffusionLM, data_dir: Path, runs: list[Run], *, ta
     """
     store = ResultStore(out_dir)  # a bad --out fails here, before any forward
     if plans is None:
-        plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=shots, limit=limit, batch_size=batch_size)
+        plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=shots, limit=limit, batch_size=batch_size,
+                                   fresh=fresh)
     name = model_name(model)
     pending, done = [], 0
     for plan in plans:

@@ -3,7 +3,8 @@
 Each ``--policy NAME`` starts a run line; the ``--policy-arg K=V`` that follow belong to it.
 ``--tokens-per-step 1 2 4 8`` expands every line into one run per value (steps =
 gen_length / k). ``--runs FILE`` (JSON list of {name, line, options, tokens_per_step}) gives
-full control (caches, strategies, stoppers).
+full control (caches, strategies, stoppers); ``{model}`` in any of its option strings stands
+for the ``--model`` directory, so one grid can name each model's own files (a Learn2PD filter).
 """
 from __future__ import annotations
 
@@ -27,16 +28,34 @@ class _PolicyAction(argparse.Action):
         namespace.lines = lines
 
 
+def _with_model_dir(value, model_dir: str):
+    """``value`` (options read from a --runs file) with ``{model}`` in its strings replaced."""
+    if isinstance(value, str):
+        return value.replace("{model}", model_dir)
+    if isinstance(value, dict):
+        return {k: _with_model_dir(v, model_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_model_dir(v, model_dir) for v in value]
+    return value
+
+
 def build_runs(args: argparse.Namespace):
     from dllm.bench.parallelbench import Run
+    from dllm.bench.results_store import _display_path
+    from dllm.models.bundled import resolve_model_path
 
     if args.runs:
         try:
             entries = json.loads(Path(args.runs).read_text())
-            return [Run(**r) for r in entries]
+            runs = [Run(**r) for r in entries]
         except (OSError, json.JSONDecodeError, TypeError) as err:
             raise ValueError(f"--runs {args.runs}: {err}; it must be a JSON list of "
                              "{name, line, options, tokens_per_step}") from err
+        if "{model}" in json.dumps(entries):
+            model_dir = _display_path(resolve_model_path(getattr(args, "model", None)))
+            for run in runs:
+                run.options = _with_model_dir(run.options, model_dir)
+        return runs
     common = {"cache": args.cache, "strategy": args.strategy, "stopper": args.stopper}
     if args.block_length:
         common["block_length"] = args.block_length
@@ -55,6 +74,7 @@ def build_runs(args: argparse.Namespace):
 def cmd_parallelbench(args: argparse.Namespace) -> int:
     import dllm
     from dllm.bench.parallelbench import OFFLINE_TASKS, plan_parallelbench, run_parallelbench
+    from dllm.bench.parallelbench_fresh import FRESH_TASKS, FreshSamples
     from dllm.data.prompts import default_data_dir
 
     # everything that can be wrong with the command is found before the model loads
@@ -62,9 +82,13 @@ def cmd_parallelbench(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     check_output_dir(out_dir)
     data_dir = Path(args.data) if args.data else default_data_dir()
-    tasks = args.tasks or list(OFFLINE_TASKS)
+    if (args.fresh_samples is None) != (args.fresh_seed is None):
+        raise ValueError("--fresh-samples N and --fresh-seed S go together: give both (or neither, "
+                         "for the official files)")
+    fresh = FreshSamples(args.fresh_samples, args.fresh_seed) if args.fresh_samples is not None else None
+    tasks = args.tasks or list(FRESH_TASKS if fresh else OFFLINE_TASKS)
     plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=args.shots, limit=args.limit,
-                               batch_size=args.batch_size)
+                               batch_size=args.batch_size, fresh=fresh)
     model = dllm.load(args.model, device=args.device, dtype=args.dtype)
     summary = run_parallelbench(model, data_dir, runs, tasks=tasks, shots=args.shots, limit=args.limit,
                                 batch_size=args.batch_size, out_dir=out_dir, plans=plans,
@@ -104,6 +128,11 @@ def register(sub) -> None:
     p.add_argument("--stratified-samples", "--limit", dest="limit", type=positive_int, default=None,
                    metavar="N", help="N samples per task, one from the middle of each of N equal strata "
                         "of the file (which is ordered by list length), never its first N; default: every sample")
+    p.add_argument("--fresh-samples", type=int, default=None, metavar="N",
+                   help="score N freshly generated samples per task instead of the official files (same "
+                        "templates and scorer; needs --fresh-seed)")
+    p.add_argument("--fresh-seed", type=int, default=None, metavar="S",
+                   help="seed of the fresh samples; at least 1000000, above every seed training draws from")
     p.add_argument("--batch-size", type=positive_int, default=50)
     p.add_argument("--out", required=True, help="output directory; a rerun into it skips the (run, task) "
                    "pairs it already holds")

@@ -77,6 +77,9 @@ def describe(summary: dict[str, Any]) -> str:
     samples = sorted({r["samples"] for r in rows})
     shots = sorted({r.get("shots") for r in rows}, key=str)
     sampled = "all samples" if all(r.get("sampling", "all") == "all" for r in rows) else "stratified subset"
+    sources = sorted({r["source"] for r in rows if r.get("source")})
+    if sources:  # generated samples, not the official files
+        sampled = ", ".join(sources) + ("" if sampled == "all samples" else f", {sampled}")
     n = f"{samples[0]}" if len(samples) == 1 else f"{samples[0]}-{samples[-1]}"
     shot_text = "/".join("?" if s is None else str(s) for s in shots)
     model = Path(str(summary.get("meta", {}).get("model", ""))).name
