@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -110,4 +111,5 @@ def test_run_grids_name_the_model_directory(tmp_path):
     model_dir = tmp_path / "my-model"
     model_dir.mkdir()
     runs = build_runs(argparse.Namespace(runs=str(path), model=str(model_dir)))
-    assert runs[0].options["policy_args"]["filter"] == f"{model_dir}/learn2pd-block8"
+    # the directory as results name it (relative to the working directory when close): same place
+    assert Path(runs[0].options["policy_args"]["filter"]).resolve() == (model_dir / "learn2pd-block8").resolve()
