@@ -235,7 +235,6 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
     """``args.soak`` requests, a share cancelled at random; completed tokens against single runs;
     the server's RSS sampled as it goes."""
     import dllm
-    from dllm.config import GenerationConfig, block_aligned_gen_length
 
     bodies = request_bodies(args, args.soak, args.seed)
     rss: list[tuple[float, float]] = []
@@ -257,18 +256,15 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
     model = dllm.load(args.model, device=args.device, dtype=args.dtype)
     references: dict[str, list[int]] = {}  # one single run per distinct request body
     mismatches = 0
-    eos = set(model.model.eos_token_ids)
     for body, outcome in zip(bodies, outcomes):
         if outcome.cancelled or outcome.status != 200 or outcome.finish_reason is None:
             continue
         key = json.dumps(body, sort_keys=True)
         if key not in references:
-            config = GenerationConfig(gen_length=block_aligned_gen_length(body["max_tokens"], body["block_length"]),
-                                      block_length=body["block_length"], policy=body["policy"],
-                                      policy_args=body.get("policy_args", {}), cache=body["cache"])
-            ids = model.generate_ids([model.encode(body["prompt"], chat=False)], config).token_ids[0]
-            ids = ids[: body["max_tokens"]]
-            references[key] = ids[:-1] if ids and ids[-1] in eos else ids
+            references[key] = model.generate_ids(
+                [model.encode(body["prompt"], chat=False)], max_tokens=body["max_tokens"],
+                block_length=body["block_length"], policy=body["policy"],
+                policy_args=body.get("policy_args", {}), cache=body["cache"]).token_ids[0]
         mismatches += outcome.token_ids != references[key]
     summary = summarize(outcomes, wall)
     return {**summary, "requests": args.soak, "cancel_prob": args.cancel_prob, "rate": args.rates[-1],

@@ -1,7 +1,8 @@
 """OpenAI response bodies and SSE chunks (completions and chat), and the error body.
 
 Each choice carries dllm's own reading in an extra ``dllm`` field: its finish reason ("eos",
-"stop", "length", "cancelled", "error"), the answer's token ids (cut at the stop) and the row's
+"stop", "length", "cancelled", "error"), the answer's token ids as ``generate`` gives them (cut at
+the stop, the ending end-of-text or stop id kept; usage counts these) and the row's
 stats (nfe, tpf, seconds, ...). OpenAI clients keep extra fields.
 """
 from __future__ import annotations
@@ -20,11 +21,11 @@ def error_body(message: str, status: int, param: str | None = None) -> dict[str,
 
 
 def dllm_fields(row: RowText) -> dict[str, Any]:
-    return {"finish_reason": row.reason, "token_ids": row.cut.ids, "stats": row.stats}
+    return {"finish_reason": row.reason, "token_ids": row.token_ids, "stats": row.stats}
 
 
 def usage(prompt_tokens: int, rows: list[RowText]) -> dict[str, int]:
-    completion = sum(len(row.cut.ids) for row in rows)
+    completion = sum(len(row.token_ids) for row in rows)
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
             "total_tokens": prompt_tokens + completion}
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from dllm.outputs import cut_answer
+from dllm.outputs import cut_answer, end_row
+from dllm.request import OutputRequest
 from dllm.serve.protocol import RowUpdate
 from dllm.stops import FINISH_REASONS, StopConditions, StoppedText, safe_text_length
 
@@ -55,6 +56,16 @@ class RowText:
         piece = text[self.sent : max(end, self.sent)]
         self.sent += len(piece)
         return piece
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The answer's ids as ``generate``'s ``token_ids`` holds them: cut where the text is cut,
+        the end-of-text or stop id that ended the row kept (``outputs.end_row``)."""
+        if self.reason not in ("eos", "stop"):
+            return list(self.cut.ids)
+        _, kept = end_row(self.ids, self.decode, self.eos_ids,
+                          OutputRequest(stops=self.stops, max_tokens=self.max_tokens))
+        return kept
 
     @property
     def openai_finish_reason(self) -> str | None:

@@ -91,7 +91,7 @@ class RowSession:
             if row.done:
                 if not update.finished:
                     self.scheduler.cancel(self.requests[index].request_id)  # a stop: free the row now
-                self.metrics.row_finished(row.reason, len(row.cut.ids), row.stats)
+                self.metrics.row_finished(row.reason, len(row.token_ids), row.stats)
             text = row.take_text()
             if text or row.done:
                 yield RowEvent(index=index, text=text, finished=row.done)

@@ -46,10 +46,11 @@ def test_streamed_pieces_add_up_to_the_whole_cut(trial):
     stops = StopConditions.parse(rng.choice([None, "STOP", ["ab ", "x"], "\u00e9x"]))
     chunks = [rng.randrange(0, 4) for _ in range(40)]
     row, pieces = feed(ids, chunks, stops, max_tokens)
-    whole, _ = end_row(ids, decode, [EOS], OutputRequest(stops=stops, max_tokens=max_tokens))  # generate's cut
+    whole, kept = end_row(ids, decode, [EOS], OutputRequest(stops=stops, max_tokens=max_tokens))  # generate's cut
     assert "".join(pieces) == whole.text
     assert row.reason == whole.finish_reason
     assert row.cut.ids == whole.ids
+    assert row.token_ids == kept  # generate's token_ids: the end-of-text that ended the row kept
 
 
 def test_an_answer_of_exactly_max_tokens_then_end_of_text_ends_as_in_generate():

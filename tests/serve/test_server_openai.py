@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+from typing import NamedTuple
 
 import httpx
 import openai
 import pytest
 
 import dllm
-from dllm.config import GenerationConfig, block_aligned_gen_length, sample_seeds
+from dllm.config import sample_seeds
 from dllm.serve.app import create_app
 from dllm.serve.protocol import SchedulerLimits
 from dllm.serve.requests import ServerDefaults
-from dllm.stops import StopConditions, cut_at_stop
 from serve_helpers import RecordingScheduler, running_server, wait_until
 
 PROMPT = "Alice Smith, Bob Jones, Carol White. Who is second?"
@@ -43,13 +43,17 @@ def client(server):
     return openai.OpenAI(base_url=server[0] + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
+class Expected(NamedTuple):
+    text: str
+    ids: list[int]
+    finish_reason: str
+
+
 def expected(model, prompt_ids, *, max_tokens=32, seed=0, stop=None, **options):
     """What one single ``generate`` call answers, cut as the server cuts (max_tokens, stops)."""
     options = {"block_length": 8, **options}
-    config = GenerationConfig(gen_length=block_aligned_gen_length(max_tokens, options["block_length"]), **options)
-    ids = model.generate_ids([prompt_ids], config, seeds=[seed]).token_ids[0]
-    decode = lambda t: model.tokenizer.decode(t, skip_special_tokens=False)  # noqa: E731
-    return cut_at_stop(ids[:max_tokens], decode, model.model.eos_token_ids, StopConditions.parse(stop), complete=True)
+    out = model.generate_ids([prompt_ids], seeds=[seed], stop=stop, max_tokens=max_tokens, **options)
+    return Expected(text=out.texts[0], ids=out.token_ids[0], finish_reason=out.finish_reasons[0])
 
 
 def raw_ids(model, text):
