@@ -70,6 +70,19 @@ class ModelRunner:
                                        block_size=self.model.config.block_size)
         return KeyVisibility(valid=valid, spans=spans)
 
+    def model_blocks(self, start: int, end: int) -> tuple[int, int]:
+        """Block-causal models: canvas span [start, end) widened to whole model blocks of
+        ``bd_size`` (counted from the answer start, as the attention mask counts them) and
+        clipped to ``live_end``. A query sees every key of its model block, so a forward that
+        leaves part of one out would attend to K/V never written (or stale), and no query sees
+        a later block, so nothing past the span's last block is needed. Other models: unchanged."""
+        if self.model.attention != "block_causal":
+            return start, end
+        P, size = self.canvas.prompt_width, self.model.config.block_size
+        first = P + (start - P) // size * size
+        last = P - (P - end) // size * size
+        return max(first, 0), min(last, self.live_end)
+
     def forward(self, tokens: Tensor, q_start: int, *, cache=None, rows: Tensor | None = None,
                 count: Tensor | None = None, logits_for: tuple[int, int] | None = None) -> Tensor:
         """Raw logits for the window tokens (N, T) at canvas offset ``q_start``: (N, T, V), or

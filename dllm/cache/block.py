@@ -57,18 +57,6 @@ class BlockCache:
         start = P + (bs - P) // self.block_length * self.block_length
         return start, start + self.block_length
 
-    def _model_blocks(self, runner: ModelRunner, start: int, end: int) -> tuple[int, int]:
-        """Block-causal: [start, end) widened to whole model blocks of ``bd_size`` (counted from
-        the answer start, as the attention mask counts them) and clipped to the canvas. A query
-        sees every key of its model block, so a forward that leaves part of one out would
-        attend to K/V slots never written (or stale ones)."""
-        if runner.model.attention != "block_causal":
-            return start, end
-        P, size = runner.canvas.prompt_width, runner.model.config.block_size
-        first = P + (start - P) // size * size
-        last = P - (P - end) // size * size
-        return max(first, 0), min(last, runner.live_end)
-
     def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
                      rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
         if self.kv is None:
@@ -85,7 +73,7 @@ class BlockCache:
         kv = self.kv if rows is None else self.kv.select(rows)
         self.peak_bytes = max(self.peak_bytes, self.kv.nbytes + (kv.nbytes if rows is not None else 0))
         if refresh:
-            block_start, block_end = self._model_blocks(runner, outer_bs, outer_be)
+            block_start, block_end = runner.model_blocks(outer_bs, outer_be)
             start = min(self.exact_end, outer_bs - shift) if block_causal else 0
             end = block_end if block_causal else runner.live_end
             first = bs - shift - start
@@ -97,12 +85,12 @@ class BlockCache:
         # block-causal: later blocks never reach this one, so prefix needs no suffix either
         narrow = self.mode == "dual" or block_causal
         if rebuild:  # a new sub-block: rebuild the block's K/V
-            q_start, q_end = self._model_blocks(runner, outer_bs, outer_be)
+            q_start, q_end = runner.model_blocks(outer_bs, outer_be)
             q_start = min(q_start, outer_bs - shift)
         elif self.sub_block_length:  # the sub-block alone, against the block's K/V
             q_start, q_end = bs - shift, be
         else:  # the whole block (block-causal: with the rest of its model blocks)
-            q_start, q_end = self._model_blocks(runner, bs, be)
+            q_start, q_end = runner.model_blocks(bs, be)
             # first_token="argmax": the first position is committed at the refresh, so the
             # window starts at bs and keeps the refresh's K/V of bs - 1 (Fast-dLLM's Dream loop)
             q_start = min(q_start, bs - shift * (self.first_token == "rule" or bs != outer_bs))

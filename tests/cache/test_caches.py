@@ -49,6 +49,28 @@ def test_block_causal_cache_is_exact(block_causal, options, prompts):
     assert (cached.token_forwards < plain.token_forwards).all()
 
 
+# stoppers that read the whole answer, and strategies that forward candidate states
+ANSWER_WIDE = {"sched": dict(policy="threshold", policy_args={"tau": 0.9}, stopper="sched"),
+               "sched-late": dict(policy="threshold", policy_args={"tau": 0.9}, stopper="sched",
+                                  stopper_args={"tau_high": 2.0, "tau_low": 0.5}),
+               "eotp": dict(policy="threshold", policy_args={"tau": 0.9}, stopper="eotp"),
+               "freedave": dict(strategy="freedave", strategy_args={"num_drafts": 2}),
+               "lopa": dict(policy="threshold", policy_args={"tau": 0.9}, strategy="lopa")}
+
+
+@pytest.mark.parametrize("cache", ["prefix", "dual"])
+@pytest.mark.parametrize("name", list(ANSWER_WIDE))
+def test_block_causal_cache_is_exact_for_answer_wide_stoppers_and_strategies(block_causal, cache, name):
+    """Later model blocks are invisible to the window, so the uncached forward ends where the
+    window's model block ends, as the cached ones do: stoppers that read the whole answer see
+    the same positions in every mode, and the decodes are identical."""
+    plain = _answers(block_causal, PROMPTS, **ANSWER_WIDE[name])
+    cached = _answers(block_causal, PROMPTS, cache=cache, **ANSWER_WIDE[name])
+    assert cached.answer.tolist() == plain.answer.tolist()
+    assert cached.order.tolist() == plain.order.tolist()
+    assert cached.nfe.tolist() == plain.nfe.tolist()
+
+
 @pytest.mark.parametrize("options", SUB_BLOCK)
 def test_block_causal_sub_blocks_refreshed_every_step_are_exact(block_causal, options):
     plain = _answers(block_causal, PROMPTS, sub_block_length=4)
