@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from tokenizers import AddedToken
 from tqdm import tqdm
 
@@ -39,7 +40,7 @@ from dllm.models.visibility import KeyVisibility
 from dllm.models.visibility import block_causal_spans
 from dllm.train.corpus import TRAIN_TASKS, TaskCorpus
 from dllm.train.init_from import init_from_checkpoint
-from dllm.train.objectives import block_diffusion_masks, llada_masks
+from dllm.train.objectives import block_diffusion_masks, llada_masks, name_part_masks
 from dllm.train.save import save_checkpoint
 
 # Special tokens per layout, in vocabulary order (this order fixes the shipped tokenizer's ids);
@@ -68,12 +69,17 @@ def template_fragments(corpus: TaskCorpus) -> list[str]:
     return sorted((p for p in pieces if len(p) > 1), key=lambda p: (-len(p), p))
 
 
+def name_pieces(corpus: TaskCorpus) -> tuple[list[str], list[str]]:
+    """Every first name and every " Last" name of the corpus, sorted."""
+    return (sorted({n.split(" ")[0] for n in corpus.names}),
+            sorted({" " + n.split(" ", 1)[1] for n in corpus.names}))
+
+
 def name_tokens(corpus: TaskCorpus) -> list[AddedToken]:
     """One token per first name and one per " Last" name, so every list item is the same number
     of tokens and item i of the answer sits at a fixed offset from item i of the prompt: with
     names split into a varying number of BPE pieces three models never learned to copy."""
-    firsts = sorted({n.split(" ")[0] for n in corpus.names})
-    lasts = sorted({" " + n.split(" ", 1)[1] for n in corpus.names})
+    firsts, lasts = name_pieces(corpus)
     return ([AddedToken(f, single_word=True, normalized=False) for f in firsts]
             + [AddedToken(l, normalized=False) for l in lasts])
 
@@ -154,8 +160,22 @@ def encode(tokenizer, ex) -> tuple[list[int], list[int]]:
     return prompt, answer + [tokenizer.eos_token_id] * (ex.gen_length - len(answer))
 
 
-def make_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, mask_id: int):
-    """Left-padded (prompt + answer) rows, with answer tokens masked at a per-row rate t."""
+def name_classes(tokenizer, corpus: TaskCorpus) -> list[Tensor]:
+    """Token ids of every first name and of every " Last" name (one token each, name_tokens)."""
+    classes = []
+    for names in name_pieces(corpus):
+        ids = tokenizer.convert_tokens_to_ids(names)
+        missing = [n for n, i in zip(names, ids) if i is None or i == tokenizer.unk_token_id]
+        if missing:
+            raise SystemExit(f"--name-part-masking needs one token per name; the tokenizer lacks {missing[:3]}...")
+        classes.append(torch.tensor(ids))
+    return classes
+
+
+def make_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, mask_id: int,
+               name_parts: tuple[list[Tensor], float] | None = None):
+    """Left-padded (prompt + answer) rows, with answer tokens masked at a per-row rate t;
+    ``name_parts`` = (classes, rate) adds ``name_part_masks``."""
     rows = [encode(tokenizer, corpus.sample()) for _ in range(batch_size)]
     width = max(len(p) + len(a) for p, a in rows)
     ids = torch.full((batch_size, width), tokenizer.eos_token_id, dtype=torch.long)
@@ -167,6 +187,8 @@ def make_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Genera
         valid[r, width - len(seq):] = True
         answer[r, width - len(a):] = True
     masked = llada_masks(answer, gen)
+    if name_parts is not None:
+        masked |= name_part_masks(ids, answer, *name_parts, gen)
     noisy = ids.masked_fill(masked, mask_id)
     positions = (valid.long().cumsum(-1) - 1).clamp_min(0)
     return noisy, positions, KeyVisibility(valid=valid), ids, masked
@@ -258,8 +280,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tasks", nargs="+", default=None,
                     help="train on these tasks only (e.g. waiting_line/copy; a task named twice is drawn twice "
                          "as often); default: all of TRAIN_TASKS")
+    ap.add_argument("--name-part-masking", type=float, default=0.0, metavar="RATE",
+                    help="share of rows that also mask every first name or every last name of the answer "
+                         "(one drawn per row; dllm/train/objectives.py name_part_masks); llada / dream only")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
+    if not 0.0 <= args.name_part_masking <= 1.0:
+        ap.error(f"--name-part-masking {args.name_part_masking}: a share of rows, between 0 and 1")
+    if args.name_part_masking and args.family == "fast_dllm_v2":
+        ap.error("--name-part-masking applies to the llada / dream objectives; fast_dllm_v2 masks one block per row")
     if args.init and (args.tokenizer or args.init_weights):
         ap.error("--init already brings its checkpoint's tokenizer and weights; drop --tokenizer / --init-weights")
     if args.threads:
@@ -288,6 +317,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.init_weights:
             zeroed = init_from_checkpoint(model, args.init_weights)
             tqdm.write(f"initialised from {args.init_weights} ({len(zeroed)} bias tensors start at zero)")
+    name_parts = (name_classes(tokenizer, corpus), args.name_part_masking) if args.name_part_masking else None
     n_params = sum(p.numel() for p in model.parameters())
     heldout_corpus = TaskCorpus(data_dir, seed=args.seed + 10_000)
     heldout = [heldout_corpus.sample(task) for task in dict.fromkeys(tasks) for _ in range(args.heldout_per_task)]
@@ -307,7 +337,8 @@ def main(argv: list[str] | None = None) -> None:
             noisy, positions, attn, target, masked = make_block_batch(
                 tokenizer, corpus, args.batch_size // 2, gen, raw["mask_token_id"], model.config.block_size)
         else:
-            noisy, positions, attn, target, masked = make_batch(tokenizer, corpus, args.batch_size, gen, raw["mask_token_id"])
+            noisy, positions, attn, target, masked = make_batch(tokenizer, corpus, args.batch_size, gen,
+                                                                raw["mask_token_id"], name_parts)
         logits = model(noisy, positions, attn)
         if model.config.shift_logits:  # Dream: position i - 1 predicts token i
             logits, target, masked = logits[:, :-1], target[:, 1:], masked[:, 1:]

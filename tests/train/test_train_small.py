@@ -62,3 +62,40 @@ def test_best_evaluation_is_kept_as_a_loadable_checkpoint(tmp_path):
     assert load_model(out / "best") is not None
     if best["step"] == 4:  # the last evaluation won: best/ and the run's own checkpoint agree
         assert (out / "best" / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+
+
+def test_name_part_masking_masks_one_half_of_every_name_in_chosen_rows():
+    """Rate 1: on top of the i.i.d. mask, each row masks every first name or every last name of
+    its answer; the prompt's names and every other token keep the i.i.d. mask."""
+    import torch
+
+    from dllm.models.tokenizer import load_tokenizer
+    from dllm.train.corpus import TaskCorpus
+    from dllm.train.train_small import make_batch, name_classes
+
+    task = "waiting_line/shuffle"
+    tokenizer = load_tokenizer(default_model_path())
+    batches = []
+    for name_parts in (None, "classes"):
+        corpus = TaskCorpus(require_data(), seed=3, tasks=(task,))
+        classes = name_classes(tokenizer, corpus)
+        batches.append(make_batch(tokenizer, corpus, 16, torch.Generator().manual_seed(0), tokenizer.mask_token_id,
+                                  None if name_parts is None else (classes, 1.0)))
+    (_, _, _, ids, iid), (_, _, _, same_ids, masked) = batches
+    assert torch.equal(ids, same_ids)  # the same rows and the same i.i.d. draw; only the extra masks differ
+    firsts, lasts = (torch.isin(ids, c) for c in classes)
+    answer = torch.zeros_like(iid)
+    answer[:, -corpus.specs[task].max_tokens:] = True  # left-padded rows: every answer ends the row
+    assert torch.equal(masked & ~((firsts | lasts) & answer), iid & ~((firsts | lasts) & answer))
+    assert bool((masked | ~iid).all())  # nothing the i.i.d. mask hid is shown
+    every_first = ((firsts & answer) & ~masked).sum(-1) == 0
+    every_last = ((lasts & answer) & ~masked).sum(-1) == 0
+    assert bool((every_first | every_last).all())
+    assert bool((firsts & answer).any(-1).all())  # every answer names someone: the check is not empty
+    assert bool((~every_first | ~every_last).any())  # not everything masked either way
+
+
+def test_name_part_masking_rate_is_checked(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "o"), "--name-part-masking", "1.5", *TINY_RUN])
+    assert "--name-part-masking 1.5: a share of rows, between 0 and 1" in capsys.readouterr().err
