@@ -10,7 +10,10 @@
   4-token sub-block, and Learn2PD deciding over 4-position windows with its own filter
   (``{model}/learn2pd-block4``, ``dllm train-filter --block-length 4``);
 - ``dream_rules_caches.json``: Dream's own rules (maskgit_plus, topk_margin, entropy) at 1 and 2
-  tokens per step under each cache.
+  tokens per step under each cache;
+- ``caches_speed.json``: top-k 1, threshold 0.9 and LoPA (2 branches) under each cache, a grid
+  small enough to run in one sitting, so that its tokens/s compare across caches (the big grids
+  are resumed across sittings at other machine loads).
 
 The Learn2PD filter is ``{model}/learn2pd-block8``: ``dllm bench parallelbench`` puts the
 ``--model`` argument in place of ``{model}``, so one grid serves every model that ships its own
@@ -31,6 +34,9 @@ SCHED = {
     "sched-linear": ("SchED linear (taus 20/15)", {"schedule": "linear", "tau_high": 20.0, "tau_low": 15.0}),
     "sched-exp": ("SchED exp (taus 20/15)", {"schedule": "exp", "tau_high": 20.0, "tau_low": 15.0}),
 }
+
+
+SPEED_POLICIES = ("topk1", "threshold0.9", "lopa_k2")
 
 
 def _run(name: str, line: str, tokens_per_step: int | None = None, **options) -> dict:
@@ -84,7 +90,8 @@ def main() -> None:
     grids = {"policies_caches.json": with_caches(policies(), CACHES),
              "policies_subblock.json": with_caches([r for r in policies(SUB_BLOCK_LENGTH)
                                                     if r.get("tokens_per_step", 1) <= SUB_BLOCK_LENGTH], SUB_BLOCK),
-             "dream_rules_caches.json": with_caches(dream_rules(), CACHES)}
+             "dream_rules_caches.json": with_caches(dream_rules(), CACHES),
+             "caches_speed.json": with_caches([r for r in policies() if r["name"] in SPEED_POLICIES], CACHES)}
     for name, runs in grids.items():
         (here / name).write_text(json.dumps(runs, indent=1) + "\n")
         print(f"{here / name}: {len(runs)} runs")
