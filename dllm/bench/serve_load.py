@@ -121,21 +121,31 @@ class ServerProcess:
         self.log_file.close()
 
 
-async def one_request(client, url: str, body: dict, timeout: float, cancel_after: float | None) -> Outcome:
-    """Stream one completion; with ``cancel_after``, close the stream that many seconds in."""
+CANCEL_WITHIN_CHUNKS = 3  # a cancelled request closes its stream after 0, 1 or 2 chunks
+
+
+async def one_request(client, url: str, body: dict, timeout: float, cancel_after: int | None) -> Outcome:
+    """Stream one completion; with ``cancel_after``, close the stream after that many chunks
+    (0: as soon as the response starts), unless the answer ended first. Counting chunks rather
+    than seconds cancels mid-stream whatever the server's speed."""
     import httpx
 
     out = Outcome(sent=time.perf_counter())
     try:
-        async with asyncio.timeout(cancel_after if cancel_after is not None else timeout):
+        async with asyncio.timeout(timeout):
             async with client.stream("POST", url + "/v1/completions", json={**body, "stream": True}) as r:
                 out.status = r.status_code
                 if r.status_code != 200:
                     await r.aread()
                     return out
+                chunks = 0
                 async for line in r.aiter_lines():
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
+                    if cancel_after is not None and chunks >= cancel_after:
+                        out.cancelled = True  # leaving the block closes the stream
+                        return out
+                    chunks += 1
                     choice = json.loads(line[6:])["choices"][0]
                     if choice.get("text") and out.ttft is None:
                         out.ttft = time.perf_counter() - out.sent
@@ -145,9 +155,7 @@ async def one_request(client, url: str, body: dict, timeout: float, cancel_after
                         out.finish_reason = choice["dllm"]["finish_reason"]
         out.latency = time.perf_counter() - out.sent
     except TimeoutError:
-        out.cancelled = cancel_after is not None
-        if not out.cancelled:
-            out.finish_reason = "client_timeout"
+        out.finish_reason = "client_timeout"
     except httpx.TransportError as err:  # e.g. a keep-alive connection the server closed as it was reused
         out.error = f"{type(err).__name__}: {err}"
     return out
@@ -174,7 +182,7 @@ async def poisson_run(url: str, bodies: list[dict], rate: float, duration: float
                 await asyncio.sleep(delay)
             if on_tick is not None:
                 on_tick()
-            cancel = rng.uniform(0.0, 2.0) if rng.random() < cancel_prob else None
+            cancel = rng.randrange(CANCEL_WITHIN_CHUNKS) if rng.random() < cancel_prob else None
             tasks.append(asyncio.create_task(one_request(client, url, body, timeout, cancel)))
         pending = set(tasks)
         while pending:

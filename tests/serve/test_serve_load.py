@@ -47,6 +47,7 @@ def test_poisson_run_streams_every_request_and_cancels_some():
         assert outcome.ttft is not None and outcome.ttft <= outcome.latency
     assert summarize(outcomes, wall)["completed"] == 6
     assert all(o.cancelled or o.finish_reason for o in cancelled)
+    assert any(o.cancelled for o in cancelled)  # closed after 0-2 chunks: mid-stream, whatever the speed
 
 
 @pytest.mark.parametrize("argv", [["--rates", "0,1"], ["--modes", "dynamic"]])
