@@ -29,6 +29,7 @@ class RowText:
         self.reason: str | None = None  # dllm's finish reason once done
         self.stats: dict[str, Any] | None = None
         self.error: str | None = None
+        self._kept: list[int] | None = None  # token_ids of a row that ended by end-of-text / stop
 
     @property
     def done(self) -> bool:
@@ -63,9 +64,10 @@ class RowText:
         the end-of-text or stop id that ended the row kept (``outputs.end_row``)."""
         if self.reason not in ("eos", "stop"):
             return list(self.cut.ids)
-        _, kept = end_row(self.ids, self.decode, self.eos_ids,
-                          OutputRequest(stops=self.stops, max_tokens=self.max_tokens))
-        return kept
+        if self._kept is None:  # a done row's ids no longer change: cut once
+            _, self._kept = end_row(self.ids, self.decode, self.eos_ids,
+                                    OutputRequest(stops=self.stops, max_tokens=self.max_tokens))
+        return self._kept
 
     @property
     def openai_finish_reason(self) -> str | None:

@@ -58,6 +58,27 @@ def single_run(model, request: ServeRequest) -> list[int]:
     return decode(model, [request.prompt_ids], request.config, seeds=[request.seed]).answer[0].tolist()
 
 
+def serve_all(scheduler: BatchScheduler, requests: list[ServeRequest], *, pause_every: int = 0,
+              pause: float = 0.0) -> Collector:
+    """Submit every request (sleeping ``pause`` after every ``pause_every``-th, so arrivals
+    spread over the run), wait until all have ended, close the scheduler."""
+    collect = Collector(len(requests))
+    try:
+        for i, request in enumerate(requests):
+            scheduler.submit(request, collect)
+            if pause_every and i % pause_every == pause_every - 1:
+                time.sleep(pause)
+        collect.wait()
+    finally:
+        scheduler.close()
+    return collect
+
+
+def assert_single_runs(model, requests: list[ServeRequest], collect: Collector) -> None:
+    for request in requests:
+        assert collect.final[request.request_id] == single_run(model, request), request.request_id
+
+
 @pytest.fixture
 def compositions(monkeypatch):
     """Every batch the scheduler builds: (request id, answer positions already decoded) per row."""
@@ -80,20 +101,10 @@ def test_concurrent_requests_equal_single_runs(tiny_models, compositions, cache,
     # every forward costing the same (a GPU below saturation): waiting rows always join
     scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=6, max_queue=64, continuous=continuous,
                                                    forward_overhead_tokens=math.inf))
-    collect = Collector(len(requests))
-    try:
-        for i, request in enumerate(requests):
-            scheduler.submit(request, collect)
-            if i % 4 == 3:
-                time.sleep(0.005)  # arrivals spread over the run
-        collect.wait()
-    finally:
-        scheduler.close()
+    collect = serve_all(scheduler, requests, pause_every=4, pause=0.005)
     assert collect.threads == {"dllm-scheduler"}
-    for request in requests:
-        end = collect.ends[request.request_id]
-        assert end.finish_reason in ("eos", "length")
-        assert collect.final[request.request_id] == single_run(lm.model, request), request.request_id
+    assert all(collect.ends[request.request_id].finish_reason in ("eos", "length") for request in requests)
+    assert_single_runs(lm.model, requests, collect)
     joined = [batch for batch in compositions if any(done > 0 for _, done in batch)
               and any(done == 0 for _, done in batch)]
     if continuous:
@@ -118,17 +129,8 @@ def test_rows_that_would_pad_a_batch_run_beside_it_exactly(tiny_models, monkeypa
         step(self, batch)
 
     monkeypatch.setattr(BatchScheduler, "_step", record)
-    collect = Collector(len(requests))
-    try:
-        for i, request in enumerate(requests):
-            scheduler.submit(request, collect)
-            if i % 3 == 2:
-                time.sleep(0.01)  # arrivals spread over the run
-        collect.wait()
-    finally:
-        scheduler.close()
-    for request in requests:
-        assert collect.final[request.request_id] == single_run(lm.model, request), request.request_id
+    collect = serve_all(scheduler, requests, pause_every=3, pause=0.01)
+    assert_single_runs(lm.model, requests, collect)
     assert (max(side_by_side) > 1) == (overhead == 0)
 
 
@@ -220,15 +222,8 @@ def test_other_families_and_static_only_configs_equal_single_runs(tiny_models, b
                                                      cache="dual", **extra))
                 for i in range(10)]
     scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=3, continuous=True))
-    collect = Collector(len(requests))
-    try:
-        for request in requests:
-            scheduler.submit(request, collect)
-        collect.wait()
-    finally:
-        scheduler.close()
-    for request in requests:
-        assert collect.final[request.request_id] == single_run(lm.model, request), request.request_id
+    collect = serve_all(scheduler, requests)
+    assert_single_runs(lm.model, requests, collect)
     joined = any(any(done > 0 for _, done in batch) and any(done == 0 for _, done in batch) for batch in compositions)
     assert joined == (family == "dream")
 
