@@ -81,7 +81,10 @@ class Attention(nn.Module):
         visible: KeyVisibility | None,
         layer_cache: tuple[Tensor, Tensor] | None = None,
         write_at: int = 0,
+        rows: Tensor | slice | None = None,
     ) -> Tensor:
+        """(B, T, d_model); with ``rows`` only those queries' outputs (see ``pick_rows``): every
+        query's K/V is still computed and written, the output projection skips the rest."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -93,7 +96,15 @@ class Attention(nn.Module):
             k_buf[:, :, write_at : write_at + T] = k
             v_buf[:, :, write_at : write_at + T] = v
             k, v = k_buf, v_buf
-        return self.o_proj(attend(q, k, v, visible).reshape(B, T, -1))
+        return self.o_proj(pick_rows(attend(q, k, v, visible).reshape(B, T, -1), rows))
+
+
+def pick_rows(x: Tensor, rows: Tensor | slice | None) -> Tensor:
+    """The queries of x (B, T, ...) that ``rows`` selects: a slice of T keeps (B, t, ...), a
+    (B, T) bool mask gives (N, ...) in row-major order, None keeps all."""
+    if rows is None:
+        return x
+    return x[:, rows] if isinstance(rows, slice) else x[rows]
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None) -> Tensor:
@@ -145,6 +156,9 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
         self.mlp = SwiGLU(cfg)
 
-    def forward(self, x, cos, sin, visible, layer_cache=None, write_at: int = 0) -> Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, visible, layer_cache, write_at)
+    def forward(self, x, cos, sin, visible, layer_cache=None, write_at: int = 0,
+                rows: Tensor | slice | None = None) -> Tensor:
+        """``rows``: only these queries' outputs are needed (the last block, when the LM head
+        reads a few): the others' K/V are written, their output projection and MLP are skipped."""
+        x = pick_rows(x, rows) + self.attn(self.attn_norm(x), cos, sin, visible, layer_cache, write_at, rows)
         return x + self.mlp(self.mlp_norm(x))

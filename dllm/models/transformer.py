@@ -74,21 +74,27 @@ class DiffusionTransformer(nn.Module):
         and S is the buffer length; without it S == T. Returns logits (B, T, vocab) unshifted:
         the engine applies the family's logit shift.
 
-        ``logits_for=(lo, hi)``: only queries [lo, hi) need logits; the others skip the final
-        norm and the LM head (the head is a large share of a small model's forward and the
-        engine reads only the decision window). The result is then (B, hi - lo, vocab).
-        ``head_rows`` (B, hi - lo) bool: of those, the queries whose logits are read; the others'
-        logits are left at zero (the engine passes it on a CPU, where the head's FLOPs are time).
+        ``logits_for=(lo, hi)``: only queries [lo, hi) need logits; the others skip the last
+        block's output projection and MLP, the final norm and the LM head (the head is a large
+        share of a small model's forward and the engine reads only the decision window; every
+        query's K/V is still written). The result is then (B, hi - lo, vocab).
+        ``head_rows`` (B, hi - lo) bool: of those, the queries whose logits are read; the others
+        skip the same work too and their logits are left at zero (the engine passes it on a CPU,
+        where these FLOPs are time).
         """
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
         x = self.embed(input_ids)  # (B, T, d_model)
+        lo, hi = (0, input_ids.shape[1]) if logits_for is None else logits_for
+        rows: Tensor | slice | None = None if logits_for is None else slice(lo, hi)
+        if head_rows is not None:  # the last block computes outputs only where the head reads
+            rows = torch.zeros(input_ids.shape, dtype=torch.bool, device=input_ids.device)
+            rows[:, lo:hi] = head_rows
+        last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             layer_cache = cache.layers[i] if cache is not None else None
-            x = layer(x, cos, sin, visible, layer_cache, cache_write)
-        if logits_for is not None:
-            x = x[:, logits_for[0] : logits_for[1]]
+            x = layer(x, cos, sin, visible, layer_cache, cache_write, rows if i == last else None)
         if head_rows is None:
             return self.lm_head(self.norm(x))
-        logits = x.new_zeros(*x.shape[:2], self.lm_head.out_features)
-        logits[head_rows] = self.lm_head(self.norm(x[head_rows]))
+        logits = x.new_zeros(input_ids.shape[0], hi - lo, self.lm_head.out_features)
+        logits[head_rows] = self.lm_head(self.norm(x))
         return logits

@@ -1,7 +1,8 @@
-"""The LM head runs only on the queries whose logits are used (the decision window, or every
-answer output for answer-wide stoppers; on a CPU, for rules that read masked positions only,
-the window's masked positions): tokens, order and NFE equal the full-head decode for every
-family, cache mode and strategy, on a ragged batch."""
+"""The LM head (and the last block's output projection and MLP) run only on the queries whose
+logits are used (the decision window, or every answer output for answer-wide stoppers; on a
+CPU, for rules that read masked positions only, the window's masked positions): tokens, order
+and NFE equal the full-head decode for every family, cache mode and strategy, on a ragged
+batch."""
 from __future__ import annotations
 
 import pytest
@@ -73,3 +74,38 @@ def test_window_head_equals_full_head(models, full_head, family, cache, strategy
         assert selected and min(selected) < len(PROMPTS) * config.window_length
     else:
         assert not selected
+
+
+@pytest.mark.parametrize("family", ["llada", "dream", "fast_dllm_v2"])
+def test_last_block_runs_only_the_read_queries(models, family):
+    """logits_for / head_rows: the read queries' logits equal the full forward's, and the last
+    block's MLP (and the head) see only those queries while every earlier block sees all."""
+    model = models[family]
+    torch.manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (2, 12))
+    positions = torch.arange(12).expand(2, 12)
+    head_rows = torch.tensor([[True, False, True, True, False, False],
+                              [False, False, False, True, True, True]])
+    seen = {}
+
+    def record(i):
+        def hook(module, args, out):
+            seen[i] = args[0].shape[:-1]
+        return hook
+
+    hooks = [block.mlp.register_forward_hook(record(i)) for i, block in enumerate(model.layers)]
+    try:
+        with torch.no_grad():
+            full = model(ids, positions)
+            window = model(ids, positions, logits_for=(4, 10))
+            seen.clear()
+            picked = model(ids, positions, logits_for=(4, 10), head_rows=head_rows)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    torch.testing.assert_close(window, full[:, 4:10], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(picked[head_rows], full[:, 4:10][head_rows], rtol=1e-5, atol=1e-5)
+    assert not picked[~head_rows].any()
+    last = len(model.layers) - 1
+    assert seen[last] == (int(head_rows.sum()),)
+    assert all(seen[i] == (2, 12) for i in range(last))
