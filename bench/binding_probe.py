@@ -10,6 +10,11 @@ one that looks the visible half up in the prompt gets them all. The LLaDA model'
 ParallelBench errors are this binding (right names, wrong pairs), so this is the capability its
 training has to create. Needs the ParallelBench data folder (names and templates), as training
 does.
+
+With the last names hidden it also reports, per layer, the largest attention mass a head puts
+from a hidden last name on the position before it (the visible first name) and on that
+person's last name in the prompt: the look-up needs both, a previous-position head and then a
+head that finds the person in the prompt.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from pathlib import Path
 import torch
 
 from dllm import load
+from dllm.models import layers
 from dllm.data.prompts import default_data_dir
 from dllm.train.corpus import TaskCorpus
 from dllm.train.train_small import encode, name_classes
@@ -57,6 +63,65 @@ def probe(model_dir: str, data_dir: Path, samples: int, seed: int) -> dict[str, 
     return scores
 
 
+@torch.no_grad()
+def neighbour_attention(model_dir: str, data_dir: Path, samples: int, seed: int) -> dict[str, list[float]]:
+    """Per layer, the max over heads of the mean attention from a hidden last name (shuffle,
+    every last name hidden) to the position before it, and of the mean attention to that
+    person's last name in the prompt next to what the same head puts on each other last name
+    there (equal: the head reads the list's names without knowing whose name is hidden)."""
+    lm = load(model_dir, device="cpu", dtype=torch.float32)
+    corpus = TaskCorpus(data_dir, seed=seed, tasks=TASKS[:1])
+    _, lasts = name_classes(lm.tokenizer, corpus)
+    lasts_set = set(lasts.tolist())
+    weights: list[torch.Tensor] = []
+    attend = layers.attend
+
+    def recording(q, k, v, visible):  # the probe's rows have no padding: plain softmax(q k^T)
+        weights.append(((q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5).softmax(-1)[0])  # (H, T, S)
+        return attend(q, k, v, visible)
+
+    previous = source = others = None
+    count = 0
+    layers.attend = recording
+    try:
+        for _ in range(samples):
+            prompt, answer = encode(lm.tokenizer, corpus.sample())
+            ids = torch.tensor([prompt + answer])
+            hide = torch.isin(ids, lasts)
+            hide[:, : len(prompt)] = False
+            weights.clear()
+            lm.model(ids.masked_fill(hide, lm.model.mask_token_id), torch.arange(ids.shape[1])[None])
+            tokens = ids[0].tolist()
+            for at in hide[0].nonzero().flatten().tolist():
+                in_prompt = [i for i in range(len(prompt)) if tokens[i] == tokens[at - 1]]
+                if len(in_prompt) != 1:  # the first name must name one person of the prompt
+                    continue
+                prev = torch.stack([w[:, at, at - 1] for w in weights])  # (layers, heads)
+                src = torch.stack([w[:, at, in_prompt[0] + 1] for w in weights])
+                rest = [i for i in range(len(prompt)) if tokens[i] in lasts_set and i != in_prompt[0] + 1]
+                oth = torch.stack([w[:, at, rest].mean(-1) for w in weights])
+                previous = prev if previous is None else previous + prev
+                source = src if source is None else source + src
+                others = oth if others is None else others + oth
+                count += 1
+    finally:
+        layers.attend = attend
+    # the head that looks most at the person's last name, and what it gives each other one
+    best = (source / count).argmax(-1, keepdim=True)
+    return {"previous position": (previous / count).amax(-1).tolist(),
+            "the person's last name in the prompt": (source / count).gather(-1, best)[:, 0].tolist(),
+            "that head, on each other last name in the prompt": (others / count).gather(-1, best)[:, 0].tolist()}
+
+
+def rounded(value):
+    """The scores with 3 decimals, for printing."""
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return round(value, 3)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+", help="model directories (LLaDA layout, trained by train_small)")
@@ -70,7 +135,9 @@ def main() -> None:
     results = {}
     for model in args.models:
         results[model] = probe(model, data_dir, args.samples, args.seed)
-        print(model, json.dumps({k: round(v, 3) for k, v in results[model].items()}), flush=True)
+        results[model]["attention per layer (max over heads), shuffle, last names hidden"] = neighbour_attention(
+            model, data_dir, args.samples, args.seed)
+        print(model, json.dumps(rounded(results[model])), flush=True)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"samples_per_task": args.samples, "seed": args.seed, "scores": results},

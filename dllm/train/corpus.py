@@ -38,12 +38,16 @@ class TaskCorpus:
     """An endless, seeded stream of training examples over TRAIN_TASKS."""
 
     def __init__(self, data_dir: Path, *, seed: int, min_length: int = 3, max_length: int = 6,
-                 tasks: tuple[str, ...] = TRAIN_TASKS) -> None:
+                 tasks: tuple[str, ...] = TRAIN_TASKS, fixed_pairs: float = 0.0) -> None:
+        """``fixed_pairs``: share of waiting-line examples whose people come from a fixed pairing
+        (each first name always with the same last name, ``fixed_pair_names``) instead of the
+        whole pool; 0 leaves the stream exactly as before."""
         unknown = sorted(set(tasks) - set(TRAIN_TASKS))
         if unknown:
             raise ValueError(f"unknown training tasks {unknown}; choose from {list(TRAIN_TASKS)}")
         self.tasks = tuple(tasks)
         self.names = load_names(data_dir)
+        self.fixed_pairs, self.paired_names = fixed_pairs, fixed_pair_names(self.names)
         self.specs = load_task_configs(data_dir)
         self.excluded = official_test_contexts(data_dir)
         self.rng = random.Random(seed)
@@ -58,9 +62,23 @@ class TaskCorpus:
                 key = sample["input"]["symbols"]
             else:
                 length = self.rng.randint(self.min_length, self.max_length)
-                sample = generate_waiting_line(task.split("/")[1], self.rng, self.names, length)
+                pool = self.paired_names if self.fixed_pairs and self.rng.random() < self.fixed_pairs else self.names
+                sample = generate_waiting_line(task.split("/")[1], self.rng, pool, length)
                 key = sample["input"]["context"]
             if key not in self.excluded:
                 break
         return Example(task=task, messages=build_messages(spec, sample, shots=0),
                        answer=answer_text(sample), gen_length=spec.max_tokens, sample=sample)
+
+
+def fixed_pair_names(names: list[str], seed: int = 0) -> list[str]:
+    """One full name per first name, each with its own last name (a seeded draw): in examples
+    drawn from these, a person's first name predicts their last name from the weights alone,
+    which makes attending to the neighbouring position pay before any in-context look-up does
+    (the previous-token half of the look-up that binds a person's two names)."""
+    firsts = list(dict.fromkeys(n.split(" ", 1)[0] for n in names))
+    lasts = list(dict.fromkeys(n.split(" ", 1)[1] for n in names))
+    if len(lasts) < len(firsts):
+        raise ValueError(f"{len(firsts)} first names but only {len(lasts)} distinct last names to pair them with")
+    chosen = random.Random(seed).sample(lasts, len(firsts))
+    return [f"{first} {last}" for first, last in zip(firsts, chosen)]

@@ -283,10 +283,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--name-part-masking", type=float, default=0.0, metavar="RATE",
                     help="share of rows that also mask every first name or every last name of the answer "
                          "(one drawn per row; dllm/train/objectives.py name_part_masks); llada / dream only")
+    ap.add_argument("--fixed-pairs", type=float, default=0.0, metavar="RATE",
+                    help="share of waiting-line examples whose people come from one fixed first-to-last-name "
+                         "pairing (dllm/train/corpus.py fixed_pair_names); 0: every example from the whole pool")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
     if not 0.0 <= args.name_part_masking <= 1.0:
         ap.error(f"--name-part-masking {args.name_part_masking}: a share of rows, between 0 and 1")
+    if not 0.0 <= args.fixed_pairs <= 1.0:
+        ap.error(f"--fixed-pairs {args.fixed_pairs}: a share of examples, between 0 and 1")
     if args.name_part_masking and args.family == "fast_dllm_v2":
         ap.error("--name-part-masking applies to the llada / dream objectives; fast_dllm_v2 masks one block per row")
     if args.init and (args.tokenizer or args.init_weights):
@@ -299,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     tasks = tuple(args.tasks) if args.tasks else TRAIN_TASKS
-    corpus = TaskCorpus(data_dir, seed=args.seed, tasks=tasks)
+    corpus = TaskCorpus(data_dir, seed=args.seed, tasks=tasks, fixed_pairs=args.fixed_pairs)
     if args.init:  # continue from a checkpoint (e.g. a curriculum stage): its tokenizer and weights
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(args.init / name, out / name)

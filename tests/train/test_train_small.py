@@ -99,3 +99,29 @@ def test_name_part_masking_rate_is_checked(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "o"), "--name-part-masking", "1.5", *TINY_RUN])
     assert "--name-part-masking 1.5: a share of rows, between 0 and 1" in capsys.readouterr().err
+
+
+def test_fixed_pairs_draw_people_from_one_pairing_and_leave_the_default_stream_alone():
+    """--fixed-pairs 1: every person of every waiting-line example has their first name's fixed
+    last name (one distinct last name per first name); rate 0 draws exactly the stream of a
+    corpus built without the option, so earlier recipes reproduce."""
+    import json as json_
+
+    from dllm.train.corpus import TaskCorpus, fixed_pair_names
+
+    data = require_data()
+    plain, zero = TaskCorpus(data, seed=9), TaskCorpus(data, seed=9, fixed_pairs=0.0)
+    assert [plain.sample().answer for _ in range(40)] == [zero.sample().answer for _ in range(40)]
+    paired = fixed_pair_names(plain.names)
+    partner = dict(name.split(" ", 1) for name in paired)
+    assert len(partner) == len(paired) and len(set(partner.values())) == len(paired)
+    corpus = TaskCorpus(data, seed=9, tasks=("waiting_line/shuffle", "waiting_line/insert_random"), fixed_pairs=1.0)
+    people = [name for _ in range(40) for name in json_.loads(corpus.sample().sample["input"]["context"])]
+    assert all(partner[name.split(" ", 1)[0]] == name.split(" ", 1)[1] for name in people)
+    assert len(set(people)) > 20
+
+
+def test_fixed_pairs_rate_is_checked(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "o"), "--fixed-pairs", "-0.1", *TINY_RUN])
+    assert "--fixed-pairs -0.1: a share of examples, between 0 and 1" in capsys.readouterr().err
