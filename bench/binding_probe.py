@@ -34,10 +34,9 @@ TASKS = ("waiting_line/shuffle", "waiting_line/insert_random")
 
 
 @torch.no_grad()
-def probe(model_dir: str, data_dir: Path, samples: int, seed: int) -> dict[str, float]:
+def probe(lm, data_dir: Path, samples: int, seed: int, fixed_pairs: float) -> dict[str, float]:
     """Accuracy at the masked name positions, per task and hidden half."""
-    lm = load(model_dir, device="cpu", dtype=torch.float32)
-    corpus = TaskCorpus(data_dir, seed=seed, tasks=TASKS)
+    corpus = TaskCorpus(data_dir, seed=seed, tasks=TASKS, fixed_pairs=fixed_pairs)
     firsts, lasts = name_classes(lm.tokenizer, corpus)
     scores = {}
     for task in TASKS:
@@ -64,13 +63,12 @@ def probe(model_dir: str, data_dir: Path, samples: int, seed: int) -> dict[str, 
 
 
 @torch.no_grad()
-def neighbour_attention(model_dir: str, data_dir: Path, samples: int, seed: int) -> dict[str, list[float]]:
+def neighbour_attention(lm, data_dir: Path, samples: int, seed: int, fixed_pairs: float) -> dict[str, list[float]]:
     """Per layer, the max over heads of the mean attention from a hidden last name (shuffle,
     every last name hidden) to the position before it, and of the mean attention to that
     person's last name in the prompt next to what the same head puts on each other last name
     there (equal: the head reads the list's names without knowing whose name is hidden)."""
-    lm = load(model_dir, device="cpu", dtype=torch.float32)
-    corpus = TaskCorpus(data_dir, seed=seed, tasks=TASKS[:1])
+    corpus = TaskCorpus(data_dir, seed=seed, tasks=TASKS[:1], fixed_pairs=fixed_pairs)
     _, lasts = name_classes(lm.tokenizer, corpus)
     lasts_set = set(lasts.tolist())
     weights: list[torch.Tensor] = []
@@ -128,19 +126,25 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="ParallelBench data dir (names, templates)")
     ap.add_argument("--samples", type=int, default=100, help="samples per task")
     ap.add_argument("--seed", type=int, default=777_777, help="generator seed of the probe's samples")
+    ap.add_argument("--fixed-pairs", action="store_true",
+                    help="draw the people from train_small's fixed first-to-last-name pairing (--fixed-pairs "
+                         "there): what a model memorised, rather than what it looks up")
     ap.add_argument("--out", type=Path, default=None, help="write the scores here as JSON")
     args = ap.parse_args()
     torch.set_num_threads(1)
     data_dir = args.data or default_data_dir()
     results = {}
     for model in args.models:
-        results[model] = probe(model, data_dir, args.samples, args.seed)
+        lm = load(model, device="cpu", dtype=torch.float32)
+        fixed = 1.0 if args.fixed_pairs else 0.0
+        results[model] = probe(lm, data_dir, args.samples, args.seed, fixed)
         results[model]["attention per layer (max over heads), shuffle, last names hidden"] = neighbour_attention(
-            model, data_dir, args.samples, args.seed)
+            lm, data_dir, args.samples, args.seed, fixed)
         print(model, json.dumps(rounded(results[model])), flush=True)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"samples_per_task": args.samples, "seed": args.seed, "scores": results},
+        args.out.write_text(json.dumps({"samples_per_task": args.samples, "seed": args.seed,
+                                        "fixed_pairs": args.fixed_pairs, "scores": results},
                                        indent=1) + "\n")
 
 

@@ -47,7 +47,8 @@ class TaskCorpus:
             raise ValueError(f"unknown training tasks {unknown}; choose from {list(TRAIN_TASKS)}")
         self.tasks = tuple(tasks)
         self.names = load_names(data_dir)
-        self.fixed_pairs, self.paired_names = fixed_pairs, fixed_pair_names(self.names)
+        self.fixed_pairs = fixed_pairs
+        self.paired_names = fixed_pair_names(self.names) if fixed_pairs else None
         self.specs = load_task_configs(data_dir)
         self.excluded = official_test_contexts(data_dir)
         self.rng = random.Random(seed)
