@@ -172,6 +172,19 @@ def name_classes(tokenizer, corpus: TaskCorpus) -> list[Tensor]:
     return classes
 
 
+NAME_PARTS = {"both": (0, 1), "first": (0,), "last": (1,)}  # indices into name_classes
+
+
+def name_part_option(tokenizer, corpus: TaskCorpus, rate: float, which: str) -> tuple[list[Tensor], float] | None:
+    """make_batch's ``name_parts`` for ``--name-part-masking RATE --name-part-classes WHICH``:
+    the classes a row may mask (every first name, every last name, or one of the two drawn per
+    row), or None at rate 0."""
+    if not rate:
+        return None
+    classes = name_classes(tokenizer, corpus)
+    return [classes[i] for i in NAME_PARTS[which]], rate
+
+
 def make_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, mask_id: int,
                name_parts: tuple[list[Tensor], float] | None = None):
     """Left-padded (prompt + answer) rows, with answer tokens masked at a per-row rate t;
@@ -283,6 +296,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--name-part-masking", type=float, default=0.0, metavar="RATE",
                     help="share of rows that also mask every first name or every last name of the answer "
                          "(one drawn per row; dllm/train/objectives.py name_part_masks); llada / dream only")
+    ap.add_argument("--name-part-classes", choices=sorted(NAME_PARTS), default="both",
+                    help="which half of the names --name-part-masking hides: one of the two drawn per row "
+                         "(both), or always the first / the last names (to train one look-up direction)")
     ap.add_argument("--fixed-pairs", type=float, default=0.0, metavar="RATE",
                     help="share of waiting-line examples whose people come from one fixed first-to-last-name "
                          "pairing (dllm/train/corpus.py fixed_pair_names); 0: every example from the whole pool")
@@ -322,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.init_weights:
             zeroed = init_from_checkpoint(model, args.init_weights)
             tqdm.write(f"initialised from {args.init_weights} ({len(zeroed)} bias tensors start at zero)")
-    name_parts = (name_classes(tokenizer, corpus), args.name_part_masking) if args.name_part_masking else None
+    name_parts = name_part_option(tokenizer, corpus, args.name_part_masking, args.name_part_classes)
     n_params = sum(p.numel() for p in model.parameters())
     heldout_corpus = TaskCorpus(data_dir, seed=args.seed + 10_000)
     heldout = [heldout_corpus.sample(task) for task in dict.fromkeys(tasks) for _ in range(args.heldout_per_task)]

@@ -95,6 +95,31 @@ def test_name_part_masking_masks_one_half_of_every_name_in_chosen_rows():
     assert bool((~every_first | ~every_last).any())  # not everything masked either way
 
 
+def test_name_part_classes_last_masks_every_last_name_and_no_extra_first_name():
+    import torch
+
+    from dllm.models.tokenizer import load_tokenizer
+    from dllm.train.corpus import TaskCorpus
+    from dllm.train.train_small import make_batch, name_classes, name_part_option
+
+    task = "waiting_line/shuffle"
+    tokenizer = load_tokenizer(default_model_path())
+    corpus = TaskCorpus(require_data(), seed=3, tasks=(task,))
+    firsts_ids, lasts_ids = name_classes(tokenizer, corpus)
+    assert name_part_option(tokenizer, corpus, 0.0, "last") is None
+    option = name_part_option(tokenizer, corpus, 1.0, "last")
+    _, _, _, ids, iid = make_batch(tokenizer, TaskCorpus(require_data(), seed=3, tasks=(task,)), 16,
+                                   torch.Generator().manual_seed(0), tokenizer.mask_token_id)
+    _, _, _, same_ids, masked = make_batch(tokenizer, corpus, 16, torch.Generator().manual_seed(0),
+                                           tokenizer.mask_token_id, option)
+    assert torch.equal(ids, same_ids)
+    answer = torch.zeros_like(iid)
+    answer[:, -corpus.specs[task].max_tokens:] = True
+    lasts = torch.isin(ids, lasts_ids) & answer
+    assert bool(lasts.any(-1).all()) and bool(masked[lasts].all())  # every answer's last names hidden
+    assert torch.equal(masked & ~lasts, iid & ~lasts)  # first names and the rest: the i.i.d. mask only
+
+
 def test_name_part_masking_rate_is_checked(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "o"), "--name-part-masking", "1.5", *TINY_RUN])
