@@ -302,8 +302,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fixed-pairs", type=float, default=0.0, metavar="RATE",
                     help="share of waiting-line examples whose people come from one fixed first-to-last-name "
                          "pairing (dllm/train/corpus.py fixed_pair_names); 0: every example from the whole pool")
+    ap.add_argument("--freeze-layers", type=int, nargs="+", default=(), metavar="I",
+                    help="keep these transformer blocks (0-based) at their starting weights, so what the run "
+                         "teaches must form in the others (e.g. a previous-position head below the last block, "
+                         "where a later block can use what it reads)")
+    ap.add_argument("--stop-after", type=int, default=None, metavar="STEP",
+                    help="end the run after this step's evaluation and checkpoint, keeping the learning-rate "
+                         "schedule of --steps (a curriculum stage that starts from a run's intermediate "
+                         "checkpoint); must be a multiple of --eval-every")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
+    if args.stop_after is not None and not (0 < args.stop_after <= args.steps
+                                            and args.stop_after % args.eval_every == 0):
+        ap.error(f"--stop-after {args.stop_after}: an evaluation step (a multiple of --eval-every "
+                 f"{args.eval_every}) between 1 and --steps {args.steps}, so the run ends on a written checkpoint")
     if not 0.0 <= args.name_part_masking <= 1.0:
         ap.error(f"--name-part-masking {args.name_part_masking}: a share of rows, between 0 and 1")
     if not 0.0 <= args.fixed_pairs <= 1.0:
@@ -338,11 +350,16 @@ def main(argv: list[str] | None = None) -> None:
         if args.init_weights:
             zeroed = init_from_checkpoint(model, args.init_weights)
             tqdm.write(f"initialised from {args.init_weights} ({len(zeroed)} bias tensors start at zero)")
+    bad = [i for i in args.freeze_layers if not 0 <= i < len(model.layers)]
+    if bad:
+        ap.error(f"--freeze-layers {bad}: the model has blocks 0 to {len(model.layers) - 1}")
+    for i in args.freeze_layers:
+        model.layers[i].requires_grad_(False)
     name_parts = name_part_option(tokenizer, corpus, args.name_part_masking, args.name_part_classes)
     n_params = sum(p.numel() for p in model.parameters())
     heldout_corpus = TaskCorpus(data_dir, seed=args.seed + 10_000)
     heldout = [heldout_corpus.sample(task) for task in dict.fromkeys(tasks) for _ in range(args.heldout_per_task)]
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup) * (
         0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))))
     gen = torch.Generator().manual_seed(args.seed)
@@ -352,7 +369,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.time()
     best_mean = -1.0
     model.train()
-    bar = tqdm(range(1, args.steps + 1), desc=f"train {n_params / 1e6:.2f}M", dynamic_ncols=True)
+    bar = tqdm(range(1, (args.stop_after or args.steps) + 1), desc=f"train {n_params / 1e6:.2f}M", dynamic_ncols=True)
     for step in bar:
         if model.attention == "block_causal":  # the pair of complementary rows counts as two
             noisy, positions, attn, target, masked = make_block_batch(

@@ -150,3 +150,50 @@ def test_fixed_pairs_rate_is_checked(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "o"), "--fixed-pairs", "-0.1", *TINY_RUN])
     assert "--fixed-pairs -0.1: a share of examples, between 0 and 1" in capsys.readouterr().err
+
+
+def _weights(out):
+    return load_file(str(out / "model.safetensors"))
+
+
+def test_stop_after_writes_the_full_schedules_checkpoint_at_that_step(tmp_path):
+    """A run stopped with --stop-after equals the same run's checkpoint at that step: same
+    learning-rate schedule (that of --steps), so a curriculum stage can start from it."""
+    data, shipped = str(require_data()), str(default_model_path())
+    run = ["--data", data, "--tokenizer", shipped, *TINY_RUN, "--steps", "4", "--eval-every", "2"]
+    main(["--out", str(tmp_path / "stopped"), *run, "--stop-after", "2"])
+    logged = [json.loads(line) for line in (tmp_path / "stopped" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if "step" in r] == [1, 2]
+    main(["--out", str(tmp_path / "short"), *run, "--steps", "2"])  # same steps, other schedule
+    short = _weights(tmp_path / "short")
+    stopped = _weights(tmp_path / "stopped")
+    assert any(not stopped[k].equal(short[k]) for k in stopped)
+    full_lrs = [r["lr"] for r in logged if "step" in r]
+    main(["--out", str(tmp_path / "full"), *run])
+    full = [json.loads(line) for line in (tmp_path / "full" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in full if "step" in r][:2] == full_lrs
+
+
+@pytest.mark.parametrize("stop", ["3", "5"])
+def test_stop_after_must_be_an_evaluation_step_within_the_run(tmp_path, capsys, stop):
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "o"), *TINY_RUN, "--steps", "4", "--eval-every", "2", "--stop-after", stop])
+    assert f"--stop-after {stop}: an evaluation step" in capsys.readouterr().err
+
+
+def test_frozen_layers_keep_their_starting_weights_and_the_others_train(tmp_path):
+    data, shipped = str(require_data()), str(default_model_path())
+    start = tmp_path / "start"
+    main(["--out", str(start), "--data", data, "--tokenizer", shipped, *TINY_RUN, "--n-layers", "2"])
+    out = tmp_path / "frozen"
+    main(["--out", str(out), "--data", data, "--init", str(start), *TINY_RUN, "--freeze-layers", "1"])
+    before, after = _weights(start), _weights(out)
+    frozen = [k for k in before if ".1." in k]
+    assert frozen and all(before[k].equal(after[k]) for k in frozen)
+    assert any(not before[k].equal(after[k]) for k in before if ".0." in k)
+
+
+def test_freeze_layers_names_the_blocks_the_model_has(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "o"), "--data", str(require_data()), *TINY_RUN, "--freeze-layers", "1"])
+    assert "--freeze-layers [1]: the model has blocks 0 to 0" in capsys.readouterr().err
