@@ -3,8 +3,8 @@
 For each batching mode (continuous, static) a server runs as a subprocess on 127.0.0.1; for each
 rate, ``--requests`` streamed completions arrive as a Poisson process (bounded by
 ``--duration`` seconds of arrivals and ``--timeout`` per request). Measured per rate: completed
-requests, throughput (answer tokens / s and requests / s over the run), TTFT (first text chunk)
-and latency p50 / p99, 429s. ``--soak N`` instead sends N requests with random cancellations,
+requests, throughput (answer tokens / s and requests / s over the run), TTFT (the first chunk
+with text, or the end of an answer with none) and latency p50 / p99, 429s. ``--soak N`` instead sends N requests with random cancellations,
 checks every completed request's tokens against its single-run tokens (one ``generate_ids``
 call in this process) and samples the server's RSS over time.
 """
@@ -147,7 +147,9 @@ async def one_request(client, url: str, body: dict, timeout: float, cancel_after
                         return out
                     chunks += 1
                     choice = json.loads(line[6:])["choices"][0]
-                    if choice.get("text") and out.ttft is None:
+                    # the first token the client sees: text, or the end of an answer that had none
+                    # (an answer of only end-of-text streams no text, and its first token ends it)
+                    if out.ttft is None and (choice.get("text") or choice.get("finish_reason") is not None):
                         out.ttft = time.perf_counter() - out.sent
                     if choice.get("finish_reason") is not None:
                         out.token_ids = choice["dllm"]["token_ids"]

@@ -24,6 +24,31 @@ def test_percentile_and_summary():
     assert s["throughput_tokens_per_s"] == 2.0 and s["latency_p99_s"] == 1.0
 
 
+def test_an_answer_of_only_end_of_text_has_a_ttft():
+    """Its stream carries no text: the one chunk that ends it is the first token the client sees."""
+    import json
+
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+
+    app = FastAPI()
+    app.get("/health")(lambda: {"status": "ok"})
+
+    @app.post("/v1/completions")
+    async def completions():
+        chunk = {"choices": [{"index": 0, "text": "", "finish_reason": "stop",
+                              "dllm": {"token_ids": [0], "finish_reason": "eos"}}]}
+        return StreamingResponse(iter([f"data: {json.dumps(chunk)}\n\n", "data: [DONE]\n\n"]),
+                                 media_type="text/event-stream")
+
+    with running_server(app) as url:
+        outcomes, wall = asyncio.run(poisson_run(url, [{"prompt": "x"}], rate=50.0, duration=5, timeout=10, seed=0))
+    (outcome,) = outcomes
+    assert outcome.finish_reason == "eos" and outcome.token_ids == [0]
+    assert outcome.ttft is not None and outcome.ttft <= outcome.latency
+    assert summarize(outcomes, wall)["ttft_p50_s"] == outcome.ttft
+
+
 def test_prompts_are_reproducible_and_ragged():
     assert bench_prompts(8, 1) == bench_prompts(8, 1)
     assert len({len(p) for p in bench_prompts(20, 1)}) > 1
