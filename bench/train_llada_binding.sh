@@ -2,9 +2,11 @@
 # The LLaDA-layout model's name-binding curriculum (dllm-waitingline-llada card, "What creates it"
 # and "The last-name direction"): stage 1's positional copy, a fixed-pairs phase that seeds a
 # previous-position head, random pairs again so the in-context look-up follows in each direction.
-# Seeded, one thread: a rerun writes the same checkpoints. Needs the ParallelBench data folder
-# (DLLM_PARALLELBENCH_DIR, else ../shared/data/parallelbench beside the repository).
-#   RUNS=runs/binding bash bench/train_llada_binding.sh      # about 35 minutes on one CPU core
+# Seeded, one thread; `--stop-after` stands in for the card's stops by hand (same schedule). Not
+# rerun end to end: 2,850 steps, about an hour at the 1.2 s per step stage 1 took on one core of
+# a 2-core x86_64 CPU. Needs the ParallelBench data folder (DLLM_PARALLELBENCH_DIR, else
+# ../shared/data/parallelbench beside the repository).
+#   RUNS=runs/binding bash bench/train_llada_binding.sh
 set -euo pipefail
 RUNS=${RUNS:-runs/binding}
 PY=${PY:-python}

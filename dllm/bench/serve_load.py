@@ -4,9 +4,10 @@ For each batching mode (continuous, static) a server runs as a subprocess on 127
 rate, ``--requests`` streamed completions arrive as a Poisson process (bounded by
 ``--duration`` seconds of arrivals and ``--timeout`` per request). Measured per rate: completed
 requests, throughput (answer tokens / s and requests / s over the run), TTFT (the first chunk
-with text, or the end of an answer with none) and latency p50 / p99, 429s. ``--soak N`` instead sends N requests with random cancellations,
-checks every completed request's tokens against its single-run tokens (one ``generate_ids``
-call in this process) and samples the server's RSS over time.
+with text, or the end of an answer with none) and latency p50 / p99, 429s. ``--soak N`` instead
+sends N requests with random cancellations, checks every completed request's tokens against its
+single-run tokens (one ``generate_ids`` call in this process) and samples the server's RSS over
+time.
 """
 from __future__ import annotations
 

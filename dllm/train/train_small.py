@@ -359,7 +359,8 @@ def main(argv: list[str] | None = None) -> None:
     n_params = sum(p.numel() for p in model.parameters())
     heldout_corpus = TaskCorpus(data_dir, seed=args.seed + 10_000)
     heldout = [heldout_corpus.sample(task) for task in dict.fromkeys(tasks) for _ in range(args.heldout_per_task)]
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    trained = [p for p in model.parameters() if p.requires_grad]  # --freeze-layers leaves some out
+    opt = torch.optim.AdamW(trained, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup) * (
         0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))))
     gen = torch.Generator().manual_seed(args.seed)
@@ -369,7 +370,8 @@ def main(argv: list[str] | None = None) -> None:
     start = time.time()
     best_mean = -1.0
     model.train()
-    bar = tqdm(range(1, (args.stop_after or args.steps) + 1), desc=f"train {n_params / 1e6:.2f}M", dynamic_ncols=True)
+    last_step = args.stop_after or args.steps
+    bar = tqdm(range(1, last_step + 1), desc=f"train {n_params / 1e6:.2f}M", dynamic_ncols=True)
     for step in bar:
         if model.attention == "block_causal":  # the pair of complementary rows counts as two
             noisy, positions, attn, target, masked = make_block_batch(
