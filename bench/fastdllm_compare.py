@@ -12,7 +12,9 @@ fixed steps, ``--tokens-per-step`` per step) the two run alternately, ``--reps``
 ratios with its spread, NFE, and whether the tokens are identical (they must be: the model
 math is the same on both sides). Each side's time inside its model's forwards is timed too
 (``dllm.bench.forward_timer``), so a row shows how much of a ratio comes from the forwards and
-how much from the loop around them. Writes JSON + markdown.
+how much from the loop around them. ``--variants default prepack`` times dllm both ways in the
+same rotation (A A' B A A' B ...): as loaded by default, and with ``load(prepack=True)`` (its
+linear weights reordered for oneDNN; ``dllm.models.prepack``). Writes JSON + markdown.
 """
 from __future__ import annotations
 
@@ -75,14 +77,18 @@ def main() -> None:
                     help="confidence threshold (--threshold) and/or fixed steps (--tokens-per-step)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--variants", nargs="+", choices=["default", "prepack"], default=["default"],
+                    help="how dllm loads the checkpoint: default, and/or prepack=True (CPU oneDNN weights)")
     args = ap.parse_args()
+    args.variants = list(dict.fromkeys(args.variants))
     if args.gen_length % (args.block_length * 1) or args.block_length % args.tokens_per_step:
         raise SystemExit("--gen-length must be a multiple of --block-length, and --block-length of --tokens-per-step")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         path = write_tiny_checkpoint(tmp, "llada", max_len=args.prompt_length + args.gen_length, **SHAPES[args.shape])
-        lm = load(path)
+        lms = {variant: load(path, prepack=variant == "prepack") for variant in args.variants}
+        lm = lms[args.variants[0]]
         generate, reference = load_fastdllm(args.fastdllm, Path(path))
         mask_id = lm.model.mask_token_id
         params = sum(p.numel() for p in lm.model.parameters())
@@ -103,9 +109,11 @@ def main() -> None:
                 fn = getattr(generate, MODES[mode])
                 x = torch.tensor([prompt])
 
-                def run_dllm():
-                    out = decode(lm.model, [prompt], config)
-                    return out.answer[0], int(out.nfe[0])
+                def dllm_runner(model):
+                    def run():
+                        out = decode(model, [prompt], config)
+                        return out.answer[0], int(out.nfe[0])
+                    return run
 
                 def run_fastdllm():
                     with torch.no_grad():
@@ -113,35 +121,42 @@ def main() -> None:
                                       remasking="low_confidence", mask_id=mask_id, **theirs)
                     return out[0, len(prompt):], nfe
 
-                run_dllm(), run_fastdllm()  # warm-up
-                ours_s, theirs_s, same = [], [], True
-                forward_s = {run_dllm: [], run_fastdllm: []}
-                for _ in range(args.reps):  # interleaved: A B A B ...
-                    for runner, times in ((run_dllm, ours_s), (run_fastdllm, theirs_s)):
-                        with ForwardTimer(lm.model if runner is run_dllm else reference) as timer:
+                # one rotation per repetition: each dllm variant, then Fast-dLLM
+                runners = [(variant, lms[variant].model, dllm_runner(lms[variant].model)) for variant in args.variants]
+                runners.append(("fastdllm", reference, run_fastdllm))
+                for _, _, runner in runners:
+                    runner()  # warm-up
+                seconds = {side: [] for side, _, _ in runners}
+                forward_s = {side: [] for side, _, _ in runners}
+                tokens, nfe = {}, {}
+                same = {variant: True for variant in args.variants}
+                for _ in range(args.reps):
+                    for side, model, runner in runners:
+                        with ForwardTimer(model) as timer:
                             t = time.perf_counter()
-                            tokens, nfe = runner()
-                            times.append(time.perf_counter() - t)
-                        forward_s[runner].append(sum(r.seconds for r in timer.records()))
-                        if runner is run_dllm:
-                            ours_tokens, ours_nfe = tokens, nfe
-                        else:
-                            same &= torch.equal(ours_tokens, tokens)
-                            theirs_nfe = nfe
-                ratios = [b / a for a, b in zip(ours_s, theirs_s)]
-                row = {"cache": mode, "policy": name, "nfe_dllm": ours_nfe, "nfe_fastdllm": theirs_nfe,
-                       "tokens_identical": bool(same),
-                       "dllm_tokens_per_s": G / statistics.median(ours_s),
-                       "fastdllm_tokens_per_s": G / statistics.median(theirs_s),
-                       "speedup_median": statistics.median(ratios), "speedup_min": min(ratios),
-                       "speedup_max": max(ratios),
-                       "dllm_in_forwards": statistics.median(f / t for f, t in zip(forward_s[run_dllm], ours_s)),
-                       "fastdllm_in_forwards": statistics.median(f / t for f, t in zip(forward_s[run_fastdllm], theirs_s)),
-                       "forward_speedup": statistics.median(b / a for a, b in zip(forward_s[run_dllm], forward_s[run_fastdllm])),
-                       "dllm_seconds": ours_s, "fastdllm_seconds": theirs_s,
-                       "dllm_forward_seconds": forward_s[run_dllm], "fastdllm_forward_seconds": forward_s[run_fastdllm]}
-                rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if not k.endswith("seconds")}), flush=True)
+                            tokens[side], nfe[side] = runner()
+                            seconds[side].append(time.perf_counter() - t)
+                        forward_s[side].append(sum(r.seconds for r in timer.records()))
+                    for variant in args.variants:
+                        same[variant] &= torch.equal(tokens[variant], tokens["fastdllm"])
+                theirs_s, theirs_f = seconds["fastdllm"], forward_s["fastdllm"]
+                for variant in args.variants:
+                    ours_s, ours_f = seconds[variant], forward_s[variant]
+                    ratios = [b / a for a, b in zip(ours_s, theirs_s)]
+                    row = {"cache": mode, "policy": name, "dllm": variant,
+                           "nfe_dllm": nfe[variant], "nfe_fastdllm": nfe["fastdllm"],
+                           "tokens_identical": bool(same[variant]),
+                           "dllm_tokens_per_s": G / statistics.median(ours_s),
+                           "fastdllm_tokens_per_s": G / statistics.median(theirs_s),
+                           "speedup_median": statistics.median(ratios), "speedup_min": min(ratios),
+                           "speedup_max": max(ratios),
+                           "dllm_in_forwards": statistics.median(f / t for f, t in zip(ours_f, ours_s)),
+                           "fastdllm_in_forwards": statistics.median(f / t for f, t in zip(theirs_f, theirs_s)),
+                           "forward_speedup": statistics.median(b / a for a, b in zip(ours_f, theirs_f)),
+                           "dllm_seconds": ours_s, "fastdllm_seconds": theirs_s,
+                           "dllm_forward_seconds": ours_f, "fastdllm_forward_seconds": theirs_f}
+                    rows.append(row)
+                    print(json.dumps({k: v for k, v in row.items() if not k.endswith("seconds")}), flush=True)
                 write(args, rows, params)  # after every row: a long run leaves what it measured
 
 
@@ -157,10 +172,11 @@ def write(args, rows: list[dict], params: int) -> None:
           "repetitions; speedup = Fast-dLLM time / dllm time per pair (median [min, max]); in forwards = "
           "share of each side's time inside its model's forwards; forwards speedup = the same ratio over "
           "that time alone.", "",
-          "| cache | policy | NFE | dllm tok/s | Fast-dLLM tok/s | speedup | in forwards (dllm / Fast-dLLM) "
-          "| forwards speedup | tokens identical |",
-          "|---|---|---|---|---|---|---|---|---|"]
-    md += [f"| {r['cache']} | {r['policy']} | {r['nfe_dllm']} / {r['nfe_fastdllm']} | {r['dllm_tokens_per_s']:.1f} | "
+          "| cache | policy | dllm loaded | NFE | dllm tok/s | Fast-dLLM tok/s | speedup | in forwards "
+          "(dllm / Fast-dLLM) | forwards speedup | tokens identical |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+    md += [f"| {r['cache']} | {r['policy']} | {r['dllm']} | {r['nfe_dllm']} / {r['nfe_fastdllm']} | "
+           f"{r['dllm_tokens_per_s']:.1f} | "
            f"{r['fastdllm_tokens_per_s']:.1f} | {r['speedup_median']:.2f}x [{r['speedup_min']:.2f}, "
            f"{r['speedup_max']:.2f}] | {r['dllm_in_forwards']:.0%} / {r['fastdllm_in_forwards']:.0%} | "
            f"{r['forward_speedup']:.2f}x | {'yes' if r['tokens_identical'] else 'NO'} |" for r in rows]

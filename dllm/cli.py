@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 
 from dllm.cli_options import (
     HelpFormatter, add_generation_options, add_model_options, add_request_options, add_verbosity_options,
-    generation_config, output_request, positive_int,
+    generation_config, load_from_args, output_request, positive_int,
 )
 from dllm.cli_output import LOGGER_NAME, configure_logging, progress_bar
 from dllm.cli_prompts import PromptLine, check_prompt_lengths, read_prompts
@@ -26,13 +26,12 @@ EXIT_BROKEN_PIPE = 128 + 13  # the reader went away (``dllm generate | head``), 
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    import dllm
     from tqdm import tqdm
 
     config = generation_config(args)  # validate before loading anything
     request = output_request(args)
     prompts = _generate_prompts(args)
-    model = dllm.load(args.model, device=args.device, dtype=args.dtype)
+    model = load_from_args(args)
     request = output_request(args, model.model.config.vocab_size)
     chat = False if args.raw else None
     ids = check_prompt_lengths(model, prompts, config, chat)
@@ -57,11 +56,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    import dllm
     from dllm.chat import HELP, run_chat
 
     config = generation_config(args)  # validate before loading anything
-    model = dllm.load(args.model, device=args.device, dtype=args.dtype)
+    model = load_from_args(args)
     interactive = sys.stdin.isatty()
     live = sys.stdout.isatty() if args.live is None else args.live
     if interactive:

@@ -132,6 +132,18 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="weight and activation dtype: auto is the checkpoint's torch_dtype, else "
                         "bfloat16 on a GPU and float32 on the CPU")
+    p.add_argument("--prepack", action="store_true",
+                   help="CPU only: reorder the linear weights for oneDNN once at load (faster decode steps; "
+                        "logits move by float rounding from the default path)")
+
+
+def load_from_args(args: argparse.Namespace, device: str | None = None):
+    """``dllm.load`` with the options of ``add_model_options``; ``device`` overrides ``--device``
+    (torchrun's per-rank device)."""
+    import dllm
+
+    return dllm.load(args.model, device=args.device if device is None else device, dtype=args.dtype,
+                     prepack=args.prepack)
 
 
 def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> None:

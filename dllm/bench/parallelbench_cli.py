@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dllm.cli_options import parse_kv, positive_int
+from dllm.cli_options import load_from_args, parse_kv, positive_int
 from dllm.cli_output import check_output_dir, show_progress
 
 
@@ -72,7 +72,6 @@ def build_runs(args: argparse.Namespace):
 
 
 def cmd_parallelbench(args: argparse.Namespace) -> int:
-    import dllm
     from dllm.bench.parallelbench import OFFLINE_TASKS, plan_parallelbench, run_parallelbench
     from dllm.bench.parallelbench_fresh import FRESH_TASKS, FreshSamples
     from dllm.data.prompts import default_data_dir
@@ -89,7 +88,7 @@ def cmd_parallelbench(args: argparse.Namespace) -> int:
     tasks = args.tasks or list(FRESH_TASKS if fresh else OFFLINE_TASKS)
     plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=args.shots, limit=args.limit,
                                batch_size=args.batch_size, fresh=fresh)
-    model = dllm.load(args.model, device=args.device, dtype=args.dtype)
+    model = load_from_args(args)
     summary = run_parallelbench(model, data_dir, runs, tasks=tasks, shots=args.shots, limit=args.limit,
                                 batch_size=args.batch_size, out_dir=out_dir, plans=plans,
                                 show_progress=show_progress(getattr(args, "quiet", False)))

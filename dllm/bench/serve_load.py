@@ -71,7 +71,7 @@ class ServerProcess:
     """``dllm serve`` in a subprocess on 127.0.0.1 (a free port), stopped on exit."""
 
     def __init__(self, model: str | None, *, continuous: bool, max_batch: int, max_queue: int,
-                 log_path: Path, device: str = "auto", dtype: str = "auto",
+                 log_path: Path, device: str = "auto", dtype: str = "auto", prepack: bool = False,
                  startup_timeout: float = 300.0, forward_overhead_tokens: float | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -79,6 +79,7 @@ class ServerProcess:
                "--max-batch", str(max_batch), "--max-queue", str(max_queue), "--device", device,
                "--dtype", dtype]
         cmd += ["--model", model] if model else []
+        cmd += ["--prepack"] if prepack else []
         cmd += [] if continuous else ["--static"]
         if forward_overhead_tokens is not None:
             cmd += ["--forward-overhead-tokens", str(forward_overhead_tokens)]
@@ -231,7 +232,7 @@ def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
         with ServerProcess(args.model, continuous=mode == "continuous", max_batch=args.max_batch,
                            max_queue=args.max_queue, log_path=out_dir / f"server_{mode}.log",
                            device=args.device, dtype=args.dtype,
-                           forward_overhead_tokens=args.forward_overhead_tokens) as server:
+                           prepack=args.prepack, forward_overhead_tokens=args.forward_overhead_tokens) as server:
             for i, rate in enumerate(args.rates):
                 bodies = request_bodies(args, args.requests, args.seed + i)
                 outcomes, wall = asyncio.run(poisson_run(server.url, bodies, rate, args.duration, args.timeout,
@@ -245,12 +246,13 @@ def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
 def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
     """``args.soak`` requests, a share cancelled at random; completed tokens against single runs;
     the server's RSS sampled as it goes."""
-    import dllm
+    from dllm.cli_options import load_from_args
 
     bodies = request_bodies(args, args.soak, args.seed)
     rss: list[tuple[float, float]] = []
     with ServerProcess(args.model, continuous=True, max_batch=args.max_batch, max_queue=args.max_queue,
-                       log_path=out_dir / "server_soak.log", device=args.device, dtype=args.dtype) as server:
+                       log_path=out_dir / "server_soak.log", device=args.device, dtype=args.dtype,
+                       prepack=args.prepack) as server:
         start = time.perf_counter()
         last = [0.0]
 
@@ -264,7 +266,7 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
 
         outcomes, wall = asyncio.run(poisson_run(server.url, bodies, args.rates[-1], args.duration, args.timeout,
                                                  args.seed, cancel_prob=args.cancel_prob, on_tick=sample))
-    model = dllm.load(args.model, device=args.device, dtype=args.dtype)
+    model = load_from_args(args)
     references: dict[str, list[int]] = {}  # one single run per distinct request body
     mismatches = 0
     for body, outcome in zip(bodies, outcomes):

@@ -48,8 +48,7 @@ def _decode_share(model, ids: list[list[int]], prompts: list, indices: list[int]
 def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
-    import dllm
-    from dllm.cli_options import generation_config
+    from dllm.cli_options import generation_config, load_from_args
     from dllm.cli_output import check_output_dir, progress_bar
     from dllm.cli_prompts import check_prompt_lengths, read_prompts
     from dllm.parallel.dist import init_distributed, leave_together
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if os.environ.get("DLLM_FAIL_RANK") == str(ctx.rank):  # fault injection for the failure test
             raise RuntimeError(f"injected failure on rank {ctx.rank}")
-        model = dllm.load(args.model, device=str(ctx.device), dtype=args.dtype)
+        model = load_from_args(args, device=str(ctx.device))
         chat = False if args.raw else None
         ids = check_prompt_lengths(model, prompts, config, chat)  # all of them: errors name the file's line
         evaluator = None

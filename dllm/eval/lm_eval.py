@@ -53,7 +53,8 @@ class DllmLM(LM):
         self._rank, self._world_size = _join_group(self.options.device)
         device = _device(self.options.device, self._rank if self._world_size > 1 else None)
         self._device = torch.device(device)
-        self.dllm = dllm.load(self.options.pretrained, device=device, dtype=self.options.dtype)
+        self.dllm = dllm.load(self.options.pretrained, device=device, dtype=self.options.dtype,
+                              prepack=self.options.prepack)
         self.model, self.tokenizer = self.dllm.model, self.dllm.tokenizer
         run = {"model": str(self.dllm.path), "dtype": self.options.dtype, "config": _config_dict(self.config),
                "mc_num": self.options.mc_num, "greedy_check": self.options.greedy_check}

@@ -26,7 +26,7 @@ DICT_FIELDS = {"policy_args": ("policy", RULES), "strategy_args": ("strategy", S
 class EvalOptions:
     """What the lm-eval model needs besides the decoding config.
 
-    pretrained: checkpoint directory (None: the bundled model); device, dtype: as dllm.load.
+    pretrained: checkpoint directory (None: the bundled model); device, dtype, prepack: as dllm.load.
     batch_size: requests per decode, and rows per forward of the likelihood estimator.
     mc_num: Monte-Carlo samples per loglikelihood request (LLaDA's default 128).
     greedy_check: also decode each continuation greedily to answer lm-eval's is_greedy (one
@@ -41,6 +41,7 @@ class EvalOptions:
     pretrained: str | None = None
     device: str = "cpu"
     dtype: str = "float32"
+    prepack: bool = False
     batch_size: int = 1
     mc_num: int = 128
     greedy_check: bool = True

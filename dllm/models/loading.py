@@ -14,8 +14,10 @@ from safetensors import SafetensorError, safe_open
 
 from dllm.models.config import ArchConfig
 from dllm.models.placement import checkpoint_dtype, resolve_device, resolve_dtype
+from dllm.models.prepack import check_prepack, prepack_linears
 from dllm.models.registry import family_for, weight_map
 from dllm.models.transformer import DiffusionTransformer
+from dllm.validation import OptionTypeError
 
 
 class CheckpointError(ValueError):
@@ -121,22 +123,28 @@ def _read_tensor(f, file: Path, name: str) -> torch.Tensor:
 
 
 def load_model(
-    path: str | Path, *, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu"
+    path: str | Path, *, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
+    prepack: bool = False,
 ) -> DiffusionTransformer:
     """Load a LLaDA / Dream (or registered) checkpoint directory for inference.
 
     ``device`` / ``dtype`` may be ``"auto"`` (``dllm.models.placement``); the defaults stay
-    explicit here, ``dllm.load`` is the one that defaults to ``"auto"``."""
+    explicit here, ``dllm.load`` is the one that defaults to ``"auto"``. ``prepack``: reorder
+    the linear weights for oneDNN once (CPU only; ``dllm.models.prepack``)."""
     path = Path(path)
     device = resolve_device(device)
     if dtype != "auto":
         resolve_dtype(dtype)  # a bad dtype fails before the directory is read
+    if not isinstance(prepack, bool):
+        raise OptionTypeError(f"prepack must be True or False, got {prepack!r}")
     raw, cfg = read_config(path)
     try:  # the checkpoint's declared dtype matters only to "auto"
         declared = checkpoint_dtype(raw) if dtype == "auto" else None
     except ValueError as err:
         raise CheckpointError(f"{path / 'config.json'}: {err}") from err
     torch_dtype = resolve_dtype(dtype, device=device, declared=declared)
+    if prepack:
+        check_prepack(device, torch_dtype)
     family = family_for(raw.get("model_type"))
     names = weight_map(family, cfg)
     files = safetensors_files(path)
@@ -155,4 +163,7 @@ def load_model(
     if cfg.tie_embeddings:
         state["lm_head.weight"] = state["embed.weight"]
     model.load_state_dict(state, assign=True, strict=True)
-    return model.eval().requires_grad_(False)
+    model.eval().requires_grad_(False)
+    if prepack:
+        prepack_linears(model)
+    return model

@@ -6,7 +6,9 @@ import argparse
 import dataclasses
 import logging
 
-from dllm.cli_options import add_generation_options, add_model_options, generation_config, positive_int
+from dllm.cli_options import (
+    add_generation_options, add_model_options, generation_config, load_from_args, positive_int,
+)
 from dllm.cli_output import LOGGER_NAME
 
 log = logging.getLogger(LOGGER_NAME)
@@ -37,14 +39,13 @@ def make_scheduler(model, limits):
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    import dllm
     from dllm.serve.app import create_app
     from dllm.serve.protocol import SchedulerLimits
 
     defaults = server_defaults(args)
     limits = SchedulerLimits(max_batch=args.max_batch, max_queue=args.max_queue, continuous=not args.static,
                              forward_overhead_tokens=args.forward_overhead_tokens)
-    model = dllm.load(args.model, device=args.device, dtype=args.dtype)
+    model = load_from_args(args)
     scheduler = make_scheduler(model, limits)
     try:
         app = create_app(model, scheduler, defaults=defaults, served_name=args.served_model_name)

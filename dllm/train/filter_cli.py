@@ -14,7 +14,7 @@ log = logging.getLogger(LOGGER_NAME)
 def cmd_train_filter(args: argparse.Namespace) -> int:
     import torch
 
-    import dllm
+    from dllm.cli_options import load_from_args
     from dllm.cli_output import check_output_dir, progress_bar
     from dllm.data.prompts import default_data_dir
     from dllm.train.learn2pd import FilterTraining, collect_traces, prompts_from_corpus, train_filter
@@ -23,7 +23,7 @@ def cmd_train_filter(args: argparse.Namespace) -> int:
                           seed=args.seed)
     out = check_output_dir(args.out)
     data_dir = Path(args.data) if args.data else default_data_dir()
-    lm = dllm.load(args.model, device=args.device, dtype=args.dtype)
+    lm = load_from_args(args)
     by_length = prompts_from_corpus(lm.encode, data_dir, args.tasks, args.samples, args.seed)
     for gen_length in by_length:
         if gen_length % opts.block_length:
