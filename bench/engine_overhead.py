@@ -8,7 +8,8 @@ threshold 0.9, one thread. The model's forward is wrapped in a timer and a profi
 ``torch.profiler`` (CPU activities), and the share outside the forwards is reported for both
 (the profiler adds a cost to every op, which weighs more on the engine's many small ops, so its
 share is an upper bound). ``--label`` names the run (e.g. before / after a change); results are
-appended to OUT.json and the markdown table is rewritten from all of them.
+appended to OUT.json and the markdown table is rewritten from all of them. ``--prepack`` loads
+the model with ``prepack=True`` (faster forwards, so the same engine time is a larger share).
 """
 from __future__ import annotations
 
@@ -53,13 +54,14 @@ def main() -> None:
     ap.add_argument("--prompt-length", type=int, default=32)
     ap.add_argument("--threshold", type=float, default=0.9)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--prepack", action="store_true", help="load with prepack=True (CPU oneDNN weights)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     G, B = args.gen_length, args.block_length
     config = GenerationConfig(gen_length=G, block_length=B, steps=G // B, cache="dual", policy="threshold",
                               policy_args={"tau": args.threshold}, stop_at_eos=False)
     with tempfile.TemporaryDirectory() as tmp:
-        lm = dllm.load(write_tiny_checkpoint(tmp, "llada", **SHAPE))
+        lm = dllm.load(write_tiny_checkpoint(tmp, "llada", **SHAPE), prepack=args.prepack)
         model = lm.model
         prompt = [[11 + i % 200 for i in range(args.prompt_length)]]
         decode(model, prompt, GenerationConfig(gen_length=B, block_length=B, steps=1, cache="dual",

@@ -23,6 +23,7 @@ import torch
 from dllm.cache.kv import KVBuffers
 from dllm.config import GenerationConfig
 from dllm.kernels import kernel_backend
+from dllm.models.prepack import PrepackedLinear
 from dllm.samplers import make_stopper, make_strategy
 
 MIB = 1 << 20
@@ -70,8 +71,10 @@ class MemoryPlan:
 
 
 def model_bytes(model: torch.nn.Module) -> int:
+    """Parameters and buffers, plus the reordered weight copies of a prepacked model."""
     tensors = list(model.parameters()) + list(model.buffers())
-    return sum(t.numel() * t.element_size() for t in tensors)
+    packed = sum(m.packed_bytes for m in model.modules() if isinstance(m, PrepackedLinear))
+    return sum(t.numel() * t.element_size() for t in tensors) + packed
 
 
 def _itemsize(model) -> int:

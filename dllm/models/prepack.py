@@ -56,6 +56,12 @@ class PrepackedLinear(nn.Module):
         out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, self.in_features), self.packed, bias, "none", [], "")
         return out.view(*x.shape[:-1], self.out_features)
 
+    @property
+    def packed_bytes(self) -> int:
+        """Memory of the reordered copy (oneDNN's layout of the same elements; the memory plan
+        counts it on top of the parameters)."""
+        return self.weight.numel() * self.weight.element_size()
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 

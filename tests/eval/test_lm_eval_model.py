@@ -133,3 +133,16 @@ def test_repeated_requests_sample_anew_and_each_is_a_single_runs_sample(tiny_dir
     assert lm.generate_until([request], disable_tqdm=True) == [first]
     alone = _lm(tiny_dirs["llada"], temperature=1.0, seed=1).generate_until([request], disable_tqdm=True)
     assert alone == [second]
+
+
+def test_prepack_loads_the_prepacked_model_and_batches_as_single_requests(tiny_dirs):
+    from dllm.models.prepack import PrepackedLinear, prepack_unavailable
+
+    if prepack_unavailable():
+        pytest.skip(prepack_unavailable())
+    args = {"policy": "threshold", "tau": 0.5, "cache": "dual", "block_length": 8, "prepack": True}
+    requests = [_gen(p, i) for i, p in enumerate(PROMPTS)]
+    batched = _lm(tiny_dirs["llada"], batch_size=3, **args)
+    assert isinstance(batched.model.lm_head, PrepackedLinear)
+    single = _lm(tiny_dirs["llada"], batch_size=1, **args).generate_until(requests, disable_tqdm=True)
+    assert batched.generate_until(requests, disable_tqdm=True) == single

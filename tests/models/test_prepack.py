@@ -116,3 +116,12 @@ def test_cli_prepack_generates(tiny_dirs, capsys):
     assert json.loads(capsys.readouterr().out)["text"] == json.loads(plain)["text"]
     assert main(["generate", *model, "--prepack", "--dtype", "float16", *gen]) == 2
     assert "float32 or bfloat16" in capsys.readouterr().err
+
+
+def test_memory_plan_counts_the_reordered_copies(tiny_dirs):
+    from dllm.memory import model_bytes
+
+    plain = dllm.load(tiny_dirs["llada"], **CPU).model
+    packed = dllm.load(tiny_dirs["llada"], prepack=True, **CPU).model
+    linear_bytes = sum(m.weight.numel() * 4 for m in plain.modules() if isinstance(m, nn.Linear))
+    assert model_bytes(packed) == model_bytes(plain) + linear_bytes
