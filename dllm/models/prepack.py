@@ -2,9 +2,10 @@
 
 torch's default CPU GEMM for a plain ``nn.Linear`` is slow at the row counts of a decode step (a
 32-token window, a few LM-head rows): on an AMD EPYC core the head of a 16k vocabulary runs at
-25-45 GFLOP/s for 16-32 rows. The same GEMM through oneDNN with the weight reordered ahead of
-time runs at 75-90 (``bench/results/cpu_linear_prepack``). Prepacking does that reorder once,
-at load, for every linear of the model.
+22-31 GFLOP/s for 16-32 rows, and the same GEMM through oneDNN with the weight reordered ahead
+of time at 58-71 (``bench/cpu_linear_prepack.py``; the table is in
+``bench/results/cpu_linear_prepack.md``). Prepacking does that reorder once, at load, for every
+linear of the model.
 
 The result is float rounding away from the unpacked path (another summation order), so it is
 opt-in: the default keeps the GEMMs bit for bit those of the reference implementations. What
