@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 
 import dllm
 from dllm import GenerationConfig
+from dllm.bench.results_store import cpu_model
 from dllm.engine import decode
 from dllm.models.tiny import write_tiny_checkpoint
 
@@ -82,7 +82,7 @@ def main() -> None:
         del model.forward
     row = {"label": args.label, "timer": timer, "profiler": profiled, "gen_length": G, "block_length": B,
            "prompt_length": args.prompt_length, "threshold": args.threshold,
-           "machine": f"{platform.machine()} CPU, {args.threads} thread(s)", "torch": torch.__version__}
+           "prepack": args.prepack, "machine": f"{cpu_model()}, {args.threads} thread(s)", "torch": torch.__version__}
     print(json.dumps(row), flush=True)
     path = args.out.with_suffix(".json")
     rows = json.loads(path.read_text())["rows"] if path.exists() else []

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import platform
+import os
 import statistics
 import sys
 import tempfile
@@ -33,6 +33,7 @@ from safetensors.torch import load_file
 
 from dllm import GenerationConfig, load
 from dllm.bench.forward_timer import ForwardTimer
+from dllm.bench.results_store import cpu_model
 from dllm.engine import decode
 from dllm.models.tiny import write_tiny_checkpoint
 
@@ -162,7 +163,7 @@ def main() -> None:
 
 def write(args, rows: list[dict], params: int) -> None:
     G, B = args.gen_length, args.block_length
-    machine = f"{platform.machine()} CPU, {args.threads} thread(s)"
+    machine = f"{cpu_model()}, {args.threads} thread(s), load average {os.getloadavg()[0]:.1f} at the end"
     setup = {"shape": args.shape, **SHAPES[args.shape], "params": params, "gen_length": G, "block_length": B,
              "prompt_length": args.prompt_length, "reps": args.reps, "machine": machine, "torch": torch.__version__}
     args.out.parent.mkdir(parents=True, exist_ok=True)

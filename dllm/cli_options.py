@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from dllm.api import DiffusionLM
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -137,7 +140,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                         "logits move by float rounding from the default path)")
 
 
-def load_from_args(args: argparse.Namespace, device: str | None = None):
+def load_from_args(args: argparse.Namespace, device: str | None = None) -> DiffusionLM:
     """``dllm.load`` with the options of ``add_model_options``; ``device`` overrides ``--device``
     (torchrun's per-rank device)."""
     import dllm

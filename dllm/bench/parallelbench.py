@@ -27,6 +27,7 @@ from dllm.config import GenerationConfig
 from dllm.data.prompts import TaskSpec, build_messages, load_samples, load_task_configs
 from dllm.engine import check_prompts
 from dllm.models.bundled import model_label
+from dllm.models.prepack import is_prepacked
 from dllm.policies import check_policies
 
 OFFLINE_TASKS = (
@@ -100,10 +101,11 @@ class TaskPlan:
     available: int  # samples in the task's file (or its fresh set)
     fresh: FreshSamples | None = None  # None: the official file
 
-    def fingerprint(self, model: str) -> dict[str, Any]:
-        """What must match for a stored row to count as this pair's result."""
+    def fingerprint(self, model: str, weights: dict[str, Any]) -> dict[str, Any]:
+        """What must match for a stored row to count as this pair's result (``weights``: see
+        ``weights_record``)."""
         key = {"line": self.run.line, "config": _config_dict(self.config), "shots": self.shots,
-               "sample_ids": self.indices, "model": model}
+               "sample_ids": self.indices, "model": model, **weights}
         if self.fresh is not None:
             key["source"] = self.fresh.label
         return key
@@ -217,6 +219,11 @@ def qps(speedup: float, score_: float, baseline: float, gamma: float = 4.0) -> f
     return speedup * (score_ / baseline) ** gamma if baseline else 0.0
 
 
+def weights_record(model) -> dict[str, Any]:
+    """How the weights ran: their dtype and whether they were prepacked (``load(prepack=True)``)."""
+    return {"dtype": str(model.dtype).removeprefix("torch."), "prepack": is_prepacked(model)}
+
+
 def model_name(model: DiffusionLM) -> str:
     path = getattr(model, "path", None)
     return model_label(path) if path else type(model).__name__
@@ -253,10 +260,10 @@ def run_parallelbench(model: DiffusionLM, data_dir: Path, runs: list[Run], *, ta
     if plans is None:
         plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=shots, limit=limit, batch_size=batch_size,
                                    fresh=fresh)
-    name = model_name(model)
+    name, weights = model_name(model), weights_record(model.model)
     pending, done = [], 0
     for plan in plans:
-        if store.finished(plan.run.name, plan.spec.name, plan.fingerprint(name)) is None:
+        if store.finished(plan.run.name, plan.spec.name, plan.fingerprint(name, weights)) is None:
             pending.append(plan)
         else:
             done += len(plan.samples)
@@ -268,7 +275,7 @@ def run_parallelbench(model: DiffusionLM, data_dir: Path, runs: list[Run], *, ta
         for plan in pending:
             progress.set_postfix_str(f"{plan.run.name} {plan.spec.name}", refresh=False)
             row = evaluate_task(model, plan, batch_size=batch_size, store=store, progress=progress)
-            row["model"] = name
+            row.update(model=name, **weights)
             store.add(row)
             store.write_summary(summarize(store.rows))
     summary = summarize(store.rows)

@@ -22,6 +22,20 @@ from typing import Any
 from dllm.cli_output import check_output_dir
 
 SUMMARY = "summary.json"
+# fingerprint keys that rows written before they existed lack, and the value those rows had
+LEGACY_DEFAULTS = {"dtype": "float32", "prepack": False}
+
+
+def cpu_model() -> str:
+    """The CPU's model name where Linux says it (``platform.processor()`` is often empty), else
+    the architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or f"{platform.machine()} CPU"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -89,7 +103,7 @@ def run_metadata(*, model: str, data_dir: Path, device: str) -> dict[str, Any]:
         "command": " ".join([_program(), *sys.argv[1:]]),
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"system": platform.system(), "machine": platform.machine(),
-                    "processor": platform.processor() or None, "cpu_count": os.cpu_count(),
+                    "processor": cpu_model(), "cpu_count": os.cpu_count(),
                     "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
                     "torch": torch.__version__, "device": device},
     }
@@ -119,7 +133,7 @@ class ResultStore:
         made with other options (a rerun must not mix two settings under one run name)."""
         for row in self.rows:
             if row["run"] == run and row["task"] == task:
-                stored = {k: row.get(k) for k in fingerprint}
+                stored = {k: row.get(k, LEGACY_DEFAULTS.get(k)) for k in fingerprint}
                 if stored != _normalized(fingerprint):
                     changed = sorted(k for k in fingerprint if stored[k] != _normalized(fingerprint)[k])
                     raise ValueError(

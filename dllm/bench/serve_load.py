@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dllm.cli_output import LOGGER_NAME
@@ -343,7 +343,8 @@ def run(args: argparse.Namespace) -> int:
 
     out_dir = check_output_dir(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"model": args.model or "bundled", "device": args.device, "max_batch": args.max_batch, "max_queue": args.max_queue,
+    meta = {"model": args.model or "bundled", "device": args.device, "dtype": args.dtype, "prepack": args.prepack,
+            "max_batch": args.max_batch, "max_queue": args.max_queue,
             "max_tokens": args.max_tokens, "block_length": args.block_length, "policy": args.policy, "cache": args.cache,
             "policy_args": args.policy_arg or [], "seed": args.seed, "cpu_threads": os.environ.get("OMP_NUM_THREADS"),
             "forward_overhead_tokens": args.forward_overhead_tokens, "load_average_before": os.getloadavg()}

@@ -57,7 +57,8 @@ class DllmLM(LM):
                               prepack=self.options.prepack)
         self.model, self.tokenizer = self.dllm.model, self.dllm.tokenizer
         run = {"model": str(self.dllm.path), "dtype": self.options.dtype, "config": _config_dict(self.config),
-               "mc_num": self.options.mc_num, "greedy_check": self.options.greedy_check}
+               "mc_num": self.options.mc_num, "greedy_check": self.options.greedy_check,
+               **({"prepack": True} if self.options.prepack else {})}  # default runs keep their records
         self.records = RequestRecords(self.options.save_dir, self._rank, fingerprint(run))
         self._warned: set[str] = set()
 

@@ -31,9 +31,15 @@ def prepack_unavailable() -> str | None:
     """None when this torch can prepack linears, else why not."""
     if not torch.backends.mkldnn.is_available():
         return f"torch {torch.__version__} was built without oneDNN (mkldnn)"
-    if not hasattr(torch.ops.mkldnn, "_linear_pointwise") or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+    ops = ("_linear_pointwise", "_reorder_linear_weight", "_nbytes")
+    if not all(hasattr(torch.ops.mkldnn, op) for op in ops):
         return f"torch {torch.__version__} has no oneDNN prepacked linear ops"
     return None
+
+
+def is_prepacked(model: nn.Module) -> bool:
+    """Whether ``model`` runs prepacked linears (results record it beside the dtype)."""
+    return any(isinstance(m, PrepackedLinear) for m in model.modules())
 
 
 class PrepackedLinear(nn.Module):
@@ -45,23 +51,25 @@ class PrepackedLinear(nn.Module):
         self.weight = linear.weight  # the same Parameter: tied weights and state_dict keys unchanged
         self.bias = linear.bias
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), ROWS_HINT)
+        self.packed_dtype = linear.weight.dtype  # what the copy holds, whatever .to() does to weight later
 
     def forward(self, x: Tensor) -> Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             raise RuntimeError("a prepacked model is for inference and has no gradients; "
                                "load it without prepack=True to train or to take gradients")
-        if x.device.type != "cpu" or x.dtype != self.weight.dtype:
-            raise RuntimeError(f"prepacked weights are {self.weight.dtype} on the CPU, got input {x.dtype} on "
-                               f"{x.device}; load the model again (prepack=False) to move or cast it")
+        if x.device.type != "cpu" or x.dtype != self.packed_dtype or self.weight.dtype != self.packed_dtype:
+            raise RuntimeError(f"prepacked weights are {self.packed_dtype} on the CPU, got input {x.dtype} on "
+                               f"{x.device}; load the model again (with the dtype and device wanted) to move "
+                               "or cast it")
         bias = None if self.bias is None else self.bias.detach()
         out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, self.in_features), self.packed, bias, "none", [], "")
         return out.view(*x.shape[:-1], self.out_features)
 
     @property
     def packed_bytes(self) -> int:
-        """Memory of the reordered copy (oneDNN's layout of the same elements; the memory plan
-        counts it on top of the parameters)."""
-        return self.weight.numel() * self.weight.element_size()
+        """Memory of the reordered copy, padding of oneDNN's blocked layout included (the memory
+        plan counts it on top of the parameters)."""
+        return torch.ops.mkldnn._nbytes(self.packed)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
@@ -78,6 +86,9 @@ def check_prepack(device: torch.device, dtype: torch.dtype) -> None:
     if dtype not in PACKED_DTYPES:
         raise ValueError(f"prepack=True takes float32 or bfloat16 weights, not {dtype}; "
                          "pass dtype='float32' or 'bfloat16', or leave prepack off")
+    if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        raise ValueError("prepack=True with bfloat16 needs a CPU with oneDNN bfloat16 support, which this one "
+                         "lacks; pass dtype='float32' or leave prepack off")
 
 
 def prepack_linears(model: nn.Module) -> int:
@@ -85,8 +96,8 @@ def prepack_linears(model: nn.Module) -> int:
     (in place); returns how many."""
     linears = [(parent, name, child) for parent in model.modules()
                for name, child in parent.named_children() if isinstance(child, nn.Linear)]
-    for _, _, linear in linears:
-        check_prepack(linear.weight.device, linear.weight.dtype)
+    for device, dtype in {(linear.weight.device, linear.weight.dtype) for _, _, linear in linears}:
+        check_prepack(device, dtype)
     for parent, name, linear in linears:
         setattr(parent, name, PrepackedLinear(linear))
     return len(linears)

@@ -183,3 +183,20 @@ def test_progress_bar_only_for_a_terminal(monkeypatch):
     assert not show_progress(quiet=True)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     assert not show_progress(quiet=False)
+
+
+def test_rows_record_the_weights_and_a_prepacked_rerun_is_refused(model, tmp_path):
+    """A stored row says how its weights ran; rows written before that record count as float32,
+    not prepacked, and a prepacked model does not resume from them."""
+    _bench(model, tmp_path, runs=(K1,))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert {(r["dtype"], r["prepack"]) for r in summary["rows"]} == {("float32", False)}
+    for row in summary["rows"]:  # as rows were written before the weights were recorded
+        del row["dtype"], row["prepack"]
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    counting = CountingModel(model)
+    _bench(counting, tmp_path, runs=(K1,))
+    assert counting.calls == 0
+    packed = dllm.load(model.path, device="cpu", dtype="float32", prepack=True)
+    with pytest.raises(ValueError, match="made with other prepack"):
+        _bench(packed, tmp_path, runs=(K1,))
