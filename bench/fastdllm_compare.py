@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 from safetensors.torch import load_file
@@ -122,43 +123,54 @@ def main() -> None:
                                       remasking="low_confidence", mask_id=mask_id, **theirs)
                     return out[0, len(prompt):], nfe
 
-                # one rotation per repetition: each dllm variant, then Fast-dLLM
-                runners = [(variant, lms[variant].model, dllm_runner(lms[variant].model)) for variant in args.variants]
-                runners.append(("fastdllm", reference, run_fastdllm))
-                for _, _, runner in runners:
-                    runner()  # warm-up
-                seconds = {side: [] for side, _, _ in runners}
-                forward_s = {side: [] for side, _, _ in runners}
-                tokens, nfe = {}, {}
-                same = {variant: True for variant in args.variants}
-                for _ in range(args.reps):
-                    for side, model, runner in runners:
-                        with ForwardTimer(model) as timer:
-                            t = time.perf_counter()
-                            tokens[side], nfe[side] = runner()
-                            seconds[side].append(time.perf_counter() - t)
-                        forward_s[side].append(sum(r.seconds for r in timer.records()))
-                    for variant in args.variants:
-                        same[variant] &= torch.equal(tokens[variant], tokens["fastdllm"])
-                theirs_s, theirs_f = seconds["fastdllm"], forward_s["fastdllm"]
+                runners = {variant: (lms[variant].model, dllm_runner(lms[variant].model)) for variant in args.variants}
+                runners["fastdllm"] = (reference, run_fastdllm)
+                seconds, forward_s, nfe, same = rotate(runners, args.reps)
                 for variant in args.variants:
-                    ours_s, ours_f = seconds[variant], forward_s[variant]
-                    ratios = [b / a for a, b in zip(ours_s, theirs_s)]
                     row = {"cache": mode, "policy": name, "dllm": variant,
-                           "nfe_dllm": nfe[variant], "nfe_fastdllm": nfe["fastdllm"],
-                           "tokens_identical": bool(same[variant]),
-                           "dllm_tokens_per_s": G / statistics.median(ours_s),
-                           "fastdllm_tokens_per_s": G / statistics.median(theirs_s),
-                           "speedup_median": statistics.median(ratios), "speedup_min": min(ratios),
-                           "speedup_max": max(ratios),
-                           "dllm_in_forwards": statistics.median(f / t for f, t in zip(ours_f, ours_s)),
-                           "fastdllm_in_forwards": statistics.median(f / t for f, t in zip(theirs_f, theirs_s)),
-                           "forward_speedup": statistics.median(b / a for a, b in zip(ours_f, theirs_f)),
-                           "dllm_seconds": ours_s, "fastdllm_seconds": theirs_s,
-                           "dllm_forward_seconds": ours_f, "fastdllm_forward_seconds": theirs_f}
+                           **comparison(variant, G, seconds, forward_s, nfe, same[variant])}
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if not k.endswith("seconds")}), flush=True)
                 write(args, rows, params)  # after every row: a long run leaves what it measured
+
+
+def rotate(runners: dict[str, tuple[torch.nn.Module, Callable]], reps: int):
+    """Run every side once (warm-up), then ``reps`` rotations in order (each dllm variant, then
+    ``"fastdllm"``), timing each run and its model's forwards. Returns per side the run times, the
+    forward times and the NFE, and per dllm variant whether its tokens always equalled Fast-dLLM's."""
+    for _, runner in runners.values():
+        runner()
+    seconds = {side: [] for side in runners}
+    forward_s = {side: [] for side in runners}
+    tokens, nfe = {}, {}
+    variants = [side for side in runners if side != "fastdllm"]
+    same = dict.fromkeys(variants, True)
+    for _ in range(reps):
+        for side, (model, runner) in runners.items():
+            with ForwardTimer(model) as timer:
+                start = time.perf_counter()
+                tokens[side], nfe[side] = runner()
+                seconds[side].append(time.perf_counter() - start)
+            forward_s[side].append(sum(r.seconds for r in timer.records()))
+        for variant in variants:
+            same[variant] &= torch.equal(tokens[variant], tokens["fastdllm"])
+    return seconds, forward_s, nfe, same
+
+
+def comparison(variant: str, gen_length: int, seconds: dict, forward_s: dict, nfe: dict, same: bool) -> dict:
+    """One dllm variant against Fast-dLLM: tokens/s, per-pair speedups, forward shares."""
+    ours_s, ours_f = seconds[variant], forward_s[variant]
+    theirs_s, theirs_f = seconds["fastdllm"], forward_s["fastdllm"]
+    ratios = [b / a for a, b in zip(ours_s, theirs_s)]
+    return {"nfe_dllm": nfe[variant], "nfe_fastdllm": nfe["fastdllm"], "tokens_identical": bool(same),
+            "dllm_tokens_per_s": gen_length / statistics.median(ours_s),
+            "fastdllm_tokens_per_s": gen_length / statistics.median(theirs_s),
+            "speedup_median": statistics.median(ratios), "speedup_min": min(ratios), "speedup_max": max(ratios),
+            "dllm_in_forwards": statistics.median(f / t for f, t in zip(ours_f, ours_s)),
+            "fastdllm_in_forwards": statistics.median(f / t for f, t in zip(theirs_f, theirs_s)),
+            "forward_speedup": statistics.median(b / a for a, b in zip(ours_f, theirs_f)),
+            "dllm_seconds": ours_s, "fastdllm_seconds": theirs_s,
+            "dllm_forward_seconds": ours_f, "fastdllm_forward_seconds": theirs_f}
 
 
 def write(args, rows: list[dict], params: int) -> None:

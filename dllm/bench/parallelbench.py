@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torch import nn
 from tqdm import tqdm
 
 from dllm.api import DiffusionLM
@@ -219,7 +220,7 @@ def qps(speedup: float, score_: float, baseline: float, gamma: float = 4.0) -> f
     return speedup * (score_ / baseline) ** gamma if baseline else 0.0
 
 
-def weights_record(model) -> dict[str, Any]:
+def weights_record(model: nn.Module) -> dict[str, Any]:
     """How the weights ran: their dtype and whether they were prepacked (``load(prepack=True)``)."""
     return {"dtype": str(model.dtype).removeprefix("torch."), "prepack": is_prepacked(model)}
 
