@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m dllm.demo
+	$(PY) -m dllm.cli.demo
 
 test: $(STAMP)
 	$(PY) -m pytest

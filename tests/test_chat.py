@@ -7,7 +7,7 @@ import io
 import pytest
 
 import dllm
-from dllm.chat import MASK_GLYPH, run_chat
+from dllm.cli.chat import MASK_GLYPH, run_chat
 from dllm.cli import main
 
 GEN = dict(gen_length=16, block_length=8)

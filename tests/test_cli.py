@@ -49,7 +49,7 @@ def test_bad_option_is_a_clear_error(tiny_dirs):
 # --- prompts files ------------------------------------------------------------------------
 
 from dllm.cli import build_parser, main  # noqa: E402
-from dllm.cli_prompts import read_prompts  # noqa: E402
+from dllm.cli.prompts import read_prompts  # noqa: E402
 
 GEN = ["--gen-length", "8", "--block-length", "8", "--steps", "8"]
 
@@ -190,7 +190,7 @@ def test_quiet_hides_diagnostics_and_verbosity_works_on_every_command(tiny_dirs,
 
 
 def test_progress_bar_only_on_a_terminal_without_quiet(monkeypatch):
-    from dllm.cli_output import progress_bar
+    from dllm.cli.output import progress_bar
 
     monkeypatch.setattr("sys.stderr.isatty", lambda: True, raising=False)
     assert not progress_bar(3, desc="x", quiet=False).disable
@@ -264,7 +264,7 @@ def test_throughput_keeps_finished_batches_when_a_later_one_fails(tmp_path):
     from types import SimpleNamespace
 
     from dllm.bench.throughput import _decode_share
-    from dllm.cli_output import progress_bar
+    from dllm.cli.output import progress_bar
 
     class FailsOnSecondBatch:
         calls = 0

@@ -33,7 +33,7 @@ def test_request_options_give_the_api_rows_with_finish_reasons(lm, capsys):
 
 def test_max_tokens_sizes_the_canvas_with_the_given_block_length():
     from dllm.cli import build_parser
-    from dllm.cli_options import generation_config
+    from dllm.cli.options import generation_config
 
     for argv, expected in ((["--max-tokens", "12"], (12, 12, 12)),
                            (["--max-tokens", "12", "--block-length", "8"], (16, 8, 16)),

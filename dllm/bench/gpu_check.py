@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from dllm.cli_options import HelpFormatter, parse_kv, positive_float, positive_int
-from dllm.cli_output import LOGGER_NAME, check_output_dir, configure_logging
+from dllm.cli.options import HelpFormatter, parse_kv, positive_float, positive_int
+from dllm.cli.output import LOGGER_NAME, check_output_dir, configure_logging
 
 log = logging.getLogger(LOGGER_NAME)
 REPO = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
-from dllm.cli_options import load_from_args, parse_kv, positive_int
-from dllm.cli_output import check_output_dir, show_progress
+from dllm.cli.options import load_from_args, parse_kv, positive_int
+from dllm.cli.output import check_output_dir, show_progress
 
 
 class _PolicyAction(argparse.Action):
@@ -105,7 +105,7 @@ def cmd_parallelbench(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from dllm.cli_options import add_model_options
+    from dllm.cli.options import add_model_options
 
     p = sub.add_parser("parallelbench", help="ParallelBench quality against TPF",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dllm.cli_output import check_output_dir
+from dllm.cli.output import check_output_dir
 
 SUMMARY = "summary.json"
 # fingerprint keys that rows written before they existed lack, and the value those rows had

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dllm.cli_output import LOGGER_NAME
+from dllm.cli.output import LOGGER_NAME
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -219,7 +219,7 @@ def request_bodies(args: argparse.Namespace, count: int, seed: int) -> list[dict
     pool = bench_prompts(args.prompt_pool, seed)
     options = {"block_length": args.block_length, "policy": args.policy, "cache": args.cache}
     if args.policy_arg:
-        from dllm.cli_options import parse_kv
+        from dllm.cli.options import parse_kv
 
         options["policy_args"] = parse_kv(args.policy_arg)
     return [{"prompt": rng.choice(pool), "max_tokens": rng.choice(args.max_tokens), **options} for _ in range(count)]
@@ -246,7 +246,7 @@ def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
 def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
     """``args.soak`` requests, a share cancelled at random; completed tokens against single runs;
     the server's RSS sampled as it goes."""
-    from dllm.cli_options import load_from_args
+    from dllm.cli.options import load_from_args
 
     bodies = request_bodies(args, args.soak, args.seed)
     rss: list[tuple[float, float]] = []
@@ -339,7 +339,7 @@ def plot_rss(rss: list[tuple[float, float]], path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dllm.cli_output import check_output_dir
+    from dllm.cli.output import check_output_dir
 
     out_dir = check_output_dir(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -393,7 +393,7 @@ def _modes(text: str) -> list[str]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from dllm.cli_options import add_model_options, positive_float, positive_int
+    from dllm.cli.options import add_model_options, positive_float, positive_int
     from dllm.serve.cli import non_negative_float
 
     p = sub.add_parser("serve", help="load generator for dllm serve: Poisson arrivals, continuous vs static batching")

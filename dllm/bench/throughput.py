@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from dllm.cli_output import LOGGER_NAME
+from dllm.cli.output import LOGGER_NAME
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -48,9 +48,9 @@ def _decode_share(model, ids: list[list[int]], prompts: list, indices: list[int]
 def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
-    from dllm.cli_options import generation_config, load_from_args
-    from dllm.cli_output import check_output_dir, progress_bar
-    from dllm.cli_prompts import check_prompt_lengths, read_prompts
+    from dllm.cli.options import generation_config, load_from_args
+    from dllm.cli.output import check_output_dir, progress_bar
+    from dllm.cli.prompts import check_prompt_lengths, read_prompts
     from dllm.parallel.dist import init_distributed, leave_together
 
     # every input check that needs no model, on every rank, before the process group forms
@@ -136,7 +136,7 @@ def report(everything: list[dict], args: argparse.Namespace, config, out: Path) 
 
 
 def register(sub) -> None:
-    from dllm.cli_options import add_generation_options, add_model_options, positive_float, positive_int
+    from dllm.cli.options import add_generation_options, add_model_options, positive_float, positive_int
 
     p = sub.add_parser("throughput", help="multi-process throughput (run under torchrun)")
     add_model_options(p)

@@ -6,10 +6,10 @@ import argparse
 import dataclasses
 import logging
 
-from dllm.cli_options import (
+from dllm.cli.options import (
     add_generation_options, add_model_options, generation_config, load_from_args, positive_int,
 )
-from dllm.cli_output import LOGGER_NAME
+from dllm.cli.output import LOGGER_NAME
 
 log = logging.getLogger(LOGGER_NAME)
 

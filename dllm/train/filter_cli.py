@@ -6,7 +6,7 @@ import json
 import logging
 from pathlib import Path
 
-from dllm.cli_output import LOGGER_NAME
+from dllm.cli.output import LOGGER_NAME
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -14,8 +14,8 @@ log = logging.getLogger(LOGGER_NAME)
 def cmd_train_filter(args: argparse.Namespace) -> int:
     import torch
 
-    from dllm.cli_options import load_from_args
-    from dllm.cli_output import check_output_dir, progress_bar
+    from dllm.cli.options import load_from_args
+    from dllm.cli.output import check_output_dir, progress_bar
     from dllm.data.prompts import default_data_dir
     from dllm.train.learn2pd import FilterTraining, collect_traces, prompts_from_corpus, train_filter
 
@@ -50,7 +50,7 @@ def cmd_train_filter(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from dllm.cli_options import add_model_options, positive_int
+    from dllm.cli.options import add_model_options, positive_int
 
     p = sub.add_parser("train-filter", help="train a Learn2PD filter for a model")
     add_model_options(p)

@@ -176,7 +176,7 @@ def test_plan_has_one_entry_per_run_and_task():
 
 
 def test_progress_bar_only_for_a_terminal(monkeypatch):
-    from dllm.cli_output import show_progress
+    from dllm.cli.output import show_progress
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert show_progress(quiet=False)

@@ -153,7 +153,7 @@ def test_unknown_cache_option(tiny_models):
 
 def test_cli_cache_args_reach_the_config():
     from dllm.cli import build_parser
-    from dllm.cli_options import generation_config
+    from dllm.cli.options import generation_config
 
     args = build_parser().parse_args(["generate", "hi", "--cache", "dual", "--sub-block-length", "4",
                                       "--block-length", "8", "--gen-length", "16",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import dllm
-from dllm.cli import _subcommands, build_parser
+from dllm.cli.main import _subcommands, build_parser
 from dllm.models import CheckpointError
 from dllm.models.placement import auto_device, checkpoint_dtype, resolve_device, resolve_dtype
 

@@ -1,0 +1,8 @@
+"""The command line: ``dllm generate | chat | serve | models | bench ... | train-filter``.
+
+main.py builds the parser and runs a command; options.py, prompts.py and output.py are the
+helpers every command shares; chat.py, demo.py and models.py are commands of their own.
+"""
+from dllm.cli.main import build_parser, main
+
+__all__ = ["build_parser", "main"]
