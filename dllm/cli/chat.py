@@ -14,8 +14,8 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
-from dllm.cli_options import parse_kv
-from dllm.cli_output import LOGGER_NAME
+from dllm.cli.options import parse_kv
+from dllm.cli.output import LOGGER_NAME
 from dllm.config import GenerationConfig
 from dllm.request import merge_config
 

@@ -12,12 +12,12 @@ import os
 import sys
 from typing import Iterator, Sequence
 
-from dllm.cli_options import (
+from dllm.cli.options import (
     HelpFormatter, add_generation_options, add_model_options, add_request_options, add_verbosity_options,
     generation_config, load_from_args, output_request, positive_int,
 )
-from dllm.cli_output import LOGGER_NAME, configure_logging, progress_bar
-from dllm.cli_prompts import PromptLine, check_prompt_lengths, read_prompts
+from dllm.cli.output import LOGGER_NAME, configure_logging, progress_bar
+from dllm.cli.prompts import PromptLine, check_prompt_lengths, read_prompts
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -56,7 +56,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from dllm.chat import HELP, run_chat
+    from dllm.cli.chat import HELP, run_chat
 
     config = generation_config(args)  # validate before loading anything
     model = load_from_args(args)
@@ -133,7 +133,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentP
 def _extra_commands():
     """Subcommands contributed by other modules (bench, training of filters)."""
     from dllm.bench.cli import register_bench
-    from dllm.models_cli import register as register_models
+    from dllm.cli.models import register as register_models
     from dllm.serve.cli import register as register_serve
     from dllm.train.filter_cli import register as register_train_filter
 

@@ -1,6 +1,6 @@
 """Command-line option helpers shared by every command that loads a model or decodes.
 
-Commands (``dllm/cli.py``, ``dllm/bench/*``, ``dllm/train/filter_cli.py``) import from here;
+Commands (``dllm/cli/main.py``, ``dllm/bench/*``, ``dllm/train/filter_cli.py``) import from here;
 this module imports nothing of theirs, so the command layer sits above the library.
 """
 from __future__ import annotations
