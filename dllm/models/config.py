@@ -32,6 +32,9 @@ class ArchConfig:
     attention: str = "bidirectional"
     block_size: int = 0  # block-causal models only
     head_dim: int = field(default=0)
+    qk_norm: bool = False  # per-head RMSNorm on q and k before RoPE (Qwen3 / SDAR, LLaDA2, LLaDA-MoE)
+    rotary_dim: int = 0  # leading dims of each head that RoPE rotates; 0 = the whole head
+    o_bias: bool = False  # bias on the attention output projection
 
     def __post_init__(self) -> None:
         for name, annotation in field_types(ArchConfig).items():  # e.g. "n_heads": "32" in config.json
@@ -45,6 +48,13 @@ class ArchConfig:
             if self.d_model % self.n_heads:
                 raise ValueError(f"d_model={self.d_model} is not a multiple of n_heads={self.n_heads}")
             self.head_dim = self.d_model // self.n_heads
+        if self.rotary_dim == 0:
+            self.rotary_dim = self.head_dim
+        if not (0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0):
+            raise ValueError(
+                f"rotary_dim={self.rotary_dim} must be even and within head_dim={self.head_dim}; "
+                "fix partial_rotary_factor / rotary_dim in config.json"
+            )
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}; "

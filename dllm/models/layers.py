@@ -1,7 +1,8 @@
 """Building blocks shared by every model family: RMSNorm, RoPE, attention, SwiGLU MLP.
 
-The families (LLaDA, Dream, block-diffusion Qwen2) differ only in weight names, config keys and
-the attributes the engine reads; the math lives here once.
+The families (LLaDA, Dream, block-diffusion Qwen2, SDAR, LLaDA2, LLaDA-MoE) differ only in weight
+names, config keys, ArchConfig switches (q/k norm, partial rotary, biases, MoE layers) and the
+attributes the engine reads; the math lives here once (routing in ``moe.py``).
 """
 from __future__ import annotations
 
@@ -46,7 +47,13 @@ def _rotate_half(x: Tensor) -> Tensor:
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, full_precision: bool) -> Tensor:
-    """Rotate x (B, H, T, D). LLaDA rotates in fp32; Dream casts the tables to x's dtype."""
+    """Rotate x (B, H, T, D). LLaDA rotates in fp32; Dream casts the tables to x's dtype.
+
+    Tables narrower than the head (partial rotary, LLaDA2 / LLaDA-MoE) rotate the leading
+    dims only; the rest of each head passes through unchanged."""
+    rotary = cos.shape[-1]
+    if rotary < x.shape[-1]:
+        return torch.cat([apply_rope(x[..., :rotary], cos, sin, full_precision), x[..., rotary:]], dim=-1)
     if full_precision:
         x32 = x.float()
         return (x32 * cos + _rotate_half(x32) * sin).to(x.dtype)
@@ -71,7 +78,10 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(cfg.d_model, q_dim, bias=cfg.qkv_bias)
         self.k_proj = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(cfg.d_model, kv_dim, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(q_dim, cfg.d_model, bias=False)
+        self.o_proj = nn.Linear(q_dim, cfg.d_model, bias=cfg.o_bias)
+        # per-head RMSNorm of q and k (one weight of head_dim shared by the heads), before RoPE
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
 
     def forward(
         self,
@@ -86,8 +96,11 @@ class Attention(nn.Module):
         """(B, T, d_model); with ``rows`` only those queries' outputs (see ``pick_rows``): every
         query's K/V is still computed and written, the output projection skips the rest."""
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, D)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q = apply_rope(q, cos, sin, self.rope_full_precision)
         k = apply_rope(k, cos, sin, self.rope_full_precision)

@@ -6,6 +6,8 @@ from typing import Any
 from dllm.models.config import ArchConfig
 
 MODEL_TYPES = ("llada",)
+ARCHITECTURES = ("LLaDAModelLM",)
+LAYOUT_MARKERS = (r"model\.transformer\.wte\.weight",)
 DEFAULT_MASK_ID = 126336
 
 # checkpoint name -> module name; "{i}" is the layer index. Block-level ff_out is the DOWN

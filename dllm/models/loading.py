@@ -7,6 +7,7 @@ on the meta device (``assign=True``), so the weights are never held twice.
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -15,7 +16,8 @@ from safetensors import SafetensorError, safe_open
 from dllm.models.config import ArchConfig
 from dllm.models.placement import checkpoint_dtype, resolve_device, resolve_dtype
 from dllm.models.prepack import check_prepack, prepack_linears
-from dllm.models.registry import family_for, weight_map
+from dllm.models.registry import Family, family_of, layouts_found, tensor_sources
+from dllm.models.sources import Piece, assemble, checkpoint_shapes
 from dllm.models.transformer import DiffusionTransformer
 from dllm.validation import OptionTypeError
 
@@ -46,7 +48,10 @@ def read_config(path: Path) -> tuple[dict, ArchConfig]:
             f"no config.json in {path}; pass the directory that holds config.json and *.safetensors"
         )
     raw = read_json_object(config_file)
-    family = family_for(raw.get("model_type"))
+    try:
+        family = family_of(raw)
+    except ValueError as err:
+        raise CheckpointError(f"{config_file}: {err}") from err
     try:
         return raw, family.parse_config(raw)
     except KeyError as err:
@@ -114,11 +119,30 @@ def _check_tensors(files: dict[str, Path], expected: dict[str, tuple[int, ...]])
         )
 
 
-def _read_tensor(f, file: Path, name: str) -> torch.Tensor:
+def _check_layout(family: Family, raw: dict, files: dict[str, Path], expected: dict) -> None:
+    """Weights of another family's layout than config.json says (LLaDA-8B's config with
+    LLaDA-MoE's weights, or the reverse) are named as such, not as a list of missing tensors."""
+    if set(expected) <= set(files):
+        return
+    found = layouts_found(files)
+    if family.name in found or not found:
+        return
+    others = " or ".join(f"{name} (found {hit})" for name, hit in found.items())
+    raise CheckpointError(
+        f"config.json (model_type {raw.get('model_type')!r}, architectures {raw.get('architectures')}) "
+        f"describes a {family.name} checkpoint, but the weights are in the {others} layout. "
+        "Use the config.json that belongs to these weights."
+    )
+
+
+def _read_piece(f, file: Path, piece: Piece) -> torch.Tensor:
     try:
-        return f.get_tensor(name)
+        if piece.rows is None:
+            return f.get_tensor(piece.name)
+        lo, hi = piece.rows
+        return f.get_slice(piece.name)[lo:hi]
     except SafetensorError as err:
-        raise CheckpointError(f"tensor {name} in {file} cannot be read ({err}); the file is damaged: "
+        raise CheckpointError(f"tensor {piece.name} in {file} cannot be read ({err}); the file is damaged: "
                               "download it again or re-export the weights") from err
 
 
@@ -145,21 +169,25 @@ def load_model(
     torch_dtype = resolve_dtype(dtype, device=device, declared=declared)
     if prepack:
         check_prepack(device, torch_dtype)
-    family = family_for(raw.get("model_type"))
-    names = weight_map(family, cfg)
+    family = family_of(raw)
+    sources = tensor_sources(family, cfg)
     files = safetensors_files(path)
     with torch.device("meta"):
         model = DiffusionTransformer(cfg)
     module_shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    _check_tensors(files, {ckpt: module_shapes[mod] for ckpt, mod in names.items()})
+    expected = checkpoint_shapes(sources, module_shapes)
+    _check_layout(family, raw, files, expected)
+    _check_tensors(files, expected)
     state = {}
-    by_file: dict[Path, list[str]] = {}
-    for ckpt in names:
-        by_file.setdefault(files[ckpt], []).append(ckpt)
-    for file, ckpts in by_file.items():
-        with _open_safetensors(file) as f:
-            for ckpt in ckpts:
-                state[names[ckpt]] = _read_tensor(f, file, ckpt).to(device=device, dtype=torch_dtype)
+    with ExitStack() as stack:
+        handles = {file: stack.enter_context(_open_safetensors(file)) for file in sorted(set(files.values()))}
+
+        def read(piece: Piece) -> torch.Tensor:  # cast piece by piece: a stacked tensor is built once
+            file = files[piece.name]
+            return _read_piece(handles[file], file, piece).to(device=device, dtype=torch_dtype)
+
+        for module, src in sources.items():
+            state[module] = assemble(src, read)
     if cfg.tie_embeddings:
         state["lm_head.weight"] = state["embed.weight"]
     model.load_state_dict(state, assign=True, strict=True)

@@ -1,27 +1,50 @@
-"""Model families by config ``model_type``, and the checkpoint-name -> module-name map."""
+"""Model families by config ``model_type`` / ``architectures``, and how each module tensor is
+assembled from checkpoint tensors."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from dllm.models import dream, fast_dllm_v2, llada
+from dllm.models import dream, fast_dllm_v2, llada, sdar
 from dllm.models.config import ArchConfig
+from dllm.models.sources import Source, one
 
 
 @dataclass(frozen=True, slots=True)
 class Family:
+    """One checkpoint format: its config parser and its tensor names.
+
+    ``layer_weights`` / ``global_weights``: checkpoint name -> module name, one to one ("{i}" is
+    the layer index). ``layer_sources(cfg, i)``: module name -> Source for what is not one to
+    one in layer i (a fused projection split by rows, per-expert tensors stacked, layers that
+    differ: dense or MoE). ``architectures``: the config ``architectures`` entries that pick this
+    family when several share a ``model_type`` (LLaDA-8B and LLaDA-MoE both say "llada").
+    ``layout_markers``: regexes that all match some checkpoint name of this layout, used to
+    name the layout of weights that do not fit their config.
+    """
+
     name: str
     model_types: tuple[str, ...]
     parse_config: Callable[[dict[str, Any]], ArchConfig]
     layer_weights: dict[str, str]
     global_weights: dict[str, str]
+    layer_sources: Callable[[ArchConfig, int], dict[str, Source]] | None = None
+    architectures: tuple[str, ...] = ()
+    layout_markers: tuple[str, ...] = ()
+
+
+def _family(name: str, module) -> Family:
+    return Family(name, module.MODEL_TYPES, module.parse_config, module.LAYER_WEIGHTS, module.GLOBAL_WEIGHTS,
+                  getattr(module, "layer_sources", None), getattr(module, "ARCHITECTURES", ()),
+                  getattr(module, "LAYOUT_MARKERS", ()))
 
 
 FAMILIES: dict[str, Family] = {
-    "llada": Family("llada", llada.MODEL_TYPES, llada.parse_config, llada.LAYER_WEIGHTS, llada.GLOBAL_WEIGHTS),
-    "dream": Family("dream", dream.MODEL_TYPES, dream.parse_config, dream.LAYER_WEIGHTS, dream.GLOBAL_WEIGHTS),
-    "fast_dllm_v2": Family("fast_dllm_v2", fast_dllm_v2.MODEL_TYPES, fast_dllm_v2.parse_config,
-                           fast_dllm_v2.LAYER_WEIGHTS, fast_dllm_v2.GLOBAL_WEIGHTS),
+    "llada": _family("llada", llada),
+    "dream": _family("dream", dream),
+    "fast_dllm_v2": _family("fast_dllm_v2", fast_dllm_v2),
+    "sdar": _family("sdar", sdar),
 }
 
 
@@ -30,27 +53,75 @@ def register_family(family: Family) -> None:
     FAMILIES[family.name] = family
 
 
-def family_for(model_type: str | None) -> Family:
-    """The family whose config ``model_type`` matches (case-insensitive), or a clear error."""
+def family_for(model_type: str | None, architectures: Iterable[str] | None = None) -> Family:
+    """The family whose config ``model_type`` matches (case-insensitive), or a clear error.
+
+    Where several families share the model_type, ``architectures`` (config.json's list) picks
+    one; without it the first registered wins (LLaDA-8B for "llada", as before LLaDA-MoE)."""
     key = (model_type or "").lower()
-    for family in FAMILIES.values():
-        if key in family.model_types:
+    candidates = [f for f in FAMILIES.values() if key in f.model_types]
+    if not candidates:
+        known = sorted(t for f in FAMILIES.values() for t in f.model_types)
+        raise ValueError(
+            f"unknown model_type {model_type!r} in config.json; dllm knows {known}. "
+            "Set model_type to one of these if the checkpoint has that architecture."
+        )
+    if len(candidates) == 1 or not architectures:
+        return candidates[0]
+    archs = list(architectures)
+    for family in candidates:
+        if any(a in family.architectures for a in archs):
             return family
-    known = sorted(t for f in FAMILIES.values() for t in f.model_types)
+    known_archs = {f.name: list(f.architectures) for f in candidates}
     raise ValueError(
-        f"unknown model_type {model_type!r} in config.json; dllm knows {known}. "
-        "Set model_type to one of these if the checkpoint has that architecture."
+        f"config.json says model_type {model_type!r} with architectures {archs}, which names none of "
+        f"the families sharing that model_type ({known_archs}); set architectures to the one these "
+        "weights belong to"
     )
 
 
-def weight_map(family: Family, cfg: ArchConfig) -> dict[str, str]:
-    """Every checkpoint tensor name the family expects for cfg, mapped to its module name."""
-    names = {
-        ckpt.format(i=i): module.format(i=i)
-        for i in range(cfg.n_layers)
-        for ckpt, module in family.layer_weights.items()
-    }
+def family_of(raw: dict[str, Any]) -> Family:
+    """The family of a parsed config.json (model_type, then architectures)."""
+    archs = raw.get("architectures")
+    return family_for(raw.get("model_type"), archs if isinstance(archs, list) else None)
+
+
+def tensor_sources(family: Family, cfg: ArchConfig) -> dict[str, Source]:
+    """Module tensor name -> the checkpoint tensors it is assembled from, for every tensor of
+    the model built from cfg (the tied LM head excepted)."""
+    out: dict[str, Source] = {}
+    for i in range(cfg.n_layers):
+        for ckpt, module in family.layer_weights.items():
+            out[module.format(i=i)] = one(ckpt.format(i=i))
+        if family.layer_sources is not None:
+            out.update(family.layer_sources(cfg, i))
     for ckpt, module in family.global_weights.items():
         if not (cfg.tie_embeddings and module == "lm_head.weight"):
-            names[ckpt] = module
-    return names
+            out[module] = one(ckpt)
+    return out
+
+
+def weight_map(family: Family, cfg: ArchConfig) -> dict[str, str]:
+    """Checkpoint name -> module name for the tensors stored one to one (every tensor of the
+    dense families; split or stacked ones are in ``tensor_sources`` only)."""
+    return {src.pieces[0].name: module for module, src in tensor_sources(family, cfg).items()
+            if src.whole}
+
+
+def layouts_found(names: Iterable[str]) -> dict[str, str]:
+    """Family name -> a checkpoint name showing that layout, for every family whose layout
+    markers all match ``names``."""
+    names = list(names)
+    found = {}
+    for family in FAMILIES.values():
+        hits = []
+        for marker in family.layout_markers:
+            pattern = re.compile(marker)
+            hit = next((n for n in names if pattern.fullmatch(n)), None)
+            if hit is None:
+                break
+            hits.append(hit)
+        else:
+            if hits:
+                found[family.name] = hits[0]
+    return found

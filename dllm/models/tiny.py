@@ -13,7 +13,9 @@ import torch
 from safetensors.torch import save_file
 
 from dllm.data.bpe import save_tokenizer_dir, train_bpe
-from dllm.models.registry import FAMILIES, weight_map
+from dllm.models import tiny_formats
+from dllm.models.registry import FAMILIES, tensor_sources
+from dllm.models.sources import to_checkpoint
 
 LLADA_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}"
@@ -49,9 +51,12 @@ CHAT_TEMPLATES = {"llada": LLADA_CHAT_TEMPLATE, "dream": CHATML_TEMPLATE}
 
 
 def _tokenizer(family: str, out: Path):
-    tok = train_bpe(_CORPUS * 4, vocab_size=300, special_tokens=_SPECIALS[family])
-    special = SPECIAL_ROLES[family]
-    save_tokenizer_dir(tok, out, special=special, chat_template=CHAT_TEMPLATES[family])
+    if family in tiny_formats.TOKENIZER_LAYOUTS:
+        specials, special, template = tiny_formats.TOKENIZER_LAYOUTS[family]
+    else:
+        specials, special, template = _SPECIALS[family], SPECIAL_ROLES[family], CHAT_TEMPLATES[family]
+    tok = train_bpe(_CORPUS * 4, vocab_size=300, special_tokens=specials)
+    save_tokenizer_dir(tok, out, special=special, chat_template=template)
     return tok, special
 
 
@@ -100,44 +105,69 @@ def write_tiny_checkpoint(
     num_shards: int = 1,
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
-    block_size: int = 8,
+    block_size: int = 0,
+    n_experts: int = 4,
+    top_k: int = 2,
+    expert_hidden: int = 32,
 ) -> Path:
-    """Write a random ``family`` checkpoint (config.json, safetensors, tokenizer) to out_dir."""
-    if family not in ("llada", "dream", "fast_dllm_v2"):
-        raise ValueError(f"tiny checkpoints exist for 'llada', 'dream' and 'fast_dllm_v2', not {family!r}")
+    """Write a random ``family`` checkpoint (config.json, safetensors, tokenizer) to out_dir.
+
+    ``block_size``: block-causal families only (0: the family's default: 8 for the tiny
+    Fast-dLLM v2, SDAR's 4). ``n_experts`` / ``top_k`` / ``expert_hidden``: MoE families only
+    (LLaDA2: layer 0 dense, one shared expert; LLaDA-MoE: every layer MoE, a shared expert)."""
+    if family not in FAMILIES or family not in ("llada", "dream", "fast_dllm_v2", *tiny_formats.TOKENIZER_LAYOUTS):
+        raise ValueError(f"tiny checkpoints exist for 'llada', 'dream', 'fast_dllm_v2' and "
+                         f"{sorted(tiny_formats.TOKENIZER_LAYOUTS)}, not {family!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if n_kv_heads is None:
-        n_kv_heads = n_heads if family == "llada" else max(1, n_heads // 2)
-    qwen = family != "llada"
-    tok, special = _tokenizer("dream" if qwen else "llada", out)
-    raw = _config("dream" if qwen else "llada", tok, special, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-                  n_kv_heads=n_kv_heads, mlp_hidden=mlp_hidden, vocab_size=vocab_size,
-                  max_len=max_len)
+        n_kv_heads = n_heads if family in ("llada", "llada_moe") else max(1, n_heads // 2)
+    layout = family if family in tiny_formats.TOKENIZER_LAYOUTS else "llada" if family == "llada" else "dream"
+    tok, special = _tokenizer(layout, out)
+    sizes = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, mlp_hidden=mlp_hidden)
+    vocab = max(vocab_size, tok.get_vocab_size())
+    ids = {k: tok.token_to_id(v) for k, v in special.items()}
+    moe = dict(n_experts=n_experts, top_k=top_k, expert_hidden=expert_hidden)
+    if family == "sdar":
+        raw = tiny_formats.sdar_config(ids, **sizes, vocab=vocab, max_len=max_len, block_size=block_size or 4)
+    elif family == "llada2_moe":
+        raw = tiny_formats.llada2_config(ids, **sizes, vocab=vocab, max_len=max_len, **moe)
+    elif family == "llada_moe":
+        raw = tiny_formats.llada_moe_config(ids, **sizes, vocab=vocab, max_len=max_len, **moe)
+    else:
+        raw = _config(layout, tok, special, **sizes, vocab_size=vocab_size, max_len=max_len)
     if family == "fast_dllm_v2":
-        raw.update(model_type="Fast_dLLM_Qwen", architectures=["Fast_dLLM_QwenForCausalLM"], bd_size=block_size)
+        raw.update(model_type="Fast_dLLM_Qwen", architectures=["Fast_dLLM_QwenForCausalLM"], bd_size=block_size or 8)
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
     fam = FAMILIES[family]
     cfg = fam.parse_config(raw)
+    sources = tensor_sources(fam, cfg)
+    _save(to_checkpoint(sources, _random_state(cfg, list(sources), seed, dtype)), out, num_shards)
+    return out
+
+
+def _random_state(cfg, modules: list[str], seed: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Random module tensors, drawn in ``modules`` order (checkpoint order, so the dense
+    families' tiny checkpoints stay as they were): norms near 1, small biases, unit embeddings,
+    projections scaled so that random logits are peaked enough to avoid near-ties."""
     from dllm.models.transformer import DiffusionTransformer
 
     with torch.device("meta"):
         shapes = {k: v.shape for k, v in DiffusionTransformer(cfg).state_dict().items()}
     gen = torch.Generator().manual_seed(seed)
-    tensors = {}
-    for ckpt, module in weight_map(fam, cfg).items():
+    state = {}
+    for module in modules:
         shape = shapes[module]
         if module.endswith("norm.weight"):
             t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
-        elif module.endswith("bias"):
+        elif module.endswith("bias"):  # q/k/v/o biases and MoE routing biases
             t = 0.1 * torch.randn(shape, generator=gen)
         elif module == "embed.weight":
             t = torch.randn(shape, generator=gen)
-        else:  # scaled so that random logits are peaked enough to avoid near-ties
+        else:
             t = torch.randn(shape, generator=gen) * (1.5 / math.sqrt(shape[-1]))
-        tensors[ckpt] = t.to(dtype).contiguous()
-    _save(tensors, out, num_shards)
-    return out
+        state[module] = t.to(dtype).contiguous()
+    return state
 
 
 def _save(tensors: dict[str, torch.Tensor], out: Path, num_shards: int) -> None:

@@ -82,7 +82,7 @@ class DiffusionTransformer(nn.Module):
         skip the same work too and their logits are left at zero (the engine passes it on a CPU,
         where these FLOPs are time).
         """
-        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
+        cos, sin = rope_cos_sin(position_ids, self.config.rotary_dim, self.config.rope_theta)
         x = self.embed(input_ids)  # (B, T, d_model)
         lo, hi = (0, input_ids.shape[1]) if logits_for is None else logits_for
         rows: Tensor | slice | None = None if logits_for is None else slice(lo, hi)
