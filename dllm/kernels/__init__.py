@@ -9,8 +9,9 @@
   dllm is imported (the Triton interpreter then runs the kernel); never a silent fallback, it
   raises when triton is missing or the interpreter is off.
 
-``CALL_COUNTS`` counts calls per kernel (``"confidence_stats"``) and per kernel and backend
-(``"confidence_stats:triton"``, ``"confidence_stats:torch"``), so tests can check which ran.
+``CALL_COUNTS`` counts calls per kernel (``"confidence_stats"``, ``"grouped_matmul"``) and per
+kernel and backend (``"confidence_stats:triton"``, ``"grouped_matmul:torch"``, ...), so tests can
+check which ran.
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ import torch
 from torch import Tensor
 
 from dllm.kernels import confidence_stats as _cs
+from dllm.kernels import grouped_matmul as _gm
 from dllm.kernels.confidence_stats import StatsScratch, TokenStats, confidence_stats_torch
+from dllm.kernels.grouped_matmul import grouped_matmul_torch
 
 CALL_COUNTS: Counter = Counter()
 BACKENDS = ("auto", "torch", "triton")
@@ -36,7 +39,7 @@ def _device_type(device) -> str:
 
 
 def kernel_backend(device=None) -> str:
-    """``"triton"`` or ``"torch"``: what ``confidence_stats`` runs for tensors on ``device``
+    """``"triton"`` or ``"torch"``: what the kernels run for tensors on ``device``
     (a device, its type string or a tensor; default: CUDA when available, else CPU).
 
     Raises when ``DLLM_KERNELS`` is invalid or forces triton where it cannot run.
@@ -73,4 +76,18 @@ def confidence_stats(logits: Tensor, *, scratch: StatsScratch | None = None, **k
     return _cs.confidence_stats_torch(logits, scratch=scratch, **kwargs)
 
 
-__all__ = ["BACKENDS", "CALL_COUNTS", "StatsScratch", "TokenStats", "confidence_stats", "confidence_stats_torch", "kernel_backend"]
+def grouped_matmul(x: Tensor, w: Tensor, offsets: Tensor) -> Tensor:
+    """Expert-grouped product through the selected backend: rows of x (N, K) sorted by expert,
+    w (E, N_out, K) one nn.Linear weight per expert, offsets (E + 1,) int the experts' row
+    bounds -> y (N, N_out), ``y[rows of e] = x[rows of e] @ w[e].T``
+    (see ``dllm.kernels.grouped_matmul``). The Triton kernel is one launch for all experts."""
+    backend = kernel_backend(x.device)
+    CALL_COUNTS["grouped_matmul"] += 1
+    CALL_COUNTS[f"grouped_matmul:{backend}"] += 1
+    if backend == "triton":
+        return _gm.grouped_matmul_triton(x, w, offsets)
+    return _gm.grouped_matmul_torch(x, w, offsets)
+
+
+__all__ = ["BACKENDS", "CALL_COUNTS", "StatsScratch", "TokenStats", "confidence_stats", "confidence_stats_torch",
+           "grouped_matmul", "grouped_matmul_torch", "kernel_backend"]

@@ -10,10 +10,7 @@ refuses to pass unless the Triton path really ran.
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,12 +18,11 @@ import torch
 import dllm.kernels as kernels
 from dllm.kernels import CALL_COUNTS, TokenStats, confidence_stats, kernel_backend
 from dllm.kernels.confidence_stats import confidence_stats_torch, hash_uniform_torch
+from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check
 
 # the module (the package attribute of that name is the dispatch function)
 cs = importlib.import_module("dllm.kernels.confidence_stats")
 
-REPO = Path(__file__).resolve().parents[2]
-NO_TRITON = "triton is not installed (it is in the test and gpu extras: pip install -e '.[test]')"
 M32 = 0xFFFFFFFF
 
 
@@ -295,26 +291,15 @@ def _kernel_check(device: str, shapes) -> None:
         cs.confidence_stats_torch = reference
 
 
-def _run_kernel_check_subprocess(device: str, interpret: bool) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["DLLM_KERNELS"] = "triton"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    done = subprocess.run([sys.executable, __file__, device], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0 and "KERNEL-OK" in done.stdout, done.stdout + done.stderr[-6000:]
-
-
 def test_triton_kernel_matches_reference_interpreted():
     pytest.importorskip("triton", reason=NO_TRITON)
-    _run_kernel_check_subprocess("cpu", interpret=True)
+    run_kernel_check(__file__, "cpu", interpret=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the native run needs a GPU")
 def test_triton_kernel_matches_reference_on_gpu():
     pytest.importorskip("triton", reason=NO_TRITON)
-    _run_kernel_check_subprocess("cuda", interpret=False)
+    run_kernel_check(__file__, "cuda", interpret=False)
 
 
 if __name__ == "__main__":
