@@ -134,20 +134,25 @@ class DiffusionLM:
 
 
 def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
-         dtype: str | torch.dtype = "auto", prepack: bool = False) -> DiffusionLM:
-    """Load a checkpoint directory, or a bundled model by name (``dllm models`` lists them;
-    default: the bundled LLaDA-layout model).
+         dtype: str | torch.dtype = "auto", prepack: bool = False, revision: str | None = None) -> DiffusionLM:
+    """Load a checkpoint directory, a bundled model by name (``dllm models`` lists them;
+    default: the bundled LLaDA-layout model), or a Hugging Face hub id (``org/name``) from the
+    user's hub cache, fetching only the files dllm reads when they are not there
+    (``dllm.models.hub``; ``HF_HUB_OFFLINE=1`` honoured). A local directory wins over a name.
 
     device: "auto" (CUDA when present, else CPU; ``$DLLM_DEVICE`` overrides), "cpu", "cuda:N".
     dtype: "auto" (the checkpoint's ``torch_dtype``, else bfloat16 on a GPU, float32 on the
     CPU), "float32", "bfloat16" or "float16".
     prepack: on the CPU, reorder the linear weights for oneDNN once (faster decode steps; the
     logits move by float rounding from the default path; ``dllm.models.prepack``).
+    revision: a hub id's branch, tag or commit (default: main); only for hub ids.
     """
     if path is not None and not isinstance(path, (str, os.PathLike)):
-        raise OptionTypeError(f"path must be a checkpoint directory or a bundled model's name (str or Path), "
-                              f"got {type(path).__name__}")
-    path = resolve_model_path(path)
+        raise OptionTypeError(f"path must be a checkpoint directory, a bundled model's name or a hub id "
+                              f"(str or Path), got {type(path).__name__}")
+    if revision is not None and not isinstance(revision, str):
+        raise OptionTypeError(f"revision must be a branch, tag or commit (str), got {type(revision).__name__}")
+    path = resolve_model_path(path, revision)
     model = load_model(path, dtype=dtype, device=device, prepack=prepack)
     tokenizer = load_tokenizer(path)
     check_tokenizer_fits(tokenizer, model.config, path)

@@ -116,8 +116,13 @@ def test_nan_temperature_no_longer_decodes_as_argmax(model):
         model.generate("hi", gen_length=8, temperature=float("nan"))
 
 
-def test_load_names_what_a_path_must_be(tmp_path):
-    with pytest.raises(FileNotFoundError, match="dllm never downloads: fetch a Hugging Face model's files"):
+def test_load_names_what_a_path_must_be(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="HF_HUB_OFFLINE=1 forbids downloading. Fetch it .* download "
+                                                "GSAI-ML/LLaDA-8B-Instruct"):
         dllm.load("GSAI-ML/LLaDA-8B-Instruct")
-    with pytest.raises(TypeError, match="path must be a checkpoint directory .*got int"):
+    with pytest.raises(FileNotFoundError, match="does not exist, is not a bundled model's name .* not a Hugging Face"):
+        dllm.load("no/such/dir")
+    with pytest.raises(TypeError, match="path must be a checkpoint directory, a bundled model.s name or a hub id .*got int"):
         dllm.load(8)

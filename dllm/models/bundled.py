@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dllm.models.hub import hub_label, hub_snapshot, is_hub_id
+
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT_MODEL = "dllm-waitingline-llada"
 
@@ -57,30 +59,37 @@ def bundled_models() -> dict[str, BundledModel]:
 
 
 def model_label(path: Path) -> str:
-    """How results name a model: a bundled model by its name, any other by its path as given
-    (so no machine's install location ends up in a results file)."""
+    """How results name a model: a bundled model by its name, a hub snapshot as ``org/name@commit``,
+    any other by its path as given (so no machine's install location ends up in a results file)."""
     resolved = Path(path).resolve()
     for model in bundled_models().values():
         if model.path.resolve() == resolved:
             return model.name
-    return str(path)
+    return hub_label(path) or str(path)
 
 
-def resolve_model_path(model: str | os.PathLike | None) -> Path:
-    """A checkpoint directory from a path, a bundled model's name, or None (the default model).
+def resolve_model_path(model: str | os.PathLike | None, revision: str | None = None) -> Path:
+    """A checkpoint directory from a path, a bundled model's name, a hub id (``org/name``, at
+    ``revision``; ``dllm.models.hub``), or None (the default model).
 
     An existing directory always wins over a name, so a local folder called like a bundled
-    model is what it says."""
-    if model is None:
-        return BUNDLED_DIR / DEFAULT_MODEL
-    path = Path(model)
-    if path.exists():
-        return path
+    model or a hub id is what it says."""
+    if model is not None and Path(model).exists():
+        _no_revision(revision, f"{str(model)!r} is a local directory")
+        return Path(model)
     models = bundled_models()
-    if isinstance(model, str) and model in models:
-        return models[model].path
+    if model is None or (isinstance(model, str) and model in models):
+        _no_revision(revision, f"{model or DEFAULT_MODEL!r} is a bundled model")
+        return models[model].path if model is not None else BUNDLED_DIR / DEFAULT_MODEL
+    if isinstance(model, str) and is_hub_id(model):
+        return hub_snapshot(model, revision)
     raise FileNotFoundError(
-        f"model directory {str(model)!r} does not exist and is not a bundled model's name "
-        f"({', '.join(models) or 'none'}; "
-        "`dllm models` lists them); pass a checkpoint directory (dllm never downloads: fetch a Hugging "
-        "Face model's files into a directory first, e.g. with `huggingface-cli download ID --local-dir DIR`)")
+        f"model directory {str(model)!r} does not exist, is not a bundled model's name "
+        f"({', '.join(models) or 'none'}; `dllm models` lists them) and is not a Hugging Face hub id "
+        "(org/name); pass a checkpoint directory, a bundled model's name or a hub id")
+
+
+def _no_revision(revision: str | None, what: str) -> None:
+    if revision is not None:
+        raise ValueError(f"revision={revision!r} applies to Hugging Face hub ids only, and {what}; "
+                         "drop the revision (or pass the hub id)")
