@@ -52,7 +52,8 @@ def build_runs(args: argparse.Namespace):
             raise ValueError(f"--runs {args.runs}: {err}; it must be a JSON list of "
                              "{name, line, options, tokens_per_step}") from err
         if "{model}" in json.dumps(entries):
-            model_dir = _display_path(resolve_model_path(getattr(args, "model", None)))
+            model = resolve_model_path(getattr(args, "model", None), getattr(args, "revision", None))
+            model_dir = _display_path(model)
             for run in runs:
                 run.options = _with_model_dir(run.options, model_dir)
         return runs

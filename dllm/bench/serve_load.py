@@ -72,13 +72,15 @@ class ServerProcess:
 
     def __init__(self, model: str | None, *, continuous: bool, max_batch: int, max_queue: int,
                  log_path: Path, device: str = "auto", dtype: str = "auto", prepack: bool = False,
-                 startup_timeout: float = 300.0, forward_overhead_tokens: float | None = None) -> None:
+                 startup_timeout: float = 300.0, forward_overhead_tokens: float | None = None,
+                 revision: str | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "dllm", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                "--max-batch", str(max_batch), "--max-queue", str(max_queue), "--device", device,
                "--dtype", dtype]
         cmd += ["--model", model] if model else []
+        cmd += ["--revision", revision] if revision else []
         cmd += ["--prepack"] if prepack else []
         cmd += [] if continuous else ["--static"]
         if forward_overhead_tokens is not None:
@@ -232,7 +234,8 @@ def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
         with ServerProcess(args.model, continuous=mode == "continuous", max_batch=args.max_batch,
                            max_queue=args.max_queue, log_path=out_dir / f"server_{mode}.log",
                            device=args.device, dtype=args.dtype,
-                           prepack=args.prepack, forward_overhead_tokens=args.forward_overhead_tokens) as server:
+                           prepack=args.prepack, forward_overhead_tokens=args.forward_overhead_tokens,
+                           revision=args.revision) as server:
             for i, rate in enumerate(args.rates):
                 bodies = request_bodies(args, args.requests, args.seed + i)
                 outcomes, wall = asyncio.run(poisson_run(server.url, bodies, rate, args.duration, args.timeout,
@@ -252,7 +255,7 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
     rss: list[tuple[float, float]] = []
     with ServerProcess(args.model, continuous=True, max_batch=args.max_batch, max_queue=args.max_queue,
                        log_path=out_dir / "server_soak.log", device=args.device, dtype=args.dtype,
-                       prepack=args.prepack) as server:
+                       prepack=args.prepack, revision=args.revision) as server:
         start = time.perf_counter()
         last = [0.0]
 

@@ -129,7 +129,12 @@ def generation_config(args: argparse.Namespace):
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="checkpoint directory or a bundled model's name (`dllm models`; default: the bundled LLaDA-layout model)")
+    p.add_argument("--model", default=None,
+                   help="checkpoint directory, a bundled model's name (`dllm models`) or a Hugging Face hub id "
+                        "(org/name: the hub cache first, fetching only the files dllm reads; HF_HUB_OFFLINE=1 "
+                        "honoured) (default: the bundled LLaDA-layout model)")
+    p.add_argument("--revision", default=None,
+                   help="branch, tag or commit of a hub id given to --model (default: main)")
     p.add_argument("--device", default="auto",
                    help="torch device: auto (CUDA when present, else cpu; $DLLM_DEVICE overrides), cpu, cuda, cuda:1")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
@@ -146,7 +151,7 @@ def load_from_args(args: argparse.Namespace, device: str | None = None) -> Diffu
     import dllm
 
     return dllm.load(args.model, device=args.device if device is None else device, dtype=args.dtype,
-                     prepack=args.prepack)
+                     prepack=args.prepack, revision=args.revision)
 
 
 def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> None:

@@ -54,7 +54,7 @@ class DllmLM(LM):
         device = _device(self.options.device, self._rank if self._world_size > 1 else None)
         self._device = torch.device(device)
         self.dllm = dllm.load(self.options.pretrained, device=device, dtype=self.options.dtype,
-                              prepack=self.options.prepack)
+                              prepack=self.options.prepack, revision=self.options.revision)
         self.model, self.tokenizer = self.dllm.model, self.dllm.tokenizer
         run = {"model": str(self.dllm.path), "dtype": self.options.dtype, "config": _config_dict(self.config),
                "mc_num": self.options.mc_num, "greedy_check": self.options.greedy_check,

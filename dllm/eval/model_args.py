@@ -26,7 +26,8 @@ DICT_FIELDS = {"policy_args": ("policy", RULES), "strategy_args": ("strategy", S
 class EvalOptions:
     """What the lm-eval model needs besides the decoding config.
 
-    pretrained: checkpoint directory (None: the bundled model); device, dtype, prepack: as dllm.load.
+    pretrained: checkpoint directory, bundled model's name or hub id (None: the bundled model);
+      revision, device, dtype, prepack: as dllm.load.
     batch_size: requests per decode, and rows per forward of the likelihood estimator.
     mc_num: Monte-Carlo samples per loglikelihood request (LLaDA's default 128).
     greedy_check: also decode each continuation greedily to answer lm-eval's is_greedy (one
@@ -39,6 +40,7 @@ class EvalOptions:
     """
 
     pretrained: str | None = None
+    revision: str | None = None
     device: str = "cpu"
     dtype: str = "float32"
     prepack: bool = False
