@@ -2,10 +2,13 @@
 
 Takes exactly lm-eval's flags. With ``--output_path OUT`` and no ``save_dir`` in model_args,
 the per-request records and ``dllm_speed.json`` go to OUT, next to lm-eval's results, and a
-rerun with the same OUT skips the requests already answered.
+rerun with the same OUT skips the requests already answered. With ``--model dllm`` and no
+``--device`` (on the command line or in ``--config``'s YAML), the device is dllm's ``auto``
+rather than lm-eval's own default ``cuda:0`` (``default_device_auto``).
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 
@@ -22,16 +25,38 @@ def _with_save_dir(argv: list[str]) -> list[str]:
     return [*argv, "--model_args", f"save_dir={output}"]
 
 
+def default_device_auto(args: argparse.Namespace) -> None:
+    """Set ``args.device = "auto"`` for the dllm model when the user gave no device.
+
+    lm-eval's ``run`` parses ``--device`` with default None and then fills it from its config's
+    default, ``cuda:0``, so by the time the model is built an implicit device cannot be told from
+    an explicit one; here it still can. A device in ``--config``'s YAML counts as given."""
+    if getattr(args, "command", None) != "run" or getattr(args, "device", "") is not None:
+        return
+    yaml_config: dict = {}
+    if getattr(args, "config", None):
+        from lm_eval.config.evaluate_config import EvaluatorConfig
+
+        yaml_config = EvaluatorConfig.load_yaml_config(args.config)
+    if "device" not in yaml_config and (args.model or yaml_config.get("model")) == "dllm":
+        args.device = "auto"
+
+
 def main() -> None:
     try:
         import lm_eval  # noqa: F401
     except ImportError:
         sys.exit("dllm: error: lm-eval is not installed; pip install 'dllm[eval]'")
     import dllm.eval.lm_eval  # noqa: F401  (registers the "dllm" model)
-    from lm_eval.__main__ import cli_evaluate
+    from lm_eval._cli import HarnessCLI  # what lm_eval.__main__.cli_evaluate runs
+    from lm_eval.utils import setup_logging
 
     sys.argv = [sys.argv[0], *_with_save_dir(sys.argv[1:])]
-    cli_evaluate()
+    setup_logging()
+    parser = HarnessCLI()
+    args = parser.parse_args()
+    default_device_auto(args)
+    parser.execute(args)
     from dllm.parallel.dist import leave_together
 
     leave_together()

@@ -307,7 +307,12 @@ def _join_group(device: str) -> tuple[int, int]:
 
 
 def _device(device: str, rank: int | None) -> str:
-    """The torch device to load on; a CUDA device that is not there is an error naming --device."""
+    """The torch device to load on ("auto": ``dllm.models.placement.auto_device``); a CUDA device
+    that is not there is an error naming --device."""
+    if device == "auto":
+        from dllm.models.placement import auto_device
+
+        device = str(auto_device())
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r} is not available on this machine (no CUDA); pass --device cpu")

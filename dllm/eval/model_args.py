@@ -27,7 +27,7 @@ class EvalOptions:
     """What the lm-eval model needs besides the decoding config.
 
     pretrained: checkpoint directory, bundled model's name or hub id (None: the bundled model);
-      revision, device, dtype, prepack: as dllm.load.
+      revision, device, dtype, prepack: as dllm.load (device "auto": CUDA when present, else cpu).
     batch_size: requests per decode, and rows per forward of the likelihood estimator.
     mc_num: Monte-Carlo samples per loglikelihood request (LLaDA's default 128).
     greedy_check: also decode each continuation greedily to answer lm-eval's is_greedy (one
@@ -41,7 +41,7 @@ class EvalOptions:
 
     pretrained: str | None = None
     revision: str | None = None
-    device: str = "cpu"
+    device: str = "auto"
     dtype: str = "float32"
     prepack: bool = False
     batch_size: int = 1
