@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dllm.models.moe import MoEConfig
 from dllm.validation import check_value, field_types
 
 ATTENTION_KINDS = ("bidirectional", "block_causal")
@@ -35,6 +36,8 @@ class ArchConfig:
     qk_norm: bool = False  # per-head RMSNorm on q and k before RoPE (Qwen3 / SDAR, LLaDA2, LLaDA-MoE)
     rotary_dim: int = 0  # leading dims of each head that RoPE rotates; 0 = the whole head
     o_bias: bool = False  # bias on the attention output projection
+    moe: MoEConfig | None = None  # routing and expert sizes of the MoE layers
+    moe_layers: tuple[int, ...] = ()  # indices of the layers whose MLP is MoE (the rest are dense)
 
     def __post_init__(self) -> None:
         for name, annotation in field_types(ArchConfig).items():  # e.g. "n_heads": "32" in config.json
@@ -55,6 +58,13 @@ class ArchConfig:
                 f"rotary_dim={self.rotary_dim} must be even and within head_dim={self.head_dim}; "
                 "fix partial_rotary_factor / rotary_dim in config.json"
             )
+        if (self.moe is None) != (not self.moe_layers):
+            raise ValueError("an MoE model needs both its MoE settings and the indices of its MoE layers "
+                             f"(got moe={self.moe}, moe_layers={self.moe_layers})")
+        if list(self.moe_layers) != sorted(set(self.moe_layers)) or any(
+                not 0 <= i < self.n_layers for i in self.moe_layers):
+            raise ValueError(f"moe_layers={self.moe_layers} must be distinct increasing layer indices below "
+                             f"n_layers={self.n_layers}; fix first_k_dense_replace / moe_layer_freq in config.json")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}; "

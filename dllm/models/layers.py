@@ -6,12 +6,16 @@ attributes the engine reads; the math lives here once (routing in ``moe.py``).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dllm.models.config import ArchConfig
 from dllm.models.visibility import KeyVisibility
+
+if TYPE_CHECKING:  # config.py imports moe.py, which imports this module
+    from dllm.models.config import ArchConfig
 
 
 class RMSNorm(nn.Module):
@@ -162,12 +166,13 @@ class SwiGLU(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, cfg: ArchConfig) -> None:
+    def __init__(self, cfg: ArchConfig, mlp: nn.Module | None = None) -> None:
+        """``mlp``: the layer's MLP when it is not the dense SwiGLU (an MoE layer)."""
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
         self.attn = Attention(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
-        self.mlp = SwiGLU(cfg)
+        self.mlp = SwiGLU(cfg) if mlp is None else mlp
 
     def forward(self, x, cos, sin, visible, layer_cache=None, write_at: int = 0,
                 rows: Tensor | slice | None = None) -> Tensor:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from dllm.models import dream, fast_dllm_v2, llada, sdar
+from dllm.models import dream, fast_dllm_v2, llada, llada2_moe, llada_moe, sdar
 from dllm.models.config import ArchConfig
 from dllm.models.sources import Source, one
 
@@ -45,6 +45,8 @@ FAMILIES: dict[str, Family] = {
     "dream": _family("dream", dream),
     "fast_dllm_v2": _family("fast_dllm_v2", fast_dllm_v2),
     "sdar": _family("sdar", sdar),
+    "llada2_moe": _family("llada2_moe", llada2_moe),
+    "llada_moe": _family("llada_moe", llada_moe),
 }
 
 

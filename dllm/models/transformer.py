@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from dllm.models.config import ArchConfig
 from dllm.models.layers import Block, RMSNorm, rope_cos_sin
+from dllm.models.moe import MoEMLP
 from dllm.models.visibility import KeyVisibility
 
 
@@ -28,7 +29,9 @@ class DiffusionTransformer(nn.Module):
         super().__init__()
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(
+            Block(cfg, MoEMLP(cfg.d_model, cfg.moe) if i in cfg.moe_layers else None) for i in range(cfg.n_layers)
+        )
         self.norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 

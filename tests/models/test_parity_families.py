@@ -170,6 +170,8 @@ def reference_llada_moe(path, ids, pos, valid, block):
 # family -> (reference, block size of its tiny checkpoint or 0 for bidirectional)
 CASES = {
     "sdar": (reference_sdar, 4),
+    "llada2_moe": (reference_llada2, 32),
+    "llada_moe": (reference_llada_moe, 0),
 }
 
 
@@ -249,7 +251,14 @@ def test_block_causal_visibility_is_what_the_logits_see(family_dirs):
 
 
 def test_family_switches_are_parsed(family_dirs):
-    """The config facts SDAR depends on: block 4, its own head_dim, q/k norm, no shift."""
+    """The config facts each family depends on: SDAR block 4 with its own head_dim; LLaDA2 half
+    rotary, qk-norm, layer 0 dense, block 32; LLaDA-MoE bidirectional with every layer MoE."""
     sdar = load_model(family_dirs["sdar"]).config
     assert (sdar.attention, sdar.block_size, sdar.qk_norm, sdar.shift_logits) == ("block_causal", 4, True, False)
     assert sdar.head_dim == 2 * sdar.d_model // sdar.n_heads and sdar.rotary_dim == sdar.head_dim
+    l2 = load_model(family_dirs["llada2_moe"]).config
+    assert (l2.attention, l2.block_size, l2.qk_norm, l2.rotary_dim) == ("block_causal", 32, True, l2.head_dim // 2)
+    assert l2.moe_layers == tuple(range(1, l2.n_layers)) and l2.moe.score == "sigmoid"
+    lm = load_model(family_dirs["llada_moe"]).config
+    assert (lm.family, lm.attention, lm.moe.score, lm.moe.norm_topk) == ("llada_moe", "bidirectional", "softmax", False)
+    assert lm.moe_layers == tuple(range(lm.n_layers))
