@@ -3,8 +3,8 @@
 The plan is an upper bound, from shapes alone, of what a decode holds at its peak: the
 weights, the KV-cache buffers, the logits of the widest forward (its decision window: the LM
 head runs on those positions only), that forward's activations
-(one layer's working set: hidden states, Q/K/V and RoPE temporaries, the MLP, the attention's
-key mask and fused-kernel workspace), the working set of the confidence statistics and the
+(one layer's working set: hidden states, Q/K/V and RoPE temporaries, the MLP or MoE layer, the
+attention's key mask and fused-kernel workspace), the working set of the confidence statistics and the
 token tensors. Attention never materialises a (queries x keys) mask or score matrix
 (``dllm.models.layers.attend``), so every term is linear in the canvas length. The terms are
 summed although some are never alive together, so the bound stays safe whatever order the
@@ -23,6 +23,7 @@ import torch
 from dllm.cache.kv import KVBuffers
 from dllm.config import GenerationConfig
 from dllm.kernels import kernel_backend
+from dllm.models.moe import MoEMLP
 from dllm.models.prepack import PrepackedLinear
 from dllm.samplers import make_stopper, make_strategy
 
@@ -71,7 +72,8 @@ class MemoryPlan:
 
 
 def model_bytes(model: torch.nn.Module) -> int:
-    """Parameters and buffers, plus the reordered weight copies of a prepacked model."""
+    """Parameters and buffers (every expert of an MoE layer: its stacked weights are parameters),
+    plus the reordered weight copies of a prepacked model."""
     tensors = list(model.parameters()) + list(model.buffers())
     packed = sum(m.packed_bytes for m in model.modules() if isinstance(m, PrepackedLinear))
     return sum(t.numel() * t.element_size() for t in tensors) + packed
@@ -107,17 +109,30 @@ def forward_shapes(model, batch: int, canvas_length: int, config: GenerationConf
     return shapes
 
 
+def moe_token_bytes(layer: MoEMLP, itemsize: int) -> int:
+    """Working set of one MoE layer per token (``MoEMLP.forward``): the router's float32
+    scores, selection scores, weights and ids; per routed copy (top_k of them) the widest
+    phase of the experts, the gathered input with SiLU(gate), up and their product
+    (expert_hidden each; the down output and its unsorted copy are smaller), and the sort
+    indices; the float32 combine (accumulator, a slot's float32 copy and its weighted value);
+    the shared expert's MLP."""
+    c, d = layer.cfg, layer.gate_proj.shape[2]
+    router = 3 * c.n_experts * FLOAT32 + c.top_k * (FLOAT32 + INT64)
+    routed = c.top_k * (max(d + 3 * c.expert_hidden, 2 * d) * itemsize + 3 * INT64)
+    return router + routed + 3 * d * FLOAT32 + (3 * c.shared_hidden + d) * itemsize
+
+
 def activation_bytes(model, shape: ForwardShape) -> int:
     """Peak working set of one forward of ``shape``: the residual stream and the block input,
     the RoPE tables, the largest of the three phases of a layer (RMSNorm in float32; attention:
     Q/K/V, RoPE temporaries in float32, SDPA output and log-sum-exp, its head-merged copy and
-    the projection; the SwiGLU MLP), the per-row key mask SDPA converts to float, and the fused
-    kernel's per-thread workspace."""
+    the projection; the SwiGLU MLP, or the largest MoE layer's routed copies), the per-row key
+    mask SDPA converts to float, and the fused kernel's per-thread workspace."""
     c, e, f = model.config, _itemsize(model), FLOAT32
     H, H_kv, D, d, F = c.n_heads, c.n_kv_heads, c.head_dim, c.d_model, c.mlp_hidden_size
     norm = 4 * d * f
     attention = e * ((H + 2 * H_kv) * D + 2 * H * D + d) + f * (4 * H * D + H)
-    mlp = e * (3 * F + d)
+    mlp = max([e * (3 * F + d)] + [moe_token_bytes(m, e) for m in model.modules() if isinstance(m, MoEMLP)])
     per_token = 2 * d * e + 2 * D * f + max(norm, attention, mlp)
     key_mask = shape.rows * shape.keys * (1 + 1 + f)  # row-selected validity, its negation, float
     tile = FLASH_Q_TILE * (2 * FLASH_KV_TILE + D + 2) * f
