@@ -20,6 +20,7 @@ from dllm.cache import make_cache
 from dllm.canvas import Canvas, build_canvas
 from dllm.config import GenerationConfig
 from dllm.kernels import StatsScratch, TokenStats, confidence_stats
+from dllm.logprobs import CommitLogprobs
 from dllm.memory import check_memory_budget, plan_memory
 from dllm.runner import ModelRunner
 from dllm.samplers import make_rule, make_stopper, make_strategy
@@ -92,6 +93,7 @@ class DecodeState:
         # LM head may skip the committed ones (dllm/runner.py head_rows_pay_off)
         self.reads_eligible_only = all(getattr(part, "reads_eligible_only", False)
                                        for part in (self.rule, self.stopper))
+        self.logprobs: CommitLogprobs | None = None  # set by a caller that reports logprobs
 
     def _cache_options(self) -> dict:
         options = {**self.config.cache_args, "block_length": self.config.block_length}
@@ -125,6 +127,8 @@ class DecodeState:
         finally:
             self.runner.head_rows = None
         self.forwards += 1
+        if self.logprobs is not None:
+            self.logprobs.saw(logits, rows, self.canvas.batch_size)
         return logits
 
     def statistics(self, logits: Tensor, rows: Tensor | None = None, steps: Tensor | None = None) -> TokenStats:
@@ -174,6 +178,8 @@ class DecodeState:
         block.copy_(torch.where(mask, token, block))  # no boolean indexing: no host sync on a GPU
         offset = self.bs - self.canvas.prompt_width
         self.order[:, offset : offset + mask.shape[1]].masked_fill_(mask, self.forwards)
+        if self.logprobs is not None:
+            self.logprobs.committed(mask, token, offset)
 
     def answer_statistics(self, stats: TokenStats) -> AnswerStats:
         """(B, G) statistics of every answer position, this step's ``stats`` in the window;

@@ -1,0 +1,63 @@
+"""Log-probabilities of committed tokens, recorded at commit time.
+
+A diffusion row commits each answer position at some forward; the log-probability reported for
+that token is the one under the forward that committed it: the log-softmax of that forward's
+logits at the position (un-tempered, before top-k / top-p filtering, as ``TokenStats.prob``),
+with the ``top`` most likely tokens of the same distribution. ``DecodeState`` keeps the last
+logits of the canvas rows and calls ``committed`` from ``commit``; commits it cannot attribute to
+one canvas forward (candidate forwards of FreeDave / LoPA, a stopper's fill outside the window)
+stay NaN, so callers that report logprobs admit only the plain strategy and in-window stoppers.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+
+class TokenLogprob(NamedTuple):
+    """One answer token's log-probability and its ``top`` alternatives (token id, logprob),
+    most likely first."""
+
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+class CommitLogprobs:
+    """(B, G) log-probabilities of the committed answer tokens and (B, G, top) alternatives."""
+
+    def __init__(self, batch: int, gen_length: int, top: int, device: torch.device) -> None:
+        self.top = top
+        self.logprob = torch.full((batch, gen_length), math.nan, device=device)
+        self.top_ids = torch.zeros((batch, gen_length, top), dtype=torch.long, device=device)
+        self.top_logprob = torch.full((batch, gen_length, top), math.nan, device=device)
+        self._logits: Tensor | None = None
+
+    def saw(self, logits: Tensor, rows: Tensor | None, batch: int) -> None:
+        """The logits (N, W, V) a forward gave; kept when they are the canvas rows' own."""
+        self._logits = logits if rows is None and logits.shape[0] == batch else None
+
+    def committed(self, mask: Tensor, token: Tensor, offset: int) -> None:
+        """Record ``token`` (B, W) where ``mask`` (B, W) committed, the window starting at answer
+        position ``offset``."""
+        width = mask.shape[1]
+        span = slice(offset, offset + width)
+        if self._logits is None or self._logits.shape[1] != width:
+            return
+        logp = self._logits.float().log_softmax(-1)
+        chosen = logp.gather(-1, token[..., None]).squeeze(-1)
+        self.logprob[:, span] = torch.where(mask, chosen, self.logprob[:, span])
+        if self.top:
+            values, ids = logp.topk(min(self.top, logp.shape[-1]), dim=-1)
+            keep = mask[..., None]
+            self.top_logprob[:, span, : values.shape[-1]] = torch.where(keep, values, self.top_logprob[:, span, : values.shape[-1]])
+            self.top_ids[:, span, : ids.shape[-1]] = torch.where(keep, ids, self.top_ids[:, span, : ids.shape[-1]])
+
+    def read(self, row: int, start: int, stop: int, top: int) -> list[TokenLogprob]:
+        """Answer positions [start, stop) of ``row``, with their ``top`` (<= self.top) alternatives."""
+        logprob = self.logprob[row, start:stop].tolist()
+        ids = self.top_ids[row, start:stop, :top].tolist()
+        values = self.top_logprob[row, start:stop, :top].tolist()
+        return [TokenLogprob(lp, list(zip(i, v))) for lp, i, v in zip(logprob, ids, values)]
