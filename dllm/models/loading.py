@@ -182,11 +182,15 @@ def load_model(
     with ExitStack() as stack:
         handles = {file: stack.enter_context(_open_safetensors(file)) for file in sorted(set(files.values()))}
 
-        def read(piece: Piece) -> torch.Tensor:  # cast piece by piece: a stacked tensor is built once
-            file = files[piece.name]
-            return _read_piece(handles[file], file, piece).to(device=device, dtype=torch_dtype)
-
+        # buffers keep the dtype the module declares (MoE's float32 selection bias)
+        buffer_dtypes = {name: b.dtype for name, b in model.named_buffers()}
         for module, src in sources.items():
+            dtype_ = buffer_dtypes.get(module, torch_dtype)
+
+            def read(piece: Piece) -> torch.Tensor:  # cast piece by piece: a stacked tensor is built once
+                file = files[piece.name]
+                return _read_piece(handles[file], file, piece).to(device=device, dtype=dtype_)
+
             state[module] = assemble(src, read)
     if cfg.tie_embeddings:
         state["lm_head.weight"] = state["embed.weight"]

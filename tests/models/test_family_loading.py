@@ -135,3 +135,27 @@ def test_load_and_generate_with_the_default_policy(dirs, family, template):
     out = model.generate(["hello", "a masked diffusion model"], gen_length=32)
     assert [len(ids) for ids in out.token_ids] == [32, 32]
     assert all(model.model.mask_token_id not in ids for ids in out.token_ids)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_save_checkpoint_writes_the_original_layout_back(dirs, tmp_path, family):
+    """A loaded model saved by dllm.train.save is the same checkpoint again: fused q/k/v and
+    per-expert tensors rebuilt under their original names."""
+    import torch
+
+    from dllm.train.save import save_checkpoint
+
+    raw = json.loads((dirs[family] / "config.json").read_text())
+    save_checkpoint(load_model(dirs[family]), raw, tmp_path)
+    original, saved = load_file(str(dirs[family] / "model.safetensors")), load_file(str(tmp_path / "model.safetensors"))
+    assert original.keys() == saved.keys()
+    assert all(torch.equal(original[k], saved[k]) for k in original)
+
+
+def test_bfloat16_load_keeps_the_routing_bias_in_float32(dirs):
+    """Expert choice compares biased scores; a bf16 bias would move ties between experts."""
+    import torch
+
+    model = load_model(dirs["llada2_moe"], dtype="bfloat16")
+    moe = model.layers[1].mlp
+    assert moe.expert_bias.dtype == torch.float32 and moe.gate_proj.dtype == torch.bfloat16
