@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -136,7 +137,7 @@ def main() -> None:
     name = torch.cuda.get_device_name() if device.type == "cuda" else cpu_model()
     result = {"device": name, "device_type": device.type, "threads": torch.get_num_threads(), "dtype": dtype_name,
               "torch": torch.__version__, "iters": args.iters, "note": args.note,
-              "command": "python bench/moe_microbench.py " + " ".join(sys.argv[1:]), "rows": rows}
+              "command": "python bench/moe_microbench.py " + shlex.join(sys.argv[1:]), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     args.out.with_suffix(".md").write_text(markdown(result))
