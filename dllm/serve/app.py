@@ -1,85 +1,115 @@
 """The OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (whole or streamed as
-SSE), /v1/models, /health, /metrics.
+SSE), and the routes of ``info_routes`` (/v1/models, /health, /metrics, /version, /tokenize,
+/detokenize).
 
-Every request is parsed and validated (``requests.parse_request``) before anything reaches the
-scheduler: a bad one answers 400 with the reason, a full queue 429 with Retry-After. Streams
-send text as it becomes final; a client that goes away has its rows cancelled.
+``guards.RequestGuard`` refuses what must not reach a handler (Host, API key, content type, body
+size and deadline); CORS headers are sent only for ``--allowed-origins``. Every request is then
+parsed and validated off the event loop (``requests.parse_request`` tokenizes) before anything
+reaches the scheduler: a bad one answers 4xx with the reason, a full queue 429 with Retry-After.
+Streams send text as it becomes final; a client that goes away has its rows cancelled; when the
+server shuts down past its deadline (``ShutdownState.closing``), open streams get a final error
+event and whole requests a 503.
 """
 from __future__ import annotations
 
-import json
+import asyncio
+import logging
 import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
 
+from dllm.serve.body import parse_json
+from dllm.serve.guards import RequestGuard
+from dllm.serve.info_routes import info_router
+from dllm.serve.limits import AccessSettings, ServerLimits
 from dllm.serve.metrics import ServerMetrics
 from dllm.serve.protocol import QueueFullError, Scheduler
 from dllm.serve.requests import ParsedRequest, RequestError, ServerDefaults, parse_request
-from dllm.serve.responses import DONE, ResponseWriter, error_body, sse
+from dllm.serve.responses import DONE, ResponseWriter, error_body, error_response, sse
 from dllm.serve.session import RowSession
 
-METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+log = logging.getLogger(__name__)
+ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+SHUTTING_DOWN = "the server is shutting down; retry on another instance or after it restarts"
+
+
+@dataclass(slots=True)
+class ShutdownState:
+    """Set ``closing`` (from the event loop) to end open requests: streams get an error event."""
+
+    closing: bool = False
 
 
 def create_app(model, scheduler: Scheduler, *, defaults: ServerDefaults | None = None,
-               served_name: str | None = None) -> FastAPI:
+               served_name: str | None = None, limits: ServerLimits | None = None,
+               access: AccessSettings | None = None) -> FastAPI:
     """A FastAPI app serving ``model`` (a dllm.DiffusionLM) through ``scheduler``; the caller
-    owns the scheduler (and closes it)."""
-    defaults = defaults or ServerDefaults()
+    owns the scheduler (and closes it). ``app.state.shutdown`` ends open requests when set."""
+    defaults, limits, access = defaults or ServerDefaults(), limits or ServerLimits(), access or AccessSettings()
     served_name = served_name or model.path.name
     metrics = ServerMetrics(scheduler)
-    app = FastAPI(title="dllm", docs_url=None, redoc_url=None)
-    app.state.metrics = metrics
+    shutdown = ShutdownState()
+    executor = ThreadPoolExecutor(limits.tokenizer_threads, thread_name_prefix="dllm-parse")
+    app = FastAPI(title="dllm", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.metrics, app.state.shutdown = metrics, shutdown
+    app.include_router(info_router(model, scheduler, metrics, served_name, limits, executor))
+    _add_error_handlers(app, metrics)
 
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "queue_depth": scheduler.queue_depth, "running_rows": scheduler.running_rows}
-
-    @app.get("/metrics")
-    async def metrics_text() -> Response:
-        return Response(metrics.render(), media_type=METRICS_CONTENT_TYPE)
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": served_name, "object": "model", "created": 0, "owned_by": "dllm",
-                                            "root": str(model.path.name)}]}
+    def parse(raw: bytes, chat: bool) -> ParsedRequest:  # on the executor: JSON, Unicode, tokenizing
+        return parse_request(parse_json(raw), model, defaults, chat=chat, served_name=served_name, limits=limits,
+                             max_rows=scheduler.max_rows_per_request)
 
     async def handle(request: Request, *, chat: bool) -> Response:
         endpoint = "chat" if chat else "completions"
+        if shutdown.closing:
+            return error_response(metrics, endpoint, SHUTTING_DOWN, 503)
         try:
-            body = await _json_body(request)
-            parsed = parse_request(body, model, defaults, chat=chat, served_name=served_name)
+            raw = await request.body()
+            parsed = await asyncio.get_running_loop().run_in_executor(executor, parse, raw, chat)
             session = RowSession(parsed, model, scheduler, metrics)
             session.submit()
         except RequestError as err:
-            return _error(metrics, endpoint, str(err), err.status, err.param)
+            return error_response(metrics, endpoint, str(err), err.status, err.param)
         except QueueFullError as err:
             retry = max(1, math.ceil(err.retry_after))
-            return _error(metrics, endpoint, f"{err}; retry after {retry} s", 429, headers={"Retry-After": str(retry)})
+            return error_response(metrics, endpoint, f"{err}; retry after {retry} s", 429,
+                                  headers={"Retry-After": str(retry)})
         except ValueError as err:  # the scheduler refused the rows (before any model work)
-            return _error(metrics, endpoint, str(err), 400)
+            return error_response(metrics, endpoint, str(err), 400)
         except RuntimeError as err:  # the scheduler is shutting down
-            return _error(metrics, endpoint, str(err), 503)
-        writer = ResponseWriter(chat, served_name, session.id)
-        prompt_tokens = sum(len(ids) for ids in parsed.prompt_ids) * parsed.n
+            return error_response(metrics, endpoint, str(err), 503)
+        writer = ResponseWriter(chat, served_name, session.id, parsed.seed, parsed.top_logprobs)
+
+        async def gone() -> bool:
+            return shutdown.closing or await request.is_disconnected()
+
         if parsed.stream:
             metrics.requests.labels(endpoint=endpoint, status="200").inc()
-            return StreamingResponse(_stream(session, parsed, writer, request, prompt_tokens),
+            return StreamingResponse(_stream(session, parsed, writer, gone, shutdown),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
-            async for _ in session.events(request.is_disconnected):
+            async for _ in session.events(gone):
                 pass
         finally:
             session.cancel()
+        if shutdown.closing:
+            return error_response(metrics, endpoint, SHUTTING_DOWN, 503)
         failed = [row for row in session.rows if row.reason in ("error", "cancelled")]
         if failed:
             status = 500 if failed[0].reason == "error" else 503
-            return _error(metrics, endpoint, failed[0].error or f"the row was {failed[0].reason} by the server", status)
-        texts = [_echo(parsed, i) + row.cut.text for i, row in enumerate(session.rows)]
+            return error_response(metrics, endpoint, failed[0].error or f"the row was {failed[0].reason} by the "
+                                  "server", status)
+        echoes = [_echo(parsed, i) for i in range(len(session.rows))]
+        texts = [echo + row.cut.text for echo, row in zip(echoes, session.rows)]
         metrics.requests.labels(endpoint=endpoint, status="200").inc()
-        return JSONResponse(writer.whole(texts, session.rows, prompt_tokens))
+        return JSONResponse(writer.whole(texts, session.rows, parsed.prompt_tokens, [len(e) for e in echoes]))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -89,51 +119,68 @@ def create_app(model, scheduler: Scheduler, *, defaults: ServerDefaults | None =
     async def chat_completions(request: Request) -> Response:
         return await handle(request, chat=True)
 
+    app.add_middleware(RequestGuard, limits=limits, access=access,
+                       on_refused=lambda path, status: metrics.requests.labels(
+                           endpoint=ENDPOINTS.get(path, "other"), status=str(status)).inc())
+    if access.allowed_origins:  # outside the guard: a browser's preflight carries no API key
+        app.add_middleware(CORSMiddleware, allow_origins=list(access.allowed_origins),
+                           allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type"])
     return app
 
 
-async def _json_body(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise RequestError(f"the request body is not valid JSON ({err})") from None
+def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
+    """Every error in OpenAI's JSON shape: unknown paths and methods, and (never expected) a
+    handler's exception as a JSON 500 that is counted, instead of a plain-text one."""
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return error_response(metrics, "other", message, exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        return error_response(metrics, "other", str(exc), 400)
+
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, exc: Exception) -> Response:
+        log.exception("request %s %s failed", request.method, request.url.path)
+        return error_response(metrics, ENDPOINTS.get(request.url.path, "other"),
+                              f"internal error ({type(exc).__name__}: {exc}); please report it", 500)
 
 
 def _echo(parsed: ParsedRequest, index: int) -> str:
     return parsed.prompt_texts[index // parsed.n] if parsed.echo else ""
 
 
-def _error(metrics: ServerMetrics, endpoint: str, message: str, status: int, param: str | None = None,
-           headers: dict[str, str] | None = None) -> JSONResponse:
-    metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
-    return JSONResponse(error_body(message, status, param), status_code=status, headers=headers)
-
-
-async def _stream(session: RowSession, parsed: ParsedRequest, writer: ResponseWriter, request: Request,
-                  prompt_tokens: int):
+async def _stream(session: RowSession, parsed: ParsedRequest, writer: ResponseWriter, gone, shutdown: ShutdownState):
     """SSE: a first chunk per choice (the chat role, or the echoed prompt), text as it becomes
-    final, a finish chunk per choice, usage if asked, then ``[DONE]``. Rows still running when
-    the client leaves (or anything fails) are cancelled."""
+    final (with its tokens' logprobs when asked), a finish chunk per choice, usage if asked, then
+    ``[DONE]``. Rows still running when the client leaves (or anything fails) are cancelled; at
+    shutdown the stream ends with an error event."""
     try:
         for index in range(len(session.rows)):
             if parsed.chat:
                 yield writer.chunk(index, "", role=True)
             elif parsed.echo:
                 yield writer.chunk(index, _echo(parsed, index))
-        async for event in session.events(request.is_disconnected):
+        async for event in session.events(gone):
             row = session.rows[event.index]
             if row.reason == "error":
                 yield sse(error_body(row.error or "decoding failed", 500))
                 return
+            logprobs = writer.logprobs(row, len(_echo(parsed, event.index)))
             if event.text:
-                yield writer.chunk(event.index, event.text)
+                yield writer.chunk(event.index, event.text, logprobs=logprobs)
+                logprobs = None
             if event.finished:
-                yield writer.chunk(event.index, None if parsed.chat else "", row)
+                yield writer.chunk(event.index, None if parsed.chat else "", row, logprobs=logprobs)
+        if shutdown.closing:
+            yield sse(error_body(SHUTTING_DOWN, 503))
+            return
         if session.disconnected:
             return
         if parsed.include_usage:
-            yield writer.usage_chunk(session.rows, prompt_tokens)
+            yield writer.usage_chunk(session.rows, parsed.prompt_tokens)
         yield DONE
     finally:
         session.cancel()

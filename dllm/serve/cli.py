@@ -10,6 +10,7 @@ from dllm.cli.options import (
     add_generation_options, add_model_options, generation_config, load_from_args, positive_int,
 )
 from dllm.cli.output import LOGGER_NAME
+from dllm.serve.serve_options import add_server_options
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -37,21 +38,24 @@ def make_scheduler(model, limits):
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from dllm.serve.app import create_app
     from dllm.serve.protocol import SchedulerLimits
+    from dllm.serve.serve_options import access_settings, serve_forever, server_limits, torch_threads
 
     defaults = server_defaults(args)
     limits = SchedulerLimits(max_batch=args.max_batch, max_queue=args.max_queue, continuous=not args.static,
                              forward_overhead_tokens=args.forward_overhead_tokens)
+    server, access = server_limits(args), access_settings(args)
+    threads = torch_threads(args)
     model = load_from_args(args)
     scheduler = make_scheduler(model, limits)
     try:
-        app = create_app(model, scheduler, defaults=defaults, served_name=args.served_model_name)
-        log.info("serving %s on http://%s:%d/v1 (%s batching, max batch %d, max queue %d)", model.path.name,
-                 args.host, args.port, "static" if args.static else "continuous", args.max_batch, args.max_queue)
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", lifespan="off")
+        app = create_app(model, scheduler, defaults=defaults, served_name=args.served_model_name, limits=server,
+                         access=access)
+        log.info("serving %s on http://%s:%d/v1 (%s batching, max batch %d, max queue %d, %d threads%s)",
+                 model.path.name, args.host, args.port, "static" if args.static else "continuous", args.max_batch,
+                 args.max_queue, threads, ", API key required" if access.api_key else "")
+        serve_forever(app, args, server)
     finally:
         scheduler.close()
     return 0
@@ -63,13 +67,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=positive_int, default=8000, help="port to listen on")
     p.add_argument("--served-model-name", default=None, help="model name clients use (default: the directory's name)")
     p.add_argument("--max-batch", type=positive_int, default=8, help="rows decoded together")
-    p.add_argument("--max-queue", type=positive_int, default=64, help="requests waiting beyond them (then 429)")
+    p.add_argument("--max-queue", type=positive_int, default=64,
+                   help="rows waiting beyond them (then 429; a request of more rows than this is a 400)")
     p.add_argument("--static", action="store_true",
                    help="static batching: the batch drains before new rows join (default: continuous)")
     p.add_argument("--forward-overhead-tokens", type=non_negative_float, default=None, metavar="T",
                    help="continuous batching: a forward's fixed cost in canvas tokens; waiting rows that would "
                         "pad the running batch by more start a batch of their own (default: fitted from "
                         "the rounds the server times; inf: always join)")
+    add_server_options(p)
     add_model_options(p)
     add_generation_options(p)
     p.set_defaults(func=cmd_serve)

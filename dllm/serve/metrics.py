@@ -1,10 +1,11 @@
 """The server's Prometheus metrics, in a registry of its own (one per app, so several servers
-in one process do not collide). Names follow the project's metrics: NFE, TPF, tokens."""
+in one process do not collide). Names follow the project's metrics: NFE, TPF, tokens; the
+process collector adds the process's memory, CPU time and open files."""
 from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 TPF_BUCKETS = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 16)
@@ -31,6 +32,7 @@ class ServerMetrics:
         queue.set_function(lambda: scheduler.queue_depth)
         running = Gauge("dllm_running_rows", "Rows in the running batch", registry=r)
         running.set_function(lambda: scheduler.running_rows)
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, process_cpu_seconds_total, open fds
 
     def row_finished(self, reason: str, tokens: int, stats: dict[str, Any] | None) -> None:
         self.rows.labels(reason=reason).inc()

@@ -12,17 +12,20 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dllm.config import GenerationConfig
+from dllm.logprobs import TokenLogprob
 
 
 @dataclass(kw_only=True, slots=True)
 class ServeRequest:
     """One row to decode: its prompt ids, its validated config and its own sampling seed
-    (``n`` samples of one prompt are ``n`` requests with distinct seeds)."""
+    (``n`` samples of one prompt are ``n`` requests with distinct seeds); ``top_logprobs``: None,
+    or report each final token's log-probability (``dllm.logprobs``) with this many alternatives."""
 
     request_id: str
     prompt_ids: list[int]
     config: GenerationConfig
     seed: int = 0
+    top_logprobs: int | None = None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -34,10 +37,12 @@ class RowUpdate:
     positions newly committed anywhere on the canvas, with their tokens (to show it filling).
     At the end, ``finished`` is True with a ``finish_reason`` ("eos", "length", "cancelled",
     "error") and ``stats`` (nfe, tpf, token_forwards, draft_rows, tokens, seconds: the row's
-    own latency from admission, queued_seconds: its wait before it)."""
+    own latency from admission, queued_seconds: its wait before it). ``logprobs``: one
+    ``TokenLogprob`` per id of ``final_ids`` when the request asked for them."""
 
     request_id: str
     final_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None
     committed: dict[int, int] = field(default_factory=dict)
     finished: bool = False
     finish_reason: str | None = None
@@ -83,6 +88,12 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Stop the loop thread; requests still queued or running end as "cancelled"."""
+
+    @property
+    def max_rows_per_request(self) -> int | None:
+        """The most rows one request may submit at once (its rows must all fit the waiting
+        queue; None: no bound)."""
+        return None
 
     @property
     @abc.abstractmethod

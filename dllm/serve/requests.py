@@ -1,21 +1,27 @@
 """An OpenAI request body -> the rows to decode, validated before any model work.
 
 OpenAI fields (prompt or messages, max_tokens, n, seed, temperature, top_p, stop, echo,
-stream) map onto dllm's: ``max_tokens`` becomes the smallest block-aligned gen_length (the
-answer is cut at max_tokens), ``n`` becomes ``n`` rows with distinct seeds. dllm's own options
-(policy, cache, strategy, their args, block_length, steps, ...) come as extra body fields, on
-top of the server's defaults, and go through GenerationConfig and the policy registries: a bad
-request is a ``RequestError`` (HTTP 400) with the reason.
+stream, logprobs) map onto dllm's: ``max_tokens`` becomes the smallest block-aligned gen_length
+(the answer is cut at max_tokens), ``n`` becomes ``n`` rows with distinct seeds (a fresh random
+seed when the request gives none). dllm's own options (policy, cache, strategy, their args,
+block_length, steps, ...) come as extra body fields, on top of the server's defaults, and go
+through GenerationConfig and the policy registries: a bad request is a ``RequestError`` (HTTP
+400) with the reason. The costs a request could impose are checked before the work they name:
+rows (prompts x n) and the prompt's characters before tokenizing, its tokens against the
+context, one row against ``memory_budget_mb``.
 """
 from __future__ import annotations
 
 import dataclasses
 import numbers
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from dllm.config import GenerationConfig, block_aligned_gen_length, sample_seeds
 from dllm.inputs import check_messages, check_token_ids
+from dllm.serve.budget import one_row_mib
+from dllm.serve.limits import ServerLimits
 from dllm.stops import StopConditions
 
 # dllm's options a request may set as extra body fields (gen_length comes from max_tokens)
@@ -23,15 +29,18 @@ DLLM_OPTIONS = ("policy", "policy_args", "strategy", "strategy_args", "stopper",
                 "cache", "cache_args", "sub_block_length", "block_length", "steps", "top_k",
                 "cfg_scale", "stop_at_eos", "memory_budget_mb")
 COMMON_FIELDS = {"model", "max_tokens", "n", "seed", "temperature", "top_p", "stop", "stop_token_ids",
-                 "stream", "stream_options", "user"}
+                 "stream", "stream_options", "user", "logprobs"}
 COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo"}
-CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens"}
+CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs"}
 # OpenAI fields dllm does not implement: accepted only at their neutral value, never ignored
-UNSUPPORTED = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "best_of": (None, 1),
-               "presence_penalty": (None, 0), "frequency_penalty": (None, 0), "logit_bias": (None, {}),
-               "suffix": (None, ""), "tools": (None, []), "tool_choice": (None, "none"),
-               "response_format": (None, {"type": "text"})}
+UNSUPPORTED = {"best_of": (None, 1), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
+               "logit_bias": (None, {}), "suffix": (None, ""), "tools": (None, []),
+               "tool_choice": (None, "none"), "response_format": (None, {"type": "text"})}
 MAX_N = 64
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound for chat (completions: 5); dllm takes 20 on both
+# logprobs are recorded at commit time from the committing forward's logits: one forward per
+# commit (the plain strategy) and commits inside the decision window (no SchED / Prophet fill)
+LOGPROB_STRATEGIES, LOGPROB_STOPPERS = ("plain",), ("none", "eotp")
 
 
 class RequestError(ValueError):
@@ -57,6 +66,17 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     echo: bool
+    seed: int = 0  # the request's seed (given, or drawn for it): sending it again replays the request
+    top_logprobs: int | None = None  # None: no logprobs; k: each answer token's and the k most likely
+
+    @property
+    def logprobs(self) -> bool:
+        return self.top_logprobs is not None
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens as usage counts them: each prompt once, whatever ``n`` (as OpenAI)."""
+        return sum(len(ids) for ids in self.prompt_ids)
 
     @property
     def n(self) -> int:
@@ -72,8 +92,12 @@ class ServerDefaults:
     max_tokens: int = 128
 
 
-def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, served_name: str) -> ParsedRequest:
-    """Validate ``body`` for /v1/chat/completions (``chat``) or /v1/completions."""
+def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, served_name: str,
+                  limits: ServerLimits | None = None, max_rows: int | None = None) -> ParsedRequest:
+    """Validate ``body`` for /v1/chat/completions (``chat``) or /v1/completions. ``max_rows``:
+    the most rows the server could ever queue for one request (the scheduler's queue), on top of
+    ``limits.max_rows_per_request``. Runs off the event loop: it tokenizes."""
+    limits = limits or ServerLimits()
     if not isinstance(body, dict):
         raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")
     _check_fields(body, CHAT_FIELDS if chat else COMPLETION_FIELDS, chat)
@@ -81,7 +105,13 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     if name is not None and name != served_name:
         raise RequestError(f"the model {name!r} does not exist; this server serves {served_name!r}",
                            "model", status=404)
-    prompt_ids, prompt_texts = _chat_prompt(body, model) if chat else _completion_prompts(body, model)
+    n = _n(body)
+    top_logprobs = _logprobs(body, chat)
+    prompts = [chat_messages(body.get("messages"))] if chat else _raw_prompts(body)
+    _check_rows(len(prompts) * n, limits, max_rows)
+    context = model.model.config.max_sequence_length
+    _check_chars(prompts, limits, context, chat)
+    prompt_ids, prompt_texts = _chat_prompt(prompts[0], model) if chat else _completion_prompts(prompts, model)
     stream = _flag(body, "stream")
     stream_options = body.get("stream_options")
     if stream_options is not None and (not isinstance(stream_options, dict) or set(stream_options) - {"include_usage"}):
@@ -89,17 +119,21 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     include_usage = _flag(stream_options or {}, "include_usage")
     if include_usage and not stream:
         raise RequestError("stream_options is only allowed with stream=true", "stream_options")
-    config, max_tokens = _config(body, defaults, chat)
-    seeds = _seeds(body, config)
+    config, max_tokens, length_field = _config(body, defaults, chat)
+    if top_logprobs is not None:
+        _check_logprob_config(config)
+    seed = _seed(body)
     try:
         stops = StopConditions.parse(body.get("stop"), body.get("stop_token_ids"),
                                      vocab_size=model.model.config.vocab_size)
     except ValueError as err:
         raise RequestError(str(err), "stop") from None
-    _check_lengths(prompt_ids, config, model)
+    _check_lengths(prompt_ids, config, max_tokens, length_field, context)
+    _check_budget(model, max(len(ids) for ids in prompt_ids), config, length_field)
     return ParsedRequest(chat=chat, prompt_ids=prompt_ids, prompt_texts=prompt_texts, config=config,
-                         seeds=seeds, max_tokens=max_tokens, stops=stops, stream=stream,
-                         include_usage=include_usage, echo=_flag(body, "echo"))
+                         seeds=sample_seeds(seed, n), max_tokens=max_tokens, stops=stops, stream=stream,
+                         include_usage=include_usage, echo=_flag(body, "echo"), seed=seed,
+                         top_logprobs=top_logprobs)
 
 
 def _check_fields(body: dict, allowed: set[str], chat: bool) -> None:
@@ -126,21 +160,24 @@ def _flag(body: dict, key: str) -> bool:
     return value
 
 
-def _completion_prompts(body: dict, model) -> tuple[list[list[int]], list[str]]:
-    """``prompt``: a string, a list of strings, a list of token ids or a list of those."""
+def _raw_prompts(body: dict) -> list[Any]:
+    """``prompt``: a string, a list of strings, a list of token ids or a list of those -> the
+    list of prompts (not tokenized yet)."""
     prompt = body.get("prompt")
     if prompt is None:
         raise RequestError("prompt is required", "prompt")
-    vocab = model.model.config.vocab_size
     if isinstance(prompt, str):
-        prompts: list[Any] = [prompt]
-    elif isinstance(prompt, list) and prompt and all(isinstance(t, numbers.Integral) and not isinstance(t, bool)
-                                                     for t in prompt):
-        prompts = [prompt]
-    elif isinstance(prompt, list) and prompt:
-        prompts = prompt
-    else:
-        raise RequestError("prompt must be a non-empty string, a list of strings or a list of token ids", "prompt")
+        return [prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(t, numbers.Integral) and not isinstance(t, bool)
+                                                   for t in prompt):
+        return [prompt]
+    if isinstance(prompt, list) and prompt:
+        return prompt
+    raise RequestError("prompt must be a non-empty string, a list of strings or a list of token ids", "prompt")
+
+
+def _completion_prompts(prompts: list[Any], model) -> tuple[list[list[int]], list[str]]:
+    vocab = model.model.config.vocab_size
     ids, texts = [], []
     for i, p in enumerate(prompts):
         if isinstance(p, str):
@@ -158,20 +195,74 @@ def _completion_prompts(body: dict, model) -> tuple[list[list[int]], list[str]]:
     return ids, texts
 
 
-def _chat_prompt(body: dict, model) -> tuple[list[list[int]], list[str]]:
-    messages = body.get("messages")
+def chat_messages(messages: Any) -> list[dict[str, Any]]:
+    """``messages`` checked, each ``content`` a string: OpenAI's list form
+    ``[{"type": "text", "text": ...}, ...]`` becomes its texts joined by newlines (as vLLM does)."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty list of {'role': ..., 'content': ...} objects", "messages")
+    out = []
+    for j, message in enumerate(messages):
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            message = {**message, "content": _content_text(message["content"], j)}
+        out.append(message)
     try:
-        messages = check_messages(messages, 0)
+        return check_messages(out, 0)
+    except ValueError as err:
+        raise RequestError(str(err).replace("prompt 0, ", "", 1), "messages") from None
+
+
+def _content_text(parts: list[Any], j: int) -> str:
+    texts = []
+    for k, part in enumerate(parts):
+        if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise RequestError(f"message {j}, content part {k} is {kind!r}; dllm takes text parts only "
+                               '({"type": "text", "text": "..."})', "messages")
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def _chat_prompt(messages: list[dict[str, Any]], model) -> tuple[list[list[int]], list[str]]:
+    try:
         row = model.encode(messages, chat=True)
     except ValueError as err:
         raise RequestError(str(err).replace("prompt 0, ", "", 1), "messages") from None
     return [row], [model.tokenizer.decode(row, skip_special_tokens=False)]
 
 
-def _config(body: dict, defaults: ServerDefaults, chat: bool) -> tuple[GenerationConfig, int]:
-    """The request's GenerationConfig: server defaults, then the request's fields."""
+def _check_rows(rows: int, limits: ServerLimits, max_rows: int | None) -> None:
+    """Prompts x n against the per-request cap and the queue's capacity (before tokenizing)."""
+    if rows > limits.max_rows_per_request:
+        raise RequestError(f"this request asks for {rows} rows (prompts x n) but the server takes at most "
+                           f"{limits.max_rows_per_request} per request (--max-rows-per-request); "
+                           "send fewer prompts or a smaller n", "n")
+    if max_rows is not None and rows > max_rows:
+        raise RequestError(f"this request asks for {rows} rows (prompts x n) but the server's queue holds "
+                           f"{max_rows} (--max-queue): it could never be queued; send fewer prompts or a "
+                           "smaller n", "n")
+
+
+def _check_chars(prompts: list[Any], limits: ServerLimits, context: int, chat: bool) -> None:
+    """Each prompt's characters (a chat's contents together) against the context's bound, before
+    the tokenizer sees them."""
+    cap = limits.max_prompt_chars(context)
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            chars = len(prompt)
+        elif chat:
+            chars = sum(len(m["content"]) for m in prompt)
+        else:
+            continue  # token ids: counted exactly by _check_lengths
+        if chars > cap:
+            where = "the messages" if chat else f"prompt {i}"
+            raise RequestError(f"{where} {'have' if chat else 'has'} {chars} characters, more than the model's "
+                               f"context could hold (at most {cap}: {context} tokens x {limits.chars_per_token} "
+                               "characters per token); shorten the prompt", "messages" if chat else "prompt")
+
+
+def _config(body: dict, defaults: ServerDefaults, chat: bool) -> tuple[GenerationConfig, int, str]:
+    """The request's GenerationConfig: server defaults, then the request's fields; its
+    max_tokens and the field that gave it (max_tokens or max_completion_tokens)."""
     options = dict(defaults.options)
     options.pop("gen_length", None)
     options.update({k: body[k] for k in DLLM_OPTIONS if k in body})
@@ -194,25 +285,80 @@ def _config(body: dict, defaults: ServerDefaults, chat: bool) -> tuple[Generatio
         check_policies(config)
     except (TypeError, ValueError) as err:
         raise RequestError(str(err)) from None
-    return config, max_tokens
+    return config, max_tokens, key
 
 
-def _seeds(body: dict, config: GenerationConfig) -> list[int]:
+def _n(body: dict) -> int:
     n = body.get("n", 1)
     n = 1 if n is None else n
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
         raise RequestError(f"n must be an integer in [1, {MAX_N}], got {n!r}", "n")
+    return n
+
+
+def _seed(body: dict) -> int:
+    """The request's seed, or a fresh random one (as OpenAI and vLLM draw): the response reports
+    it (``dllm.seed``), so sending it back replays the request."""
     seed = body.get("seed")
-    seed = config.seed if seed is None else seed
+    if seed is None:
+        return secrets.randbits(63)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise RequestError(f"seed must be an integer in [0, 2**63), got {seed!r}", "seed")
-    return sample_seeds(seed, n)
+    return seed
 
 
-def _check_lengths(prompt_ids: list[list[int]], config: GenerationConfig, model) -> None:
-    from dllm.engine import check_prompts
+def _logprobs(body: dict, chat: bool) -> int | None:
+    """None (no logprobs) or how many top alternatives to report with each answer token.
+    Completions: ``logprobs`` is that count; chat: ``logprobs`` true, ``top_logprobs`` the count."""
+    value = body.get("logprobs")
+    if chat:
+        top = body.get("top_logprobs")
+        if value is None or value is False:
+            if top is not None:
+                raise RequestError("top_logprobs needs logprobs=true", "top_logprobs")
+            return None
+        if value is not True:
+            raise RequestError(f"logprobs must be true or false, got {value!r}", "logprobs")
+        value, field = (0 if top is None else top), "top_logprobs"
+    else:
+        if value is None:
+            return None
+        field = "logprobs"
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise RequestError(f"{field} must be an integer in [0, {MAX_TOP_LOGPROBS}], got {value!r}", field)
+    return value
 
-    try:
-        check_prompts(prompt_ids, config, model.model.config.max_sequence_length)
-    except ValueError as err:
-        raise RequestError(str(err).replace("gen_length", "max_tokens rounded to whole blocks", 1), "prompt") from None
+
+def _check_logprob_config(config: GenerationConfig) -> None:
+    if config.strategy not in LOGPROB_STRATEGIES or config.stopper not in LOGPROB_STOPPERS:
+        raise RequestError(f"logprobs are recorded from the forward that commits each token: they need strategy "
+                           f"{' or '.join(LOGPROB_STRATEGIES)!r} and stopper {' or '.join(LOGPROB_STOPPERS)!r} "
+                           f"(got strategy {config.strategy!r}, stopper {config.stopper!r}); drop logprobs or "
+                           "use those", "logprobs")
+
+
+def _check_lengths(prompt_ids: list[list[int]], config: GenerationConfig, max_tokens: int, field: str,
+                   context: int) -> None:
+    """Every prompt's tokens + the answer's positions (max_tokens rounded up to whole blocks)
+    within the model's context, said in the API's fields."""
+    for i, ids in enumerate(prompt_ids):
+        if not ids:
+            raise RequestError(f"prompt {i} is empty; a request needs at least one token", "prompt")
+        total = len(ids) + config.gen_length
+        if total > context:
+            rounded = "" if config.gen_length == max_tokens else (
+                f" (rounded up to {config.gen_length}, whole blocks of {config.block_length})")
+            raise RequestError(f"prompt {i} has {len(ids)} tokens + {field} {max_tokens}{rounded} = {total} > the "
+                               f"model's context of {context}; shorten the prompt or lower {field}", "prompt")
+
+
+def _check_budget(model, prompt_length: int, config: GenerationConfig, field: str) -> None:
+    """A row of the longest prompt, decoded alone, within ``memory_budget_mb``."""
+    if config.memory_budget_mb is None:
+        return
+    need = one_row_mib(model.model, prompt_length, config)
+    if need > config.memory_budget_mb:
+        raise RequestError(f"one row of this request ({prompt_length} prompt tokens + {config.gen_length} answer "
+                           f"positions) needs {need:.1f} MiB but memory_budget_mb is "
+                           f"{config.memory_budget_mb:g}: it could never be served; lower {field}, shorten the "
+                           "prompt or raise memory_budget_mb", "memory_budget_mb")

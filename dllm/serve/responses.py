@@ -3,7 +3,9 @@
 Each choice carries dllm's own reading in an extra ``dllm`` field: its finish reason ("eos",
 "stop", "length", "cancelled", "error"), the answer's token ids as ``generate`` gives them (cut at
 the stop, the ending end-of-text or stop id kept; usage counts these) and the row's
-stats (nfe, tpf, seconds, ...). OpenAI clients keep extra fields.
+stats (nfe, tpf, seconds, ...). The response (every chunk of a stream) carries the request's seed
+in a top-level ``dllm`` field: ``{"seed": S}``; sending ``seed=S`` again (same n) replays it.
+OpenAI clients keep extra fields.
 """
 from __future__ import annotations
 
@@ -11,17 +13,27 @@ import json
 import time
 from typing import Any
 
+from fastapi.responses import JSONResponse
+
+from dllm.serve.logprob_format import chat_logprobs, completion_logprobs
 from dllm.serve.rows import RowText
 
 
 def error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:
-    kind = {400: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_exceeded",
-            503: "service_unavailable"}.get(status, "server_error")
+    kind = "invalid_request_error" if 400 <= status < 500 else "server_error"
+    kind = {401: "authentication_error", 429: "rate_limit_exceeded", 503: "service_unavailable"}.get(status, kind)
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
+def error_response(metrics, endpoint: str, message: str, status: int, param: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """The JSON error response, counted in ``metrics`` (a ServerMetrics) under ``endpoint``."""
+    metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
+    return JSONResponse(error_body(message, status, param), status_code=status, headers=headers)
+
+
 def dllm_fields(row: RowText) -> dict[str, Any]:
-    return {"finish_reason": row.reason, "token_ids": row.token_ids, "stats": row.stats}
+    return {"finish_reason": row.reason, "token_ids": row.token_ids, "stats": row.answer_stats}
 
 
 def usage(prompt_tokens: int, rows: list[RowText]) -> dict[str, int]:
@@ -33,40 +45,56 @@ def usage(prompt_tokens: int, rows: list[RowText]) -> dict[str, int]:
 class ResponseWriter:
     """Bodies for one request of ``chat`` or completion kind, under one id and timestamp."""
 
-    def __init__(self, chat: bool, model_name: str, request_id: str) -> None:
-        self.chat, self.model_name = chat, model_name
+    def __init__(self, chat: bool, model_name: str, request_id: str, seed: int,
+                 top_logprobs: int | None = None) -> None:
+        self.chat, self.model_name, self.seed, self.top_logprobs = chat, model_name, seed, top_logprobs
         self.id = ("chatcmpl-" if chat else "cmpl-") + request_id
         self.created = int(time.time())
 
     def _envelope(self, object_: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {"id": self.id, "object": object_, "created": self.created, "model": self.model_name,
-                "choices": choices}
+                "choices": choices, "dllm": {"seed": self.seed}}
 
-    def whole(self, texts: list[str], rows: list[RowText], prompt_tokens: int) -> dict[str, Any]:
-        """The non-streamed response: one choice per row, ``texts`` already echoed if asked."""
+    def logprobs(self, row: RowText, text_start: int = 0) -> dict[str, Any] | None:
+        """The logprobs of ``row``'s answer tokens not handed out yet (None unless asked)."""
+        if self.top_logprobs is None:
+            return None
+        start = row.logprobs_sent
+        entries = row.take_logprobs()
+        if self.chat:
+            return chat_logprobs(entries, row.ids, start, row.decode)
+        return completion_logprobs(entries, row.ids, start, row.decode, text_start, self.top_logprobs)
+
+    def whole(self, texts: list[str], rows: list[RowText], prompt_tokens: int,
+              echoed: list[int] | None = None) -> dict[str, Any]:
+        """The non-streamed response: one choice per row, ``texts`` already echoed if asked
+        (``echoed``: the characters of each that are the prompt)."""
         choices = []
         for index, (text, row) in enumerate(zip(texts, rows)):
             choice: dict[str, Any] = {"index": index, "finish_reason": row.openai_finish_reason,
                                       "dllm": dllm_fields(row)}
+            logprobs = self.logprobs(row, echoed[index] if echoed else 0)
             if self.chat:
-                choice["message"] = {"role": "assistant", "content": text}
+                choice.update(message={"role": "assistant", "content": text}, logprobs=logprobs)
             else:
-                choice.update(text=text, logprobs=None)
+                choice.update(text=text, logprobs=logprobs)
             choices.append(choice)
         body = self._envelope("chat.completion" if self.chat else "text_completion", choices)
         body["usage"] = usage(prompt_tokens, rows)
         return body
 
-    def chunk(self, index: int, text: str | None, row: RowText | None = None, *, role: bool = False) -> str:
-        """One SSE event: new text of choice ``index``; with ``row``, its last (finish) chunk."""
+    def chunk(self, index: int, text: str | None, row: RowText | None = None, *, role: bool = False,
+              logprobs: dict[str, Any] | None = None) -> str:
+        """One SSE event: new text of choice ``index`` (and its tokens' ``logprobs``); with
+        ``row``, its last (finish) chunk."""
         choice: dict[str, Any] = {"index": index, "finish_reason": None}
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant"} if role else {}
             if text is not None:
                 delta["content"] = text
-            choice["delta"] = delta
+            choice.update(delta=delta, logprobs=logprobs)
         else:
-            choice.update(text=text or "", logprobs=None)
+            choice.update(text=text or "", logprobs=logprobs)
         if row is not None:
             choice["finish_reason"] = row.openai_finish_reason
             choice["dllm"] = dllm_fields(row)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from dllm.logprobs import TokenLogprob
 from dllm.outputs import cut_answer, end_row
 from dllm.request import OutputRequest
 from dllm.serve.protocol import RowUpdate
@@ -17,13 +18,18 @@ from dllm.stops import FINISH_REASONS, StopConditions, StoppedText, safe_text_le
 
 
 class RowText:
-    """Accumulates a row's final ids; ``done`` once an end-of-text, a stop, max_tokens or the
-    scheduler's last update ends it."""
+    """Accumulates a row's final ids (and their logprobs when asked); ``done`` once an
+    end-of-text, a stop, max_tokens or the scheduler's last update ends it; ``settled`` once the
+    scheduler's last update (with the row's stats) came too: a row a stop decided is cancelled and
+    its stats arrive one round later."""
 
     def __init__(self, decode: Callable[[list[int]], str], eos_ids: list[int], stops: StopConditions,
                  max_tokens: int) -> None:
         self.decode, self.eos_ids, self.stops, self.max_tokens = decode, eos_ids, stops, max_tokens
         self.ids: list[int] = []
+        self.logprobs: list[TokenLogprob] = []  # one per id of ``ids`` when the request asked
+        self.logprobs_sent = 0  # entries of ``logprobs`` already handed out
+        self.settled = False
         self.sent = 0  # characters of text already handed out
         self.cut = StoppedText(text="", ids=[], finish_reason=None)
         self.reason: str | None = None  # dllm's finish reason once done
@@ -37,11 +43,14 @@ class RowText:
 
     def add(self, update: RowUpdate) -> None:
         """Take one update; afterwards ``done`` says whether the row's answer is decided."""
+        if update.finished:
+            self.settled = True
+            if update.stats is not None:
+                self.stats = update.stats
         if self.done:
             return
         self.ids += update.final_ids
-        if update.stats is not None:
-            self.stats = update.stats
+        self.logprobs += update.logprobs or []
         ended = update.finished and update.finish_reason in FINISH_REASONS  # not cancelled, not failed
         self.cut = cut_answer(self.ids, self.decode, self.eos_ids, self.stops, self.max_tokens, complete=ended)
         if self.cut.finish_reason is not None:
@@ -49,6 +58,28 @@ class RowText:
         elif update.finished:  # cancelled or failed before its answer was decided
             self.reason = update.finish_reason or "error"
             self.error = update.error
+
+    @property
+    def answer_stats(self) -> dict[str, Any] | None:
+        """The scheduler's stats with tokens and tpf counted as ``generate`` counts them: over the
+        answer's ``token_ids`` (cut at its stop or max_tokens)."""
+        if self.stats is None:
+            return None
+        tokens = len(self.token_ids) if self.reason in FINISH_REASONS else self.stats.get("tokens", 0)
+        return {**self.stats, "tokens": tokens, "tpf": tokens / max(self.stats.get("nfe", 0), 1)}
+
+    def take_logprobs(self) -> list[TokenLogprob]:
+        """Logprobs of answer tokens not handed out yet whose text has been handed out (all of the
+        answer's once done), in position order."""
+        if self.done:
+            end = len(self.token_ids)
+        else:
+            end = self.logprobs_sent
+            while end < len(self.cut.ids) and len(self.decode(self.cut.ids[: end + 1])) <= self.sent:
+                end += 1
+        piece = self.logprobs[self.logprobs_sent : end]
+        self.logprobs_sent += len(piece)
+        return piece
 
     def take_text(self) -> str:
         """Text not handed out yet that can no longer change (all of it once done)."""

@@ -21,6 +21,7 @@ import torch
 
 from dllm.config import GenerationConfig
 from dllm.engine import Decoding, RowStart
+from dllm.logprobs import CommitLogprobs
 from dllm.serve.protocol import RowUpdate, ServeRequest
 
 # fields that may differ between rows of one batch (steps may differ only with gen_length,
@@ -97,9 +98,17 @@ class RunningBatch:
         self.decoding = None
         if self.rows:
             self.decoding = Decoding(self.model, [r.start() for r in self.rows], self.config)
+            self._record_logprobs(self.decoding)
             self.block = self.decoding.block
             for row in self.rows:
                 row.seen = [self.mask_id] * row.remaining
+
+    def _record_logprobs(self, decoding: Decoding) -> None:
+        """Have the engine record committed tokens' logprobs when a row asks for them."""
+        tops = [r.request.top_logprobs for r in self.rows if r.request.top_logprobs is not None]
+        if tops:
+            state = decoding.state
+            state.logprobs = CommitLogprobs(*state.order.shape, top=max(tops), device=state.order.device)
 
     def _carry(self, old: Decoding, live: list[RowProgress]) -> None:
         """Move the live rows' finished blocks of ``old`` into their prompts, and their counters."""
@@ -143,6 +152,10 @@ class RunningBatch:
             final = next((j for j, t in enumerate(full) if t == self.mask_id), len(full))
             update = RowUpdate(request_id=row.request.request_id, final_ids=full[row.final : final],
                                committed=committed)
+            if row.request.top_logprobs is not None and final > row.final:
+                offset = len(row.done_answer)  # this canvas's answer starts after the finished blocks
+                update.logprobs = decoding.state.logprobs.read(i, row.final - offset, final - offset,
+                                                               row.request.top_logprobs)
             row.final = max(row.final, final)
             if row.cancelled or not active[i] or self.mask_id not in segment:
                 self._finish(row, update, decoding, i, full)
@@ -184,6 +197,11 @@ class RunningBatch:
             return []
         width = (self.decoding.block if blocks is None else blocks) * self.config.block_length
         return [(len(r.prefix) + width, r.remaining - width) for r in self.live if r.remaining > width]
+
+    def canvas_size(self) -> tuple[int, int]:
+        """(rows, length) of the canvas the running decode holds now."""
+        canvas = self.decoding.state.canvas
+        return canvas.batch_size, canvas.length
 
     def at_boundary(self) -> bool:
         """True once the decode ended or reached the start of a new block (no forward in it yet)."""

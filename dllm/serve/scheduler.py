@@ -23,6 +23,7 @@ from typing import Callable
 from dllm.config import GenerationConfig
 from dllm.engine import check_seeds
 from dllm.inputs import check_token_ids
+from dllm.serve.budget import CanvasSize, fits, rows_that_fit
 from dllm.serve.protocol import QueueFullError, RowUpdate, Scheduler, SchedulerLimits, ServeRequest
 from dllm.serve.round_cost import RoundCost, join_pays, round_tokens
 from dllm.serve.running_batch import RowProgress, RunningBatch, batch_key
@@ -80,6 +81,10 @@ class BatchScheduler(Scheduler):
         self._thread.join()
 
     @property
+    def max_rows_per_request(self) -> int:
+        return self.limits.max_queue
+
+    @property
     def queue_depth(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
@@ -102,6 +107,10 @@ class BatchScheduler(Scheduler):
             raise ValueError(f"the prompt has {len(request.prompt_ids)} tokens + gen_length "
                              f"{request.config.gen_length} = {total} > the model's context of "
                              f"{self.model.config.max_sequence_length}; shorten the prompt or lower max_tokens")
+        if not fits(self.model, [(1, total)], request.config):
+            raise ValueError(f"one row of {len(request.prompt_ids)} prompt tokens + {request.config.gen_length} "
+                             f"answer positions does not fit memory_budget_mb {request.config.memory_budget_mb:g} "
+                             "even alone; lower max_tokens, shorten the prompt or raise memory_budget_mb")
 
     def _retry_after(self) -> float:
         rounds = self.queue_depth // self.limits.max_batch + 1
@@ -147,7 +156,9 @@ class BatchScheduler(Scheduler):
             key = self._next_key()
             if key is None:
                 return
-            rows = self._take(key, self.limits.max_batch)
+            queue = self._queues[key]
+            head = [(len(r.prefix), r.remaining) for r in list(queue)[: self.limits.max_batch]]
+            rows = self._take(key, max(1, rows_that_fit(self.model, [], [], head, queue[0].request.config)))
         self._admitted = 0
         self._launch(rows, key)
 
@@ -177,7 +188,9 @@ class BatchScheduler(Scheduler):
             queue = self._queues.get(batch.key)
             if not queue:
                 return []
-            waiting = list(queue)[: self._room(batch.key)]
+            waiting = self._within_budget(batch.shapes(), list(queue)[: self._room(batch.key)], exclude=batch)
+            if not waiting:
+                return []
             if not join_pays(batch.shapes(), [(len(r.prefix), r.remaining) for r in waiting],
                              self.cost.overhead_tokens, functools.partial(round_tokens, config=batch.config)):
                 return []
@@ -195,7 +208,7 @@ class BatchScheduler(Scheduler):
             queue = self._queues.get(key)
             if not queue:
                 return
-            waiting = list(queue)[: self._room(key)]
+            waiting = self._within_budget([], list(queue)[: self._room(key)])
             if not waiting:
                 return
             shapes = [(len(r.prefix), r.remaining) for r in waiting]
@@ -206,6 +219,17 @@ class BatchScheduler(Scheduler):
             rows = self._take(key, len(waiting))
             self._admitted += len(rows)
         self._launch(rows, key)
+
+    def _within_budget(self, base: list[tuple[int, int]], waiting: list[RowProgress],
+                       exclude: RunningBatch | None = None) -> list[RowProgress]:
+        """The first of ``waiting`` that fit ``memory_budget_mb`` on one canvas with rows of the
+        ``base`` shapes while the other running batches (all but ``exclude``) decode, so that no
+        batch fails its memory check once running."""
+        if not waiting:
+            return waiting
+        shapes = [(len(r.prefix), r.remaining) for r in waiting]
+        others: list[CanvasSize] = [b.canvas_size() for b in self._batches if b is not exclude and not b.done]
+        return waiting[: rows_that_fit(self.model, others, base, shapes, waiting[0].request.config)]
 
     def _next_key(self) -> str | None:
         """The key whose first waiting request has waited longest."""

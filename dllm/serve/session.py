@@ -38,7 +38,8 @@ class RowSession:
             for j, seed in enumerate(parsed.seeds):
                 index = p * parsed.n + j
                 self.requests.append(ServeRequest(request_id=f"{self.id}-{index}", prompt_ids=ids,
-                                                  config=parsed.config, seed=seed))
+                                                  config=parsed.config, seed=seed,
+                                                  top_logprobs=parsed.top_logprobs))
                 self.rows.append(RowText(decode, list(model.model.eos_token_ids), parsed.stops, parsed.max_tokens))
         self._queue: asyncio.Queue[tuple[int, RowUpdate]] = asyncio.Queue()
         self._submitted = 0
@@ -55,7 +56,7 @@ class RowSession:
         except (QueueFullError, ValueError):
             self.cancel()
             raise
-        self.metrics.prompt_tokens.inc(sum(len(ids) for ids in self.parsed.prompt_ids) * self.parsed.n)
+        self.metrics.prompt_tokens.inc(self.parsed.prompt_tokens)
 
     def _callback(self, loop: asyncio.AbstractEventLoop, index: int):
         def on_update(update: RowUpdate) -> None:  # the scheduler's thread
@@ -66,35 +67,44 @@ class RowSession:
         return on_update
 
     @property
-    def done(self) -> bool:
-        return all(row.done for row in self.rows)
+    def settled(self) -> bool:
+        return all(row.settled for row in self.rows)
 
     async def events(self, disconnected=None, poll: float = 0.25) -> AsyncIterator[RowEvent]:
-        """Events until every row is decided. ``disconnected``: an async callable polled while
-        waiting; when it answers True the rows are cancelled and iteration stops."""
-        while not self.done:
+        """Events until every row is settled (its answer decided and its stats in). A row a stop
+        or max_tokens decides is cancelled at once; its finish event waits for the scheduler's
+        last update, one round later, which brings its stats. ``disconnected``: an async callable
+        polled every ``poll`` seconds; when it answers True the rows are cancelled and iteration
+        stops."""
+        checked = time.perf_counter()
+        while not self.settled:
             try:
                 index, update = await asyncio.wait_for(self._queue.get(), timeout=poll)
             except asyncio.TimeoutError:
-                if disconnected is not None and await disconnected():
+                update = None
+            if disconnected is not None and time.perf_counter() - checked >= poll:  # also while updates flow
+                checked = time.perf_counter()
+                if await disconnected():
                     self.disconnected = True
                     self.cancel()
                     return
+            if update is None:
                 continue
             row = self.rows[index]
-            if row.done:
+            if row.settled:
                 continue
+            decided = row.done
             row.add(update)
             if self.first_token is None and row.ids:
                 self.first_token = time.perf_counter()
                 self.metrics.ttft.observe(self.first_token - self.started)
-            if row.done:
-                if not update.finished:
-                    self.scheduler.cancel(self.requests[index].request_id)  # a stop: free the row now
-                self.metrics.row_finished(row.reason, len(row.token_ids), row.stats)
+            if row.done and not decided and not update.finished:
+                self.scheduler.cancel(self.requests[index].request_id)  # a stop: free the row now
+            if row.settled:
+                self.metrics.row_finished(row.reason, len(row.token_ids), row.answer_stats)
             text = row.take_text()
-            if text or row.done:
-                yield RowEvent(index=index, text=text, finished=row.done)
+            if text or row.settled:
+                yield RowEvent(index=index, text=text, finished=row.settled)
         self.metrics.latency.observe(time.perf_counter() - self.started)
 
     def cancel(self) -> None:

@@ -40,18 +40,19 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(app, timeout: float = 20.0):
-    """Serve ``app`` on 127.0.0.1 in a thread; yields its base URL; stops it on exit."""
+def running_server(app, timeout: float = 20.0, **config):
+    """Serve ``app`` on 127.0.0.1 in a thread; yields its base URL; stops it on exit. ``config``:
+    more uvicorn.Config options (e.g. ``http``, the connection protocol)."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
+                                           lifespan="off", **config))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
+            if httpx.get(url + "/health", timeout=1).status_code in (200, 401):  # 401: a protected /health
                 break
         except httpx.HTTPError:
             pass

@@ -20,6 +20,7 @@ from serve_helpers import RecordingScheduler, running_server, wait_until
 PROMPT = "Alice Smith, Bob Jones, Carol White. Who is second?"
 MESSAGES = [{"role": "user", "content": "Reverse the list: Ann Lee, Tom Kay, Sue Ray"}]
 DEFAULTS = ServerDefaults(options={"block_length": 8}, max_tokens=32)
+JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +149,14 @@ BAD_REQUESTS = {
     "token id": {"prompt": [10**9]},
     "unknown field": {"prompt": "x", "temprature": 1},
     "gen_length": {"prompt": "x", "gen_length": 64},
-    "unsupported": {"prompt": "x", "logprobs": 3},
+    "unsupported": {"prompt": "x", "best_of": 3},
+    "logprobs": {"prompt": "x", "logprobs": 99},
+    "logprobs strategy": {"prompt": "x", "logprobs": 1, "strategy": "freedave"},
+    "lone surrogate": {"prompt": "a\ud800b"},
+    "lone surrogate stop": {"prompt": "x", "stop": ["\udfff"]},
+    "prompt chars": {"prompt": "x" * 20000},
+    "rows": {"prompt": ["a", "b"], "n": 40},
+    "memory budget": {"prompt": "x", "memory_budget_mb": 0.001},
     "echo": {"prompt": "x", "echo": "yes"},
     "stream": {"prompt": "x", "stream": 1},
 }
@@ -158,7 +166,8 @@ BAD_REQUESTS = {
 def test_bad_request_is_400_before_any_model_work(server, kind):
     url, scheduler = server
     before = len(scheduler.submitted)
-    r = httpx.post(url + "/v1/completions", json={"model": "dllm-test", **BAD_REQUESTS[kind]}, timeout=30)
+    body = json.dumps({"model": "dllm-test", **BAD_REQUESTS[kind]})  # ASCII: a lone surrogate goes as \ud800
+    r = httpx.post(url + "/v1/completions", content=body, headers=JSON, timeout=30)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["message"]
     assert len(scheduler.submitted) == before
@@ -166,7 +175,7 @@ def test_bad_request_is_400_before_any_model_work(server, kind):
 
 def test_bad_chat_and_body_are_400(server, client):
     url = server[0]
-    assert httpx.post(url + "/v1/completions", content=b"{not json", timeout=30).status_code == 400
+    assert httpx.post(url + "/v1/completions", content=b"{not json", headers=JSON, timeout=30).status_code == 400
     bad = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user"}]}, timeout=30)
     assert bad.status_code == 400 and "content" in bad.json()["error"]["message"]
     with pytest.raises(openai.BadRequestError, match="no_such_rule"):

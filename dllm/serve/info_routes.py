@@ -1,0 +1,131 @@
+"""The server's routes that decode nothing: /health, /metrics, /version, /v1/models (and one
+model by id), /tokenize and /detokenize (vLLM's shapes). Tokenizing runs off the event loop."""
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from importlib import metadata
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from dllm.inputs import check_token_ids
+from dllm.serve.body import parse_json
+from dllm.serve.limits import ServerLimits
+from dllm.serve.metrics import ServerMetrics
+from dllm.serve.requests import RequestError, chat_messages
+from dllm.serve.responses import error_response
+
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def dllm_version() -> str:
+    try:
+        return metadata.version("dllm")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def info_router(model, scheduler, metrics: ServerMetrics, served_name: str, limits: ServerLimits,
+                executor: Executor) -> APIRouter:
+    router = APIRouter()
+    card = {"id": served_name, "object": "model", "created": 0, "owned_by": "dllm", "root": str(model.path.name),
+            "max_model_len": model.model.config.max_sequence_length}
+
+    @router.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "queue_depth": scheduler.queue_depth, "running_rows": scheduler.running_rows}
+
+    @router.get("/metrics")
+    async def metrics_text() -> Response:
+        return Response(metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
+    @router.get("/version")
+    async def version() -> dict[str, str]:
+        return {"version": dllm_version()}
+
+    @router.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [card]}
+
+    @router.get("/v1/models/{model_id:path}")
+    async def one_model(model_id: str) -> Response:
+        if model_id != served_name:
+            return error_response(metrics, "models", f"the model {model_id!r} does not exist; this server serves "
+                                  f"{served_name!r}", 404, "model")
+        return JSONResponse(card)
+
+    @router.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        return await _run(request, metrics, "tokenize", executor, _tokenize, model, served_name, limits)
+
+    @router.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        return await _run(request, metrics, "detokenize", executor, _detokenize, model, served_name)
+
+    return router
+
+
+async def _run(request: Request, metrics: ServerMetrics, endpoint: str, executor: Executor, work, *args) -> Response:
+    """``work(body, *args)`` on the executor, its answer as JSON (a RequestError as its 4xx)."""
+    raw = await request.body()
+    try:
+        answer = await asyncio.get_running_loop().run_in_executor(executor, _parse_then, work, raw, args)
+    except RequestError as err:
+        return error_response(metrics, endpoint, str(err), err.status, err.param)
+    metrics.requests.labels(endpoint=endpoint, status="200").inc()
+    return JSONResponse(answer)
+
+
+def _parse_then(work, raw: bytes, args: tuple) -> dict[str, Any]:
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")
+    return work(body, *args)
+
+
+def _check_model(body: dict, served_name: str) -> None:
+    name = body.get("model")
+    if name is not None and name != served_name:
+        raise RequestError(f"the model {name!r} does not exist; this server serves {served_name!r}", "model",
+                           status=404)
+
+
+def _tokenize(body: dict, model, served_name: str, limits: ServerLimits) -> dict[str, Any]:
+    """{"prompt": str} or {"messages": [...]} (through the chat template) -> token ids."""
+    _check_model(body, served_name)
+    unknown = sorted(set(body) - {"model", "prompt", "messages"})
+    if unknown or ("prompt" in body) == ("messages" in body):
+        raise RequestError('give either "prompt" (a string) or "messages" (chat messages), nothing else'
+                           + (f"; unknown field(s) {unknown}" if unknown else ""))
+    context = model.model.config.max_sequence_length
+    cap = limits.max_prompt_chars(context)
+    if "prompt" in body:
+        prompt = body["prompt"]
+        if not isinstance(prompt, str):
+            raise RequestError("prompt must be a string", "prompt")
+        chars = len(prompt)
+    else:
+        prompt = chat_messages(body["messages"])
+        chars = sum(len(m["content"]) for m in prompt)
+    if chars > cap:
+        raise RequestError(f"the text has {chars} characters, more than the server tokenizes (at most {cap}: "
+                           f"{context} tokens x {limits.chars_per_token} characters per token)", "prompt")
+    try:
+        ids = model.encode(prompt, chat="messages" in body)
+    except ValueError as err:
+        raise RequestError(str(err), "messages") from None
+    return {"tokens": ids, "count": len(ids), "max_model_len": context}
+
+
+def _detokenize(body: dict, model, served_name: str) -> dict[str, Any]:
+    """{"tokens": [ids]} -> their text (special tokens kept)."""
+    _check_model(body, served_name)
+    if set(body) - {"model", "tokens"} or not isinstance(body.get("tokens"), list):
+        raise RequestError('give "tokens": a list of token ids', "tokens")
+    try:
+        ids = check_token_ids([body["tokens"]], model.model.config.vocab_size)[0]
+    except ValueError as err:
+        raise RequestError(str(err).replace("prompt 0, ", "", 1), "tokens") from None
+    return {"prompt": model.tokenizer.decode(ids, skip_special_tokens=False)}

@@ -1,0 +1,47 @@
+"""Answer tokens' log-probabilities in OpenAI's two shapes.
+
+Each entry is the log-probability of an answer token under the forward that committed it
+(``dllm.logprobs``), with the most likely tokens of that same distribution; one entry per id of
+the choice's ``dllm.token_ids`` (so an ending end-of-text or stop id has one too), in position
+order. Completions: ``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``; chat:
+``{"content": [{"token", "logprob", "bytes", "top_logprobs"}]}``. A value the engine could not
+record is null.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from dllm.logprobs import TokenLogprob
+
+Decode = Callable[[list[int]], str]
+
+
+def completion_logprobs(entries: list[TokenLogprob], ids: list[int], start: int, decode: Decode,
+                        text_start: int = 0, top: int = 0) -> dict[str, Any]:
+    """Entries for answer positions ``start, start + 1, ...`` of ``ids``; ``text_start``: where
+    the answer's text begins in the choice's text (after an echoed prompt)."""
+    positions = range(start, start + len(entries))
+    return {
+        "tokens": [decode([ids[p]]) for p in positions],
+        "token_logprobs": [_number(e.logprob) for e in entries],
+        "top_logprobs": [{decode([t]): _number(v) for t, v in e.top} for e in entries] if top else None,
+        "text_offset": [text_start + len(decode(ids[:p])) for p in positions],
+    }
+
+
+def chat_logprobs(entries: list[TokenLogprob], ids: list[int], start: int, decode: Decode) -> dict[str, Any]:
+    content = []
+    for p, entry in zip(range(start, start + len(entries)), entries):
+        item = _token(decode([ids[p]]), entry.logprob)
+        item["top_logprobs"] = [_token(decode([t]), v) for t, v in entry.top]
+        content.append(item)
+    return {"content": content, "refusal": None}
+
+
+def _token(text: str, logprob: float) -> dict[str, Any]:
+    return {"token": text, "logprob": _number(logprob), "bytes": list(text.encode("utf-8", "replace"))}
+
+
+def _number(value: float) -> float | None:
+    return value if math.isfinite(value) else None

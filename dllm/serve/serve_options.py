@@ -1,0 +1,82 @@
+"""``dllm serve``'s options for limits, access and threads, and the uvicorn server they configure."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from dllm.cli.options import positive_float, positive_int
+from dllm.serve.limits import AccessSettings, ServerLimits, default_allowed_hosts
+
+API_KEY_ENV = "DLLM_API_KEY"
+log = logging.getLogger(__name__)
+
+
+def add_server_options(p: argparse.ArgumentParser) -> None:
+    d = ServerLimits()
+    g = p.add_argument_group("limits and access (README: Serving)")
+    g.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' on every request (default: ${API_KEY_ENV}, else none)")
+    g.add_argument("--protect-health-metrics", action="store_true",
+                   help="/health, /metrics and /version need the API key too (default: open)")
+    g.add_argument("--allowed-origins", type=_names, default=(), metavar="ORIGIN,...",
+                   help="browser origins allowed to call the server (CORS), e.g. https://app.example.com "
+                        "(default: none)")
+    g.add_argument("--allowed-hosts", type=_names, default=(), metavar="NAME,...",
+                   help="Host header names accepted besides the loopback ones when bound to 127.0.0.1 (a "
+                        "reverse proxy's public name); on another address, the only ones accepted (default: any)")
+    g.add_argument("--max-body-mb", type=positive_float, default=d.max_body_bytes / (1 << 20),
+                   help="largest request body in MiB (413 beyond, refused before it is read)")
+    g.add_argument("--max-rows-per-request", type=positive_int, default=d.max_rows_per_request,
+                   help="prompts x n of one request (400 beyond)")
+    g.add_argument("--body-timeout", type=positive_float, default=d.body_timeout_s, metavar="S",
+                   help="seconds a request body may take to arrive (408 and the connection closed)")
+    g.add_argument("--header-timeout", type=positive_float, default=d.header_timeout_s, metavar="S",
+                   help="seconds a connection may take to send a request's headers (then it is closed)")
+    g.add_argument("--shutdown-timeout", type=positive_float, default=d.shutdown_timeout_s, metavar="S",
+                   help="on SIGTERM / SIGINT, seconds open requests get to finish before streams get an error "
+                        "event and the server exits (a second signal: at once)")
+    g.add_argument("--threads", type=positive_int, default=None,
+                   help="torch threads for the model (default: the CPUs this process may run on)")
+
+
+def server_limits(args: argparse.Namespace) -> ServerLimits:
+    return ServerLimits(max_body_bytes=int(args.max_body_mb * (1 << 20)), body_timeout_s=args.body_timeout,
+                        header_timeout_s=args.header_timeout, max_rows_per_request=args.max_rows_per_request,
+                        shutdown_timeout_s=args.shutdown_timeout)
+
+
+def access_settings(args: argparse.Namespace) -> AccessSettings:
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
+    key = key or None
+    if key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s without an API key: anyone who reaches the port can use it; set --api-key "
+                    "(or $%s) and put a TLS reverse proxy in front", args.host, API_KEY_ENV)
+    return AccessSettings(api_key=key, protect_health_metrics=args.protect_health_metrics,
+                          allowed_origins=args.allowed_origins,
+                          allowed_hosts=default_allowed_hosts(args.host, args.allowed_hosts))
+
+
+def torch_threads(args: argparse.Namespace) -> int:
+    """Set torch's intra-op threads (the CPUs this process may use, unless --threads says)."""
+    import torch
+
+    threads = args.threads or len(os.sched_getaffinity(0))
+    torch.set_num_threads(threads)
+    return threads
+
+
+def serve_forever(app, args: argparse.Namespace, limits: ServerLimits) -> None:
+    """uvicorn on ``app`` with the header deadline and the shutdown deadline."""
+    import uvicorn
+
+    from dllm.serve.connections import header_deadline_protocol
+    from dllm.serve.shutdown import DeadlineServer
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="off",
+                            http=header_deadline_protocol(limits.header_timeout_s))
+    DeadlineServer(config, app.state.shutdown, limits.shutdown_timeout_s).run()
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
