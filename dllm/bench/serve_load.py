@@ -219,7 +219,8 @@ def request_bodies(args: argparse.Namespace, count: int, seed: int) -> list[dict
     from ``--max-tokens`` (so identical requests recur and their single runs are computed once)."""
     rng = random.Random(seed)
     pool = bench_prompts(args.prompt_pool, seed)
-    options = {"block_length": args.block_length, "policy": args.policy, "cache": args.cache}
+    # seed 0, as the single runs the soak checks against (a request without one gets a fresh seed)
+    options = {"block_length": args.block_length, "policy": args.policy, "cache": args.cache, "seed": 0}
     if args.policy_arg:
         from dllm.cli.options import parse_kv
 
