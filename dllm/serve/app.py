@@ -25,7 +25,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from dllm.serve.body import parse_json
+from dllm.serve.body import BIG_BODY, parse_json, release_memory
 from dllm.serve.guards import RequestGuard
 from dllm.serve.info_routes import info_router
 from dllm.serve.limits import AccessSettings, ServerLimits
@@ -63,8 +63,12 @@ def create_app(model, scheduler: Scheduler, *, defaults: ServerDefaults | None =
     _add_error_handlers(app, metrics)
 
     def parse(raw: bytes, chat: bool) -> ParsedRequest:  # on the executor: JSON, Unicode, tokenizing
-        return parse_request(parse_json(raw), model, defaults, chat=chat, served_name=served_name, limits=limits,
-                             max_rows=scheduler.max_rows_per_request)
+        try:
+            return parse_request(parse_json(raw), model, defaults, chat=chat, served_name=served_name,
+                                 limits=limits, max_rows=scheduler.max_rows_per_request)
+        finally:
+            if len(raw) > BIG_BODY:
+                release_memory()
 
     async def handle(request: Request, *, chat: bool) -> Response:
         endpoint = "chat" if chat else "completions"

@@ -2,13 +2,21 @@
 
 JSON may escape a lone UTF-16 surrogate (``"\\ud800"``); Python decodes it into a ``str`` that no
 tokenizer can encode (a TypeError deep inside it). Such a body is a 400 that names the field.
+Surrogates can only come from such escapes (UTF-8 bytes cannot encode them: they fail to
+decode), so the strings are walked only when the raw body holds one.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
+import re
 from typing import Any
 
 from dllm.serve.requests import RequestError
+
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+BIG_BODY = 1 << 20  # after parsing a body this large, freed memory goes back to the system
 
 
 def parse_json(raw: bytes) -> Any:
@@ -17,8 +25,27 @@ def parse_json(raw: bytes) -> Any:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise RequestError(f"the request body is not valid JSON ({err})") from None
-    check_unicode(body)
+    if SURROGATE_ESCAPE.search(raw):
+        check_unicode(body)
     return body
+
+
+def release_memory() -> None:
+    """Hand freed heap back to the system (glibc keeps a thread's arena otherwise: a few large
+    refused bodies would leave the process tens of MB larger for good)."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _find_malloc_trim():
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
 
 
 def check_unicode(value: Any, where: str = "") -> None:
