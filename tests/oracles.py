@@ -163,26 +163,49 @@ def fastdllm_dream_generate(model, prompt, *, gen_length, block_length, threshol
 
 
 @_on_model_device
-def fastdllm_v2_generate(model, prompt, *, gen_length, small_block_size, threshold):
-    """Fast-dLLM v2's ``batch_sample`` (``v2/generation_functions.py``) without the sub-block
-    cache (``use_block_cache=False``): the decode block is the model's ``bd_size``; the prompt
-    (a multiple of it here) is prefilled and its last output commits the first answer token by
-    argmax. Per block, sub-block by sub-block: forward the whole block against the prefix
-    cache, shift, and commit the sub-block's most confident mask plus every one with
-    probability > threshold. A finished block is forwarded once more to write its final K/V,
-    and its last output commits the next block's first token by argmax."""
+def fastdllm_v2_batch_sample(model, prompt, *, gen_length, small_block_size, threshold, stop_token=None,
+                             pad_token_id=None, official_one_block=True):
+    """Fast-dLLM v2's ``batch_sample`` (``v2/generation_functions.py``) at batch 1 without the
+    sub-block cache (``use_block_cache=False``); the decode block is the model's ``bd_size``.
+
+    Blocks are absolute (position // bd). A prompt longer than one block has its whole blocks
+    [0, P // bd * bd) prefilled (block-causal, K/V kept); only when P is a multiple of bd does
+    that prefill's last output commit the first answer token by argmax. A shorter prompt is not
+    prefilled: its block (prompt + masks) is the first decode block. A prompt of exactly one
+    block is not prefilled either (the official test is ``min_len > block_size``): the first
+    answer block is decoded without the prompt, at positions from 0, and the prompt is never
+    seen (``official_one_block=False`` prefills it instead, as for longer aligned prompts).
+    Blocks P // bd .. P // bd + gen_length // bd - 1 are decoded sub-block by sub-block: forward
+    the whole block against the cache, shift right by one, commit the sub-block's most confident
+    mask plus every mask with probability > threshold. A finished block is forwarded once more
+    to store its K/V, and its last output commits the next position by argmax.
+
+    ``stop_token``: a row finishes when a step commits it (not when the argmax after a block
+    does); its block is still completed, then everything after the first stop_token at or after
+    P becomes ``pad_token_id``, the block is not stored and the loop ends.
+
+    Returns the official row from P on: up to the end of the last decoded block plus the argmax
+    token after it (gen_length - P % bd + 1 tokens, P < bd: gen_length - P + 1), or up to the end
+    of the block where the row finished (padded after the stop token)."""
     mask_id, bd = model.mask_token_id, model.config.block_size
-    P, L = len(prompt), len(prompt) + gen_length
-    assert P % bd == 0 and gen_length % bd == 0, "the loop counts blocks from position 0"
-    x = torch.full((1, L), mask_id, dtype=torch.long)
+    P = len(prompt)
+    first_block, last_block = P // bd, P // bd + gen_length // bd
+    x = torch.full((1, last_block * bd + 1), mask_id, dtype=torch.long)
     x[0, :P] = torch.tensor(prompt)
-    cache = _LayerCache(model, L)
-    logits = _forward(model, x, 0, P, cache, bd)
-    x[0, P] = logits[0, -1].argmax()
-    for s in range(P, L, bd):
+    cache = _LayerCache(model, x.shape[1])
+    base = 0  # canvas positions the model never sees (a one-block prompt, officially)
+    if P > bd or (P == bd and not official_one_block):
+        logits = _forward(model, x, 0, P // bd * bd, cache, bd)
+        if P % bd == 0:
+            x[0, P] = logits[0, -1].argmax()
+    else:
+        base = P // bd * bd
+    view = x[:, base:]
+    for s in range(first_block * bd, last_block * bd, bd):
+        finished = False
         for sub in range(s, s + bd, small_block_size):
             while bool((x[0, sub : sub + small_block_size] == mask_id).any()):
-                logits = _forward(model, x, s, s + bd, cache, bd)
+                logits = _forward(model, view, s - base, s - base + bd, cache, bd)
                 logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)[0, sub - s : sub - s + small_block_size]
                 masked = x[0, sub : sub + small_block_size] == mask_id
                 conf, x0 = _probs(logits).max(-1)
@@ -190,10 +213,22 @@ def fastdllm_v2_generate(model, prompt, *, gen_length, small_block_size, thresho
                 take = (conf > threshold) & masked
                 take[conf.argmax()] = True
                 x[0, sub : sub + small_block_size] = torch.where(take, x0, x[0, sub : sub + small_block_size])
-        logits = _forward(model, x, s, s + bd, cache, bd)  # the block commit
-        if s + bd < L:
-            x[0, s + bd] = logits[0, -1].argmax()
+                finished |= stop_token is not None and bool((x0[take] == stop_token).any())
+        if finished:
+            stop = P + int((x[0, P : s + bd] == stop_token).nonzero()[0, 0])
+            x[0, stop + 1 : s + bd] = pad_token_id
+            return x[0, P : s + bd].tolist()
+        logits = _forward(model, view, s - base, s - base + bd, cache, bd)  # the block commit
+        x[0, s + bd] = logits[0, -1].argmax()
     return x[0, P:].tolist()
+
+
+def fastdllm_v2_generate(model, prompt, *, gen_length, small_block_size, threshold):
+    """``fastdllm_v2_batch_sample`` without a stop token, cut to gen_length (the official row
+    also holds the argmax token after the last block). Any prompt length; a prompt of exactly
+    one block is prefilled (the official loop ignores it: ``fastdllm_v2_batch_sample``)."""
+    return fastdllm_v2_batch_sample(model, prompt, gen_length=gen_length, small_block_size=small_block_size,
+                                    threshold=threshold, official_one_block=False)[:gen_length]
 
 
 @_on_model_device
