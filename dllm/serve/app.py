@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi.exceptions import RequestValidationError, StarletteHTTPException
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.exceptions import HTTPException
 
 from dllm.serve.body import BIG_BODY, parse_json, release_memory
 from dllm.serve.guards import RequestGuard
@@ -136,8 +135,8 @@ def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
     """Every error in OpenAI's JSON shape: unknown paths and methods, and (never expected) a
     handler's exception as a JSON 500 that is counted, instead of a plain-text one."""
 
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> Response:
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         message = f"{request.method} {request.url.path}: {exc.detail}"
         return error_response(metrics, "other", message, exc.status_code, headers=getattr(exc, "headers", None))
 

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable, MutableMapping
 
-from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from fastapi.datastructures import Headers
+from fastapi.responses import JSONResponse
 
 from dllm.serve.limits import AccessSettings, ServerLimits
 from dllm.serve.responses import error_body
 
+Scope = Message = MutableMapping[str, Any]  # ASGI's (as starlette.types names them)
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 OPEN_PATHS = ("/health", "/metrics", "/version")  # without an API key unless protect_health_metrics
 BODY_METHODS = ("POST", "PUT", "PATCH")
 
