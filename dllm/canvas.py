@@ -36,9 +36,10 @@ class Canvas:
 
 
 def build_canvas(prompts: list[list[int]], *, gen_length: int, mask_id: int, pad_id: int,
-                 device: torch.device | str) -> Canvas:
-    """Left-pad ``prompts`` to a common width and append ``gen_length`` masks."""
-    width = max(len(p) for p in prompts)
+                 device: torch.device | str, min_width: int = 0) -> Canvas:
+    """Left-pad ``prompts`` to a common width (at least ``min_width``) and append ``gen_length``
+    masks."""
+    width = max(min_width, max(len(p) for p in prompts))
     B, L = len(prompts), width + gen_length
     tokens = torch.full((B, L), pad_id, dtype=torch.long)
     valid = torch.zeros((B, L), dtype=torch.bool)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from dllm.block_alignment import align_rows, alignment_unit, tail_tokens
 from dllm.cache import make_cache
 from dllm.canvas import Canvas, build_canvas
 from dllm.config import GenerationConfig
@@ -94,6 +95,7 @@ class DecodeState:
         self.reads_eligible_only = all(getattr(part, "reads_eligible_only", False)
                                        for part in (self.rule, self.stopper))
         self.logprobs: CommitLogprobs | None = None  # set by a caller that reports logprobs
+        self.lead_mask: Tensor | None = None  # (B, G) prompt-tail positions of the answer region
 
     def _cache_options(self) -> dict:
         options = {**self.config.cache_args, "block_length": self.config.block_length}
@@ -234,6 +236,17 @@ class DecodeState:
         self.row_step += steps.long()
         self.step += 1
 
+    def place_leads(self, tails: list[list[int]]) -> None:
+        """Write each row's prompt tail at the start of its answer region (block alignment, see
+        dllm/block_alignment.py): decided tokens that are not answer, never eligible, never an
+        end of text."""
+        P, device = self.canvas.prompt_width, self.tokens.device
+        self.lead_mask = torch.zeros_like(self.order, dtype=torch.bool)
+        for row, tail in enumerate(tails):
+            if tail:
+                self.tokens[row, P : P + len(tail)] = torch.tensor(tail, device=device)
+                self.lead_mask[row, : len(tail)] = True
+
     def text_final(self, tokens: Tensor | None = None) -> Tensor:
         """(N,) whether each canvas in ``tokens`` (default: the canvas) has final text: an
         end-of-text with no mask before it. Always False without ``stop_at_eos``."""
@@ -241,6 +254,9 @@ class DecodeState:
         if not self.config.stop_at_eos:
             return torch.zeros(answer.shape[0], dtype=torch.bool, device=answer.device)
         is_eos = torch.isin(answer, self.eos)
+        if self.lead_mask is not None:  # a prompt tail's end-of-text ends nothing
+            lead = self.lead_mask  # candidate states come row-major: K per canvas row
+            is_eos &= ~lead.repeat_interleave(answer.shape[0] // lead.shape[0], 0)
         G = answer.shape[1]
         first = torch.where(is_eos.any(-1), is_eos.int().argmax(-1), G)  # (N,)
         idx = torch.arange(G, device=answer.device)
@@ -337,6 +353,9 @@ class Decoding:
     def __init__(self, model, rows: list[RowStart], config: GenerationConfig) -> None:
         check_rows(rows, config, model.config.max_sequence_length)
         check_seeds([r.seed for r in rows], len(rows))
+        original = rows
+        aligned = align_rows(rows, alignment_unit(model, config), config.block_length)
+        rows = aligned.rows
         longest = max(r.gen_length for r in rows)
         if longest != config.gen_length:  # same blocks and step budget per window, more windows
             config = dataclasses.replace(config, gen_length=longest,
@@ -347,7 +366,9 @@ class Decoding:
         self.plan = plan_memory(model, len(rows), canvas_length, config, self.strategy)
         check_memory_budget(self.plan, config, len(rows), canvas_length)
         canvas = build_canvas([r.prefix for r in rows], gen_length=longest, mask_id=model.mask_token_id,
-                              pad_id=model.config.pad_token_id, device=model.device)
+                              pad_id=model.config.pad_token_id, device=model.device,
+                              min_width=1)  # aligned rows may have no prompt left: the window's
+        # first position reads output P - 1 (logit shift), so the canvas keeps one column there
         state = self.state = DecodeState(model, canvas, config, [r.seed for r in rows])
         device = canvas.tokens.device
         if any(r.answer_offset or r.steps_before for r in rows):
@@ -355,6 +376,11 @@ class Decoding:
             state.steps_before = torch.tensor([r.steps_before for r in rows], device=device)
         if any(r.gen_length < longest for r in rows):
             state.truncate(torch.tensor([canvas.prompt_width + r.gen_length for r in rows], device=device))
+        self.wanted = aligned.wanted  # each row's answer length (its lead not counted)
+        self.lead = None  # (B,) prompt-tail positions leading the answer region; None: all 0
+        if any(aligned.leads):
+            state.place_leads([tail_tokens(r, n) for r, n in zip(original, aligned.leads)])
+            self.lead = torch.tensor(aligned.leads, device=device)
         self.max_steps = config.steps_per_block + 4 * config.window_length
         self.window = -1  # the active decision window
         self.done = False
@@ -369,8 +395,20 @@ class Decoding:
         return self.window * self.config.window_length // self.config.block_length
 
     def answer(self) -> Tensor:
-        """(B, G) answer tokens of the canvas, the mask id where not yet committed."""
-        return self.state.tokens[:, self.state.canvas.prompt_width :]
+        """(B, G) answer tokens of the canvas, the mask id where not yet committed; each row from
+        its own answer start (after a lead), cut at its requested length (end-of-text after it)."""
+        return self._from_answer_start(self.state.tokens[:, self.state.canvas.prompt_width :], self.state.fill_id)
+
+    def _from_answer_start(self, region: Tensor, fill: int) -> Tensor:
+        """(B, G) values of the answer region (B, G') read from each row's answer start, cut at
+        ``max(wanted)`` and filled with ``fill`` past each row's own length."""
+        if self.lead is None:
+            return region
+        width = max(self.wanted)
+        idx = torch.arange(width, device=region.device)[None, :]
+        taken = region.gather(1, (idx + self.lead[:, None]).clamp_max(region.shape[1] - 1))
+        wanted = torch.tensor(self.wanted, device=region.device)[:, None]
+        return torch.where(idx < wanted, taken, torch.full_like(taken, fill))
 
     @torch.inference_mode()
     def step(self) -> None:
@@ -407,7 +445,8 @@ class Decoding:
     def result(self) -> DecodeResult:
         state = self.state
         last = state.order.max(-1).values.clamp_min(0).tolist()  # each row's last committing forward
-        return DecodeResult(answer=self.answer().clone(), order=state.order, nfe=state.runner.nfe,
+        order = self._from_answer_start(state.order, -1)
+        return DecodeResult(answer=self.answer().clone(), order=order, nfe=state.runner.nfe,
                             token_forwards=state.runner.token_forwards, draft_rows=state.runner.draft_rows,
                             wall_time=self.wall_time, row_seconds=[self._stamps[f] for f in last],
                             memory={**self.plan.as_dict(), "kv_cache_peak_bytes": state.cache.peak_bytes})

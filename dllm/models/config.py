@@ -7,6 +7,12 @@ from dllm.models.moe import MoEConfig
 from dllm.validation import check_value, field_types
 
 ATTENTION_KINDS = ("bidirectional", "block_causal")
+# Where a block-causal model's blocks start: "absolute" = at position 0 of prompt + answer (how
+# Fast-dLLM v2, LLaDA2 and SDAR were trained and decode: a prompt that ends mid-block shares its
+# last block with the first answer tokens); "answer" = at the answer start (dllm's own small
+# block-diffusion models). config.json may say which with "dllm_block_origin".
+BLOCK_ORIGINS = ("absolute", "answer")
+BLOCK_ORIGIN_KEY = "dllm_block_origin"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -32,6 +38,7 @@ class ArchConfig:
     shift_logits: bool = False
     attention: str = "bidirectional"
     block_size: int = 0  # block-causal models only
+    block_origin: str = "absolute"  # block-causal models only: see BLOCK_ORIGINS
     head_dim: int = field(default=0)
     qk_norm: bool = False  # per-head RMSNorm on q and k before RoPE (Qwen3 / SDAR, LLaDA2, LLaDA-MoE)
     rotary_dim: int = 0  # leading dims of each head that RoPE rotates; 0 = the whole head
@@ -72,6 +79,8 @@ class ArchConfig:
             )
         if self.attention not in ATTENTION_KINDS:
             raise ValueError(f"attention={self.attention!r}; expected one of {ATTENTION_KINDS}")
+        if self.block_origin not in BLOCK_ORIGINS:
+            raise ValueError(f"{BLOCK_ORIGIN_KEY}={self.block_origin!r} in config.json; expected one of {BLOCK_ORIGINS}")
         if self.attention == "block_causal" and self.block_size <= 0:
             raise ValueError("a block_causal model needs block_size > 0 (bd_size in config.json)")
         special = [("mask_token_id", self.mask_token_id), ("pad_token_id", self.pad_token_id)]
@@ -90,3 +99,8 @@ class ArchConfig:
                 "would end the answer. Set mask_token_id / eos_token_id in config.json to the "
                 "tokenizer's mask and end-of-text tokens"
             )
+
+
+def block_origin_of(raw: dict) -> str:
+    """The block origin a block-causal checkpoint's config.json declares (default: absolute)."""
+    return str(raw.get(BLOCK_ORIGIN_KEY, "absolute"))

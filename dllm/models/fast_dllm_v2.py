@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from dllm.models import dream
-from dllm.models.config import ArchConfig
+from dllm.models.config import ArchConfig, block_origin_of
 
 MODEL_TYPES = ("fast_dllm_qwen", "fast_dllm_v2")
 DEFAULT_MASK_ID = 151665
@@ -22,4 +22,5 @@ GLOBAL_WEIGHTS = dream.GLOBAL_WEIGHTS
 
 def parse_config(raw: dict[str, Any]) -> ArchConfig:
     cfg = dream.parse_qwen2_config(raw, family="fast_dllm_v2", default_mask_id=DEFAULT_MASK_ID)
-    return dataclasses.replace(cfg, attention="block_causal", block_size=int(raw.get("bd_size", DEFAULT_BLOCK_SIZE)))
+    return dataclasses.replace(cfg, attention="block_causal", block_size=int(raw.get("bd_size", DEFAULT_BLOCK_SIZE)),
+                               block_origin=block_origin_of(raw))

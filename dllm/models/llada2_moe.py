@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dllm.models.config import ArchConfig
+from dllm.models.config import ArchConfig, block_origin_of
 from dllm.models.moe import MoEConfig
 from dllm.models.sources import Source, one, rows_of, stacked
 
@@ -121,6 +121,7 @@ def parse_config(raw: dict[str, Any]) -> ArchConfig:
         shift_logits=False,
         attention="block_causal",
         block_size=DEFAULT_BLOCK_SIZE,
+        block_origin=block_origin_of(raw),
         moe=moe if moe_layers else None,
         moe_layers=moe_layers,
     )

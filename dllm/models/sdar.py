@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dllm.models.config import ArchConfig
+from dllm.models.config import ArchConfig, block_origin_of
 from dllm.models.sources import Source, one
 
 MODEL_TYPES = ("sdar",)
@@ -82,4 +82,5 @@ def parse_config(raw: dict[str, Any]) -> ArchConfig:
         shift_logits=False,
         attention="block_causal",
         block_size=int(raw.get("block_size") or DEFAULT_BLOCK_SIZE),
+        block_origin=block_origin_of(raw),
     )

@@ -37,6 +37,7 @@ from dllm.models.tiny import CHAT_TEMPLATES, SPECIAL_ROLES
 from dllm.models.tokenizer import load_tokenizer
 from dllm.models.transformer import DiffusionTransformer
 from dllm.models.visibility import KeyVisibility
+from dllm.models.config import BLOCK_ORIGIN_KEY
 from dllm.models.visibility import block_causal_spans
 from dllm.train.corpus import TRAIN_TASKS, TaskCorpus
 from dllm.train.init_from import init_from_checkpoint
@@ -137,8 +138,9 @@ def model_config(tokenizer, args) -> dict:
             "tie_word_embeddings": False, "bos_token_id": tokenizer.bos_token_id, **ids,
         }
         if args.family == "fast_dllm_v2":
+            # trained with blocks counted from the answer start (block_diffusion_masks)
             qwen2.update(model_type="Fast_dLLM_Qwen", architectures=["Fast_dLLM_QwenForCausalLM"],
-                         bd_size=args.bd_size)
+                         bd_size=args.bd_size, **{BLOCK_ORIGIN_KEY: "answer"})
         return qwen2
     return {
         "model_type": "llada", "architectures": ["LLaDAModelLM"],

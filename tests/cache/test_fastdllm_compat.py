@@ -77,3 +77,30 @@ def test_argmax_first_token_batch_equals_single_runs(tiny_models, family, cache)
 def test_unknown_first_token_is_refused(tiny_models):
     with pytest.raises(ValueError, match="first_token must be one of"):
         tiny_models["dream"].generate("hi", gen_length=8, cache="dual", cache_args={"first_token": "first"})
+
+
+V2_UNALIGNED = [[5, 17, 42], list(range(30, 43)), [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]]  # 3, 13, 11
+
+
+@pytest.mark.parametrize("cache", ["prefix", "dual"])
+def test_v2_unaligned_prompts_match_the_official_partition(block_causal, cache):
+    """Blocks count from position 0 of prompt + answer, as v2 was trained: a prompt ending
+    mid-block decodes the rest of its last block with the first answer tokens (no argmax first
+    token there; the next blocks' first tokens come from the block commit). The official loop
+    decodes G - P % bd answer positions (+ the next block's argmax token); dllm decodes the
+    whole blocks holding G and cuts there, and every position both decode agrees."""
+    out = _compat(block_causal, V2_UNALIGNED, cache=cache, block_length=BD)
+    for row, prompt in enumerate(V2_UNALIGNED):
+        expected = fastdllm_v2_generate(block_causal, prompt, gen_length=16, small_block_size=BD, threshold=TAU)
+        assert len(expected) >= 16 - len(prompt) % BD
+        assert out.answer[row].tolist()[: len(expected)] == expected
+        assert out.answer.shape[1] == 16
+
+
+def test_v2_unaligned_ragged_batch_equals_single_runs(block_causal):
+    for cache in ("prefix", "dual"):
+        batch = _compat(block_causal, V2_UNALIGNED + V2_PROMPTS, cache=cache, block_length=BD)
+        for row, prompt in enumerate(V2_UNALIGNED + V2_PROMPTS):
+            single = _compat(block_causal, [prompt], cache=cache, block_length=BD)
+            assert batch.answer[row].tolist() == single.answer[0].tolist()
+            assert int(batch.nfe[row]) == int(single.nfe[0])

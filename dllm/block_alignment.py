@@ -1,0 +1,58 @@
+"""Block partitions counted from position 0, as block-diffusion models are trained and decoded.
+
+Fast-dLLM v2, LLaDA2 and SDAR count their blocks over absolute positions of prompt + answer: a
+prompt that ends mid-block shares its last block with the first answer tokens, which are decoded
+inside that block (attending to the prompt tail bidirectionally), and the last block runs past
+the requested length, whose answer is then cut there. The engine counts its windows from the
+canvas answer start, so each row enters it *aligned*: its prefix up to the last whole
+alignment unit is the engine's prompt, the rest (the row's *lead*) sits at the start of the
+answer region as already decided tokens, and the row's answer region is the whole blocks that
+hold lead + requested length. Every row of a ragged batch then has its block boundaries on the
+same canvas columns, so windows, caches and the block-causal spans stay shared; ``lead`` and
+``wanted`` (the requested length) let the engine hand back each row's answer from its true
+start, cut at its length.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from dllm.config import GenerationConfig
+
+
+@dataclass(frozen=True, slots=True)
+class AlignedRows:
+    """Rows as the engine decodes them, with each row's lead and requested answer length."""
+
+    rows: list  # list[RowStart]: prefixes cut to whole units, gen_length in whole blocks
+    leads: list[int]  # answer-region positions before each row's answer (its prompt tail)
+    wanted: list[int]  # answer positions each row asked for
+
+
+def alignment_unit(model, config: GenerationConfig) -> int:
+    """Positions a row's engine prompt must be a multiple of: 0 when the model's blocks start at
+    the answer (bidirectional models; block-causal ones trained that way)."""
+    cfg = model.config
+    if model.attention != "block_causal" or cfg.block_origin != "absolute":
+        return 0
+    return math.lcm(config.block_length, cfg.block_size)
+
+
+def align_rows(rows: list, unit: int, block_length: int) -> AlignedRows:
+    """Split each row's prefix at its last multiple of ``unit``; the tail leads its answer region,
+    which grows to whole blocks holding tail + gen_length. Rows already aligned are unchanged."""
+    aligned, leads, wanted = [], [], []
+    for row in rows:
+        lead = len(row.prefix) % unit if unit else 0  # a prompt under one unit is all lead
+        span = math.ceil((lead + row.gen_length) / block_length) * block_length
+        aligned.append(dataclasses.replace(row, prefix=row.prefix[: len(row.prefix) - lead], gen_length=span,
+                                           answer_offset=row.answer_offset - lead))
+        leads.append(lead)
+        wanted.append(row.gen_length)
+    return AlignedRows(aligned, leads, wanted)
+
+
+def tail_tokens(row, lead: int) -> list[int]:
+    """The prompt tail a row's lead holds (the original prefix's last ``lead`` tokens)."""
+    return list(row.prefix[len(row.prefix) - lead:]) if lead else []
