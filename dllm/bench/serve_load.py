@@ -73,7 +73,8 @@ class ServerProcess:
     def __init__(self, model: str | None, *, continuous: bool, max_batch: int, max_queue: int,
                  log_path: Path, device: str = "auto", dtype: str = "auto", prepack: bool = False,
                  startup_timeout: float = 300.0, forward_overhead_tokens: float | None = None,
-                 revision: str | None = None) -> None:
+                 revision: str | None = None, extra_args: list[str] | tuple[str, ...] = ()) -> None:
+        """``extra_args``: more ``dllm serve`` options, as on its command line."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "dllm", "serve", "--host", "127.0.0.1", "--port", str(self.port),
@@ -85,6 +86,7 @@ class ServerProcess:
         cmd += [] if continuous else ["--static"]
         if forward_overhead_tokens is not None:
             cmd += ["--forward-overhead-tokens", str(forward_overhead_tokens)]
+        cmd += list(extra_args)
         self.log_file = log_path.open("w")
         self.proc = subprocess.Popen(cmd, stdout=self.log_file, stderr=subprocess.STDOUT, env=os.environ.copy())
         self.startup_timeout = startup_timeout
