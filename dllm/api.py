@@ -129,6 +129,7 @@ class DiffusionLM:
                 "nfe": nfe, "tokens": len(kept), "tpf": len(kept) / max(nfe, 1),
                 "token_forwards": int(result.token_forwards[row]),
                 "draft_rows": int(result.draft_rows[row]), "seconds": result.row_seconds[row],
+                **({} if result.edits is None else {"edits": int(result.edits[row])}),
             })
         return out
 

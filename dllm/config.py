@@ -25,6 +25,11 @@ class GenerationConfig:
       the rest of its canvas is filled with end-of-text.
     memory_budget_mb: refuse (before any model work) a decode whose planned peak (weights, KV
       cache, logits, activations, statistics; dllm.memory) exceeds this many MiB; None = no check.
+    edit_threshold: token editing (LLaDA2.1): after each step's commits, already decided answer
+      positions of the window are rewritten where the forward's token differs from them and its
+      probability exceeds this; None = no editing. A window then ends only after a forward that
+      edits nothing with no mask left, or after ``max_post_steps`` such forwards.
+    max_post_steps: forwards a window may take for editing once its masks are all decided.
     compile: run the model forward through torch.compile (CUDA: mode="reduce-overhead", i.e.
       CUDA graphs of the static-shaped window forwards; CPU: a plain compile). Same tokens as
       eager; off by default until measured (dllm/compiled.py).
@@ -49,6 +54,8 @@ class GenerationConfig:
     stop_at_eos: bool = True
     seed: int = 0
     memory_budget_mb: float | None = None
+    edit_threshold: float | None = None
+    max_post_steps: int = 16
     compile: bool = False
 
     def __post_init__(self) -> None:
@@ -80,6 +87,13 @@ class GenerationConfig:
             raise ValueError(f"top_k must be positive, got {self.top_k}")
         if self.memory_budget_mb is not None and self.memory_budget_mb <= 0:
             raise ValueError(f"memory_budget_mb must be positive, got {self.memory_budget_mb}")
+        if self.edit_threshold is not None and not 0 <= self.edit_threshold < 1:
+            raise ValueError(f"edit_threshold must be in [0, 1) (a probability), got {self.edit_threshold}")
+        if self.max_post_steps < 0:
+            raise ValueError(f"max_post_steps must be >= 0, got {self.max_post_steps}")
+        if self.edit_threshold is not None and self.strategy != "plain":
+            raise ValueError(f"token editing (edit_threshold) runs with strategy 'plain', not {self.strategy!r}: "
+                             "candidate states of draft-and-verify or lookahead have no single forward to edit from")
         if self.cfg_scale < 0:
             raise ValueError(f"cfg_scale must be >= 0, got {self.cfg_scale}")
         if self.sub_block_length is not None and (

@@ -43,6 +43,7 @@ class DecodeResult:
     wall_time: float  # seconds for the whole batch (synchronised on GPU)
     row_seconds: list[float]  # each row's own latency: from the start to its last commit / stop
     memory: dict[str, int]  # the MemoryPlan's bytes plus kv_cache_peak_bytes really allocated
+    edits: Tensor | None = None  # (B,) answer positions rewritten by token editing (None: off)
 
 
 class DecodeState:
@@ -92,8 +93,14 @@ class DecodeState:
             self.rule = FirstTokenFromRefresh(self.rule, self)
         # whether a step reads statistics of eligible (masked) window positions only: then the
         # LM head may skip the committed ones (dllm/runner.py head_rows_pay_off)
-        self.reads_eligible_only = all(getattr(part, "reads_eligible_only", False)
-                                       for part in (self.rule, self.stopper))
+        # token editing (LLaDA2.1): decided window positions may be rewritten, so the head reads
+        # them too; a row whose window has no mask left takes up to max_post_steps edit forwards
+        self.editing = config.edit_threshold is not None
+        self.edits = torch.zeros(B, dtype=torch.long, device=device)  # positions rewritten per row
+        self.post_steps = torch.zeros_like(self.edits)  # edit forwards in the window after its masks
+        self.post_open = torch.ones(B, dtype=torch.bool, device=device)  # the last one edited
+        self.reads_eligible_only = not self.editing and all(getattr(part, "reads_eligible_only", False)
+                                                            for part in (self.rule, self.stopper))
         self.logprobs: CommitLogprobs | None = None  # set by a caller that reports logprobs
         self.lead_mask: Tensor | None = None  # (B, G) prompt-tail positions of the answer region
 
@@ -118,7 +125,7 @@ class DecodeState:
         (N, W) bool: the only positions whose logits the caller reads (others may be zeros)."""
         tokens = self.tokens if tokens is None else tokens
         if count is None:
-            count = self.eligible().any(-1)
+            count = self.moving_rows() if self.editing else self.eligible().any(-1)
         if self._ends_moved:
             ends = torch.where(self.runner.active, self.end, 0)
             self.runner.live_end = max(self.be, int(ends.max()))
@@ -183,6 +190,28 @@ class DecodeState:
         if self.logprobs is not None:
             self.logprobs.committed(mask, token, offset)
 
+    def edit(self, decided: Tensor, stats: TokenStats) -> None:
+        """Token editing: rewrite the window positions ``decided`` (B, W) before this step in the
+        rows this step moved (not a prompt tail) whose forward token differs and whose
+        probability passes edit_threshold.
+        An edit is seen like a commit (order, logprobs); rows count their edits. A row that had
+        no mask at this step and edited nothing ends its window's editing."""
+        window = self.tokens[:, self.bs : self.be]
+        offset = self.bs - self.canvas.prompt_width
+        editable = decided & self.runner.active[:, None]
+        if self.lead_mask is not None:
+            editable &= ~self.lead_mask[:, offset : offset + window.shape[1]]
+        edit = editable & (stats.prob > self.config.edit_threshold) & (stats.token != window)
+        window.copy_(torch.where(edit, stats.token, window))
+        self.order[:, offset : offset + edit.shape[1]].masked_fill_(edit, self.forwards)
+        if self.logprobs is not None:
+            self.logprobs.committed(edit, stats.token, offset)
+        edited = edit.any(-1)
+        self.edits += edit.sum(-1)
+        post = decided.all(-1) & self.runner.active  # rows whose masks were all decided before
+        self.post_steps += post.long()
+        self.post_open &= ~(post & ~edited)
+
     def answer_statistics(self, stats: TokenStats) -> AnswerStats:
         """(B, G) statistics of every answer position, this step's ``stats`` in the window;
         for stoppers that set ``needs_answer_stats`` (see dllm/samplers/stoppers/span.py)."""
@@ -223,10 +252,17 @@ class DecodeState:
         self.row_step.zero_()
         self._ends_moved = self._ends_moved or self._truncated  # the window end moved
         self.block_masks = self.eligible().sum(-1)
+        if self.editing:
+            self.post_steps.zero_()
+            self.post_open.fill_(True)
 
     def moving_rows(self) -> Tensor:
-        """(B,) active rows with masks left in the window: the rows a step moves."""
-        return (self.eligible() & self.runner.active[:, None]).any(-1)
+        """(B,) active rows with masks left in the window (or, with token editing, edit forwards
+        left): the rows a step moves."""
+        moving = (self.eligible() & self.runner.active[:, None]).any(-1)
+        if self.editing:
+            moving |= self.runner.active & self.post_open & (self.post_steps < self.config.max_post_steps)
+        return moving
 
     def block_done(self) -> bool:
         return not bool(self.moving_rows().any())
@@ -267,6 +303,8 @@ class DecodeState:
         if not self.config.stop_at_eos:
             return
         done = self.text_final()
+        if self.editing:  # a window still editing may rewrite text before the end-of-text
+            done &= ~self.moving_rows()
         answer = self.tokens[:, self.canvas.prompt_width :]
         answer.masked_fill_(done[:, None] & (answer == self.mask_id), self.fill_id)
         self.runner.active &= ~done
@@ -381,7 +419,7 @@ class Decoding:
         if any(aligned.leads):
             state.place_leads([tail_tokens(r, n) for r, n in zip(original, aligned.leads)])
             self.lead = torch.tensor(aligned.leads, device=device)
-        self.max_steps = config.steps_per_block + 4 * config.window_length
+        self.max_steps = config.steps_per_block + 4 * config.window_length + config.max_post_steps
         self.window = -1  # the active decision window
         self.done = False
         _sync(model)
@@ -449,7 +487,8 @@ class Decoding:
         return DecodeResult(answer=self.answer().clone(), order=order, nfe=state.runner.nfe,
                             token_forwards=state.runner.token_forwards, draft_rows=state.runner.draft_rows,
                             wall_time=self.wall_time, row_seconds=[self._stamps[f] for f in last],
-                            memory={**self.plan.as_dict(), "kv_cache_peak_bytes": state.cache.peak_bytes})
+                            memory={**self.plan.as_dict(), "kv_cache_peak_bytes": state.cache.peak_bytes},
+                            edits=state.edits if state.editing else None)
 
     def _next_window(self) -> None:
         """Begin the next window with a moving row; ``done`` when none is left."""

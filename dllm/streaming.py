@@ -74,7 +74,7 @@ def _last(lm, decoding: Decoding, stops: StopConditions, sent: str, text_of) -> 
     nfe = int(result.nfe[0])
     stats = {"nfe": nfe, "tokens": len(kept), "tpf": len(kept) / max(nfe, 1),
              "token_forwards": int(result.token_forwards[0]), "draft_rows": int(result.draft_rows[0]),
-             "seconds": result.row_seconds[0]}
+             "seconds": result.row_seconds[0], **({} if result.edits is None else {"edits": int(result.edits[0])})}
     return StreamUpdate(committed={}, canvas=canvas, final_ids=kept, final_text=cut.text,
                         text_delta=cut.text[len(sent):], finished=True, finish_reason=cut.finish_reason, stats=stats)
 

@@ -17,4 +17,8 @@ class Plain:
         stats = state.statistics(logits)
         commit = state.rule(state.rule_input(stats))
         commit = state.stopper(state, stats, commit)
+        if state.editing:  # before this step's commits: what editing may rewrite, and in which rows
+            decided, moving = ~state.eligible(), state.moving_rows()
         state.commit(commit, stats.token)
+        if state.editing:
+            state.edit(decided & moving[:, None], stats)
