@@ -11,10 +11,14 @@ from dllm.samplers.rules.learn2pd import ConfidenceFilter
 RULE_OPTIONS: dict[str, dict] = {
     "low_confidence": {}, "random": {}, "origin": {}, "maskgit_plus": {}, "topk_margin": {},
     "entropy": {}, "threshold": {"tau": 0.09}, "factor": {"factor": 3.75}, "eb_sampler": {"gamma": 4.4},
-    "entropy_threshold": {"tau": 4.5}, "learn2pd": {"tau": 0.5},
+    "entropy_threshold": {"tau": 4.5}, "learn2pd": {"tau": 0.5}, "sequential": {},
 }
-# rule variants by name -> (rule, options): Dream's ranking rules drawing with alg_temp
-VARIANTS = {"maskgit_plus_alg_temp": ("maskgit_plus", {"alg_temp": 0.5})}
+# rule variants by name -> (rule, options): Dream's ranking rules drawing with alg_temp,
+# and the options that reproduce LLaDA2.0's / SDAR's official loops (tests/models/test_official_loops.py)
+VARIANTS = {"maskgit_plus_alg_temp": ("maskgit_plus", {"alg_temp": 0.5}),
+            "low_confidence_block_tau": ("low_confidence", {"schedule": "block", "tau": 0.09}),
+            "sequential_block": ("sequential", {"schedule": "block"}),
+            "eb_sampler_sum": ("eb_sampler", {"bound": "sum", "gamma": 10.0})}
 # the rules that draw random numbers of their own (besides the sampled tokens at T > 0)
 DRAWING_RULES = ("random", "origin", "maskgit_plus_alg_temp")
 
