@@ -103,6 +103,7 @@ class DecodeState:
                                                             for part in (self.rule, self.stopper))
         self.logprobs: CommitLogprobs | None = None  # set by a caller that reports logprobs
         self.lead_mask: Tensor | None = None  # (B, G) prompt-tail positions of the answer region
+        self.lead: Tensor | None = None  # (B,) their count per row
 
     def _cache_options(self) -> dict:
         options = {**self.config.cache_args, "block_length": self.config.block_length}
@@ -188,7 +189,7 @@ class DecodeState:
         offset = self.bs - self.canvas.prompt_width
         self.order[:, offset : offset + mask.shape[1]].masked_fill_(mask, self.forwards)
         if self.logprobs is not None:
-            self.logprobs.committed(mask, token, offset)
+            self.logprobs.committed(mask, token, offset, self.lead)
 
     def edit(self, decided: Tensor, stats: TokenStats) -> None:
         """Token editing: rewrite the window positions ``decided`` (B, W) before this step in the
@@ -205,7 +206,7 @@ class DecodeState:
         window.copy_(torch.where(edit, stats.token, window))
         self.order[:, offset : offset + edit.shape[1]].masked_fill_(edit, self.forwards)
         if self.logprobs is not None:
-            self.logprobs.committed(edit, stats.token, offset)
+            self.logprobs.committed(edit, stats.token, offset, self.lead)
         edited = edit.any(-1)
         self.edits += edit.sum(-1)
         post = decided.all(-1) & self.runner.active  # rows whose masks were all decided before
@@ -282,6 +283,7 @@ class DecodeState:
             if tail:
                 self.tokens[row, P : P + len(tail)] = torch.tensor(tail, device=device)
                 self.lead_mask[row, : len(tail)] = True
+        self.lead = self.lead_mask.sum(-1)
 
     def text_final(self, tokens: Tensor | None = None) -> Tensor:
         """(N,) whether each canvas in ``tokens`` (default: the canvas) has final text: an

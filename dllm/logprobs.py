@@ -39,21 +39,26 @@ class CommitLogprobs:
         """The logits (N, W, V) a forward gave; kept when they are the canvas rows' own."""
         self._logits = logits if rows is None and logits.shape[0] == batch else None
 
-    def committed(self, mask: Tensor, token: Tensor, offset: int) -> None:
+    def committed(self, mask: Tensor, token: Tensor, offset: int, lead: Tensor | None = None) -> None:
         """Record ``token`` (B, W) where ``mask`` (B, W) committed, the window starting at answer
-        position ``offset``."""
+        region position ``offset``; ``lead`` (B,): prompt-tail positions leading each row's answer
+        region (dllm/block_alignment.py), so that positions are each row's own answer positions."""
         width = mask.shape[1]
-        span = slice(offset, offset + width)
         if self._logits is None or self._logits.shape[1] != width:
             return
         logp = self._logits.float().log_softmax(-1)
         chosen = logp.gather(-1, token[..., None]).squeeze(-1)
-        self.logprob[:, span] = torch.where(mask, chosen, self.logprob[:, span])
+        start = torch.full((mask.shape[0],), offset, device=mask.device) - (0 if lead is None else lead)
+        cols = torch.arange(self.logprob.shape[1], device=mask.device)[None, :] - start[:, None]  # (B, G)
+        col = cols.clamp(0, width - 1)
+        take = (cols >= 0) & (cols < width) & mask.gather(1, col)  # answer positions this commit wrote
+        self.logprob.copy_(torch.where(take, chosen.gather(1, col), self.logprob))
         if self.top:
             values, ids = logp.topk(min(self.top, logp.shape[-1]), dim=-1)
-            keep = mask[..., None]
-            self.top_logprob[:, span, : values.shape[-1]] = torch.where(keep, values, self.top_logprob[:, span, : values.shape[-1]])
-            self.top_ids[:, span, : ids.shape[-1]] = torch.where(keep, ids, self.top_ids[:, span, : ids.shape[-1]])
+            k = values.shape[-1]
+            at, keep = col[..., None].expand(-1, -1, k), take[..., None]
+            self.top_logprob[..., :k] = torch.where(keep, values.gather(1, at), self.top_logprob[..., :k])
+            self.top_ids[..., :k] = torch.where(keep, ids.gather(1, at), self.top_ids[..., :k])
 
     def read(self, row: int, start: int, stop: int, top: int) -> list[TokenLogprob]:
         """Answer positions [start, stop) of ``row``, with their ``top`` (<= self.top) alternatives."""
