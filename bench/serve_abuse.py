@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import shlex
-import socket
 import sys
 import tempfile
 import threading
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import httpx
 
+from dllm.bench.raw_http import head as raw_head, raw_exchange, status_of
 from dllm.bench.results_store import cpu_model
 from dllm.bench.serve_load import ServerProcess, percentile
 
@@ -46,43 +46,11 @@ MB = 1 << 20
 EXCHANGE_TIMEOUT_S = 60.0
 
 
-def head(port: int, length: int | None = None, chunked: bool = False, path: str = "/v1/completions") -> bytes:
-    lines = [f"POST {path} HTTP/1.1".encode(), f"Host: 127.0.0.1:{port}".encode(), b"Content-Type: application/json",
-             b"Connection: close"]  # the answer's end is the connection's (no keep-alive wait)
-    if length is not None:
-        lines.append(f"Content-Length: {length}".encode())
-    if chunked:
-        lines.append(b"Transfer-Encoding: chunked")
-    return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
-def status_of(answer: bytes) -> int:
-    return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else 0
-
-
-def exchange(port: int, data: bytes, *, more: bytes = b"", chunks: int = 0,
-             timeout: float = EXCHANGE_TIMEOUT_S) -> tuple[bytes, float]:
-    """Send ``data`` then up to ``chunks`` copies of ``more`` on a fresh connection; returns what
-    the server answered before it closed (or ``timeout``) and the seconds until it closed."""
+def exchange(port: int, data: bytes, **options) -> tuple[bytes, float]:
+    """``raw_exchange`` and the seconds until the server closed (or the timeout)."""
     start = time.perf_counter()
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(data)
-        try:
-            for _ in range(chunks):
-                sock.sendall(more)
-        except OSError:  # the server answered and closed while we were still sending
-            pass
-        answer = b""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                piece = sock.recv(65536)
-            except (ConnectionResetError, socket.timeout):
-                break
-            if not piece:
-                break
-            answer += piece
-        return answer, time.perf_counter() - start
+    answer = raw_exchange(port, data, timeout=EXCHANGE_TIMEOUT_S, **options)
+    return answer, time.perf_counter() - start
 
 
 class Watcher:
@@ -122,6 +90,10 @@ class Watcher:
         return {"health_calls": len(inside), "health_failed": sum(s[1] is None for s in inside),
                 "health_p50_ms": ms(percentile(health, 50)), "health_p99_ms": ms(percentile(health, 99)),
                 "health_max_ms": ms(max(health, default=None)), "rss_max_mb": max(rss, default=None)}
+
+
+def head(port: int, length: int | None = None, chunked: bool = False, path: str = "/v1/completions") -> bytes:
+    return raw_head(port, length, chunked, path, close=True)  # the answer's end is the connection's
 
 
 def cases(port: int, repeats: int) -> dict:

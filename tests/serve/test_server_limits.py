@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import socket
 import threading
 import time
 
@@ -15,6 +14,7 @@ import openai
 import pytest
 
 import dllm
+from dllm.bench.raw_http import head, raw_exchange, status_of
 from dllm.serve.app import create_app
 from dllm.serve.connections import header_deadline_protocol
 from dllm.serve.limits import ServerLimits
@@ -54,42 +54,6 @@ def served(model):
     finally:
         scheduler.close()
         del model.encode
-
-
-def raw_exchange(port: int, data: bytes, *, more: bytes = b"", chunks: int = 0, timeout: float = 10.0) -> bytes:
-    """Send ``data`` (then ``chunks`` copies of ``more`` while the server listens) on a fresh
-    connection; everything the server answers before it closes (or ``timeout``)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(data)
-        try:
-            for _ in range(chunks):
-                sock.sendall(more)
-        except OSError:  # the server answered and closed while we were still sending
-            pass
-        answer = b""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                piece = sock.recv(65536)
-            except (ConnectionResetError, socket.timeout):
-                break
-            if not piece:
-                break
-            answer += piece
-        return answer
-
-
-def head(port: int, length: int | None = None, chunked: bool = False) -> bytes:
-    lines = [b"POST /v1/completions HTTP/1.1", f"Host: 127.0.0.1:{port}".encode(), b"Content-Type: application/json"]
-    if length is not None:
-        lines.append(f"Content-Length: {length}".encode())
-    if chunked:
-        lines.append(b"Transfer-Encoding: chunked")
-    return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
-def status_of(answer: bytes) -> int:
-    return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else 0
 
 
 def health_latencies(url: str, count: int = 20) -> list[float]:
