@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import random
+import shlex
 import socket
 import subprocess
 import sys
@@ -216,11 +217,39 @@ def summarize(outcomes: list[Outcome], wall: float) -> dict:
     }
 
 
+PREAMBLE_TEXT = ("You answer questions about a waiting line. The line is a list of names, first to last. "
+                 "To reverse it, read it from the last name to the first. To sort it, order the names "
+                 "alphabetically. The second in line is the name after the first; the last in line ends "
+                 "the list. Answer with the names only, separated by commas. ")
+
+
+def shared_preamble(model: str | None, tokens: int, revision: str | None = None) -> list[int]:
+    """``tokens`` token ids of a fixed system-prompt text (repeated as needed), with the model's
+    own tokenizer (only the tokenizer is loaded)."""
+    from dllm.models.bundled import resolve_model_path
+    from dllm.models.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(resolve_model_path(model, revision))
+    ids: list[int] = []
+    while len(ids) < tokens:
+        ids += tokenizer(PREAMBLE_TEXT, add_special_tokens=False)["input_ids"]
+    return ids[:tokens]
+
+
 def request_bodies(args: argparse.Namespace, count: int, seed: int) -> list[dict]:
     """``count`` request bodies: prompts drawn from a pool of ``--prompt-pool`` and answer lengths
-    from ``--max-tokens`` (so identical requests recur and their single runs are computed once)."""
+    from ``--max-tokens`` (so identical requests recur and their single runs are computed once).
+    With ``--shared-prefix-tokens N`` every prompt is token ids: the same N-token preamble, then
+    the pool prompt's own ids."""
     rng = random.Random(seed)
-    pool = bench_prompts(args.prompt_pool, seed)
+    pool: list = bench_prompts(args.prompt_pool, seed)
+    if getattr(args, "shared_prefix_tokens", 0):
+        from dllm.models.bundled import resolve_model_path
+        from dllm.models.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(resolve_model_path(args.model, args.revision))
+        preamble = shared_preamble(args.model, args.shared_prefix_tokens, args.revision)
+        pool = [preamble + tokenizer(p, add_special_tokens=False)["input_ids"] for p in pool]
     # seed 0, as the single runs the soak checks against (a request without one gets a fresh seed)
     options = {"block_length": args.block_length, "policy": args.policy, "cache": args.cache, "seed": 0}
     if args.policy_arg:
@@ -230,22 +259,47 @@ def request_bodies(args: argparse.Namespace, count: int, seed: int) -> list[dict
     return [{"prompt": rng.choice(pool), "max_tokens": rng.choice(args.max_tokens), **options} for _ in range(count)]
 
 
+def prompt_cache_counters(url: str) -> dict[str, float]:
+    """The server's ``dllm_prompt_cache_*`` values from /metrics (empty without a store)."""
+    import httpx
+
+    values = {}
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("dllm_prompt_cache_") and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name.removeprefix("dllm_prompt_cache_").removesuffix("_total")] = float(value)
+    return values
+
+
 def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
+    """Each batching mode (and each ``--prompt-cache-mb`` size: the modes are then named
+    "continuous, prompt cache 256 MiB" and so on) on its own server, every rate on it in turn."""
     results: dict = {"rates": args.rates, "modes": {}}
+    sizes = args.prompt_cache_mb or [None]
     for mode in args.modes:
-        results["modes"][mode] = []
-        with ServerProcess(args.model, continuous=mode == "continuous", max_batch=args.max_batch,
-                           max_queue=args.max_queue, log_path=out_dir / f"server_{mode}.log",
-                           device=args.device, dtype=args.dtype,
-                           prepack=args.prepack, forward_overhead_tokens=args.forward_overhead_tokens,
-                           revision=args.revision) as server:
-            for i, rate in enumerate(args.rates):
-                bodies = request_bodies(args, args.requests, args.seed + i)
-                outcomes, wall = asyncio.run(poisson_run(server.url, bodies, rate, args.duration, args.timeout,
-                                                         args.seed + i))
-                row = {"rate": rate, **summarize(outcomes, wall)}
-                log.info("%s rate %.2f/s: %s", mode, rate, json.dumps(row))
-                results["modes"][mode].append(row)
+        for size in sizes:
+            name = mode if size is None else f"{mode}, prompt cache {size:g} MiB"
+            extra = [] if size is None else ["--prompt-cache-mb", f"{size:g}"]
+            results["modes"][name] = []
+            log_name = f"server_{mode}" + ("" if size is None else f"_prompt_cache_{size:g}") + ".log"
+            with ServerProcess(args.model, continuous=mode == "continuous", max_batch=args.max_batch,
+                               max_queue=args.max_queue, log_path=out_dir / log_name,
+                               device=args.device, dtype=args.dtype,
+                               prepack=args.prepack, forward_overhead_tokens=args.forward_overhead_tokens,
+                               revision=args.revision, extra_args=extra) as server:
+                before = prompt_cache_counters(server.url)
+                for i, rate in enumerate(args.rates):
+                    bodies = request_bodies(args, args.requests, args.seed + i)
+                    outcomes, wall = asyncio.run(poisson_run(server.url, bodies, rate, args.duration, args.timeout,
+                                                             args.seed + i))
+                    row = {"rate": rate, **summarize(outcomes, wall)}
+                    after = prompt_cache_counters(server.url)
+                    if after:  # this rate's share of the store's counters; its size at the end
+                        row["prompt_cache"] = {k: v - before.get(k, 0) if k not in ("bytes", "max_bytes", "blocks")
+                                               else v for k, v in after.items()}
+                    before = after
+                    log.info("%s rate %.2f/s: %s", name, rate, json.dumps(row))
+                    results["modes"][name].append(row)
     return results
 
 
@@ -281,7 +335,8 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
         key = json.dumps(body, sort_keys=True)
         if key not in references:
             references[key] = model.generate_ids(
-                [model.encode(body["prompt"], chat=False)], max_tokens=body["max_tokens"],
+                [body["prompt"] if isinstance(body["prompt"], list) else model.encode(body["prompt"], chat=False)],
+                max_tokens=body["max_tokens"],
                 block_length=body["block_length"], policy=body["policy"],
                 policy_args=body.get("policy_args", {}), cache=body["cache"]).token_ids[0]
         mismatches += outcome.token_ids != references[key]
@@ -297,14 +352,21 @@ def markdown(results: dict) -> str:
     def f(value, digits=2):
         return "-" if value is None else f"{value:.{digits}f}"
 
-    lines = ["| rate (req/s) | mode | completed | tokens/s | req/s | TTFT p50 (s) | TTFT p99 (s) | latency p50 (s) | latency p99 (s) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    reuse = any("prompt_cache" in r for rows in results["modes"].values() for r in rows)
+    lines = ["| rate (req/s) | mode | completed | tokens/s | req/s | TTFT p50 (s) | TTFT p99 (s) | latency p50 (s) | "
+             "latency p99 (s) |" + (" prompt tokens reused |" if reuse else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|" if reuse else "")]
     for i, rate in enumerate(results["rates"]):
         for mode, rows in results["modes"].items():
             r = rows[i]
-            lines.append(f"| {rate:g} | {mode} | {r['completed']}/{r['sent']} | {f(r['throughput_tokens_per_s'], 1)} | "
-                         f"{f(r['throughput_requests_per_s'])} | {f(r['ttft_p50_s'])} | {f(r['ttft_p99_s'])} | "
-                         f"{f(r['latency_p50_s'])} | {f(r['latency_p99_s'])} |")
+            line = (f"| {rate:g} | {mode} | {r['completed']}/{r['sent']} | {f(r['throughput_tokens_per_s'], 1)} | "
+                    f"{f(r['throughput_requests_per_s'])} | {f(r['ttft_p50_s'])} | {f(r['ttft_p99_s'])} | "
+                    f"{f(r['latency_p50_s'])} | {f(r['latency_p99_s'])} |")
+            if reuse:
+                c = r.get("prompt_cache")
+                total = c and c.get("tokens_reused", 0) + c.get("tokens_computed", 0)
+                line += f" {c['tokens_reused']:.0f} of {total:.0f} |" if total else " - |"
+            lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -353,7 +415,9 @@ def run(args: argparse.Namespace) -> int:
             "max_batch": args.max_batch, "max_queue": args.max_queue,
             "max_tokens": args.max_tokens, "block_length": args.block_length, "policy": args.policy, "cache": args.cache,
             "policy_args": args.policy_arg or [], "seed": args.seed, "cpu_threads": os.environ.get("OMP_NUM_THREADS"),
-            "forward_overhead_tokens": args.forward_overhead_tokens, "load_average_before": os.getloadavg()}
+            "forward_overhead_tokens": args.forward_overhead_tokens, "load_average_before": os.getloadavg(),
+            "shared_prefix_tokens": args.shared_prefix_tokens, "prompt_cache_mb": args.prompt_cache_mb,
+            "command": "python -m dllm " + shlex.join(sys.argv[1:])}
     if args.soak:
         result = {**meta, "soak": run_soak(args, out_dir)}
         (out_dir / "soak.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -390,6 +454,12 @@ def _positive_ints(text: str) -> list[int]:
     return values
 
 
+def _sizes(text: str) -> list[float]:
+    from dllm.serve.cli import megabytes
+
+    return [megabytes(x) for x in text.split(",")]
+
+
 def _modes(text: str) -> list[str]:
     modes = text.split(",")
     bad = sorted(set(modes) - {"continuous", "static"})
@@ -399,7 +469,7 @@ def _modes(text: str) -> list[str]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from dllm.cli.options import add_model_options, positive_float, positive_int
+    from dllm.cli.options import add_model_options, non_negative_int, positive_float, positive_int
     from dllm.serve.cli import non_negative_float
 
     p = sub.add_parser("serve", help="load generator for dllm serve: Poisson arrivals, continuous vs static batching")
@@ -420,6 +490,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy-arg", action="append", metavar="K=V", help="rule option, repeatable")
     p.add_argument("--forward-overhead-tokens", type=non_negative_float, default=None, metavar="T",
                    help="passed to the continuous server (default: it fits its own)")
+    p.add_argument("--shared-prefix-tokens", type=non_negative_int, default=0, metavar="N",
+                   help="every prompt starts with the same N-token preamble (a shared system prompt), sent as "
+                        "token ids")
+    p.add_argument("--prompt-cache-mb", type=_sizes, default=None, metavar="MB,...",
+                   help="run each mode once per server --prompt-cache-mb size, side by side (e.g. 0,256: without "
+                        "and with prompt reuse; default: the server's default, one run)")
     p.add_argument("--seed", type=int, default=0, help="seed of prompts, arrivals and cancellations")
     p.add_argument("--soak", type=positive_int, default=None, metavar="N",
                    help="soak mode: N requests at the last rate with random cancellations (continuous only)")

@@ -51,6 +51,8 @@ class BlockCache:
         self.exact_end = 0  # block-causal: K/V of [0, exact_end) is final
         self.done: set[tuple] = set()  # (kind, window start, step) of refreshes already made
         self.peak_bytes = 0  # largest K/V footprint held at once (base buffers + candidate copy)
+        # block-causal: prompt blocks shared across decodes (prompt_store.attach); None: off
+        self.prompt_reuse = None
 
     def _outer_block(self, runner: ModelRunner, bs: int) -> tuple[int, int]:
         P = runner.canvas.prompt_width
@@ -61,6 +63,8 @@ class BlockCache:
                      rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
         if self.kv is None:
             self.kv = KVBuffers.allocate(runner.model, runner.canvas.batch_size, runner.canvas.length)
+            if self.prompt_reuse is not None:  # stored prompt blocks: the first refresh starts after them
+                self.exact_end = self.prompt_reuse.load(runner.canvas, self.kv)
         shift = int(runner.shift_logits)
         W = be - bs
         outer_bs, outer_be = self._outer_block(runner, bs)
@@ -81,6 +85,9 @@ class BlockCache:
                                     logits_for=(first, first + W))
             if block_causal and rows is None:  # model blocks before the active one are final
                 self.exact_end = block_start
+                if self.prompt_reuse is not None:  # the prompt's K/V is final: store what was computed
+                    self.prompt_reuse.save(self.kv)
+                    self.prompt_reuse = None
             return logits
         # block-causal: later blocks never reach this one, so prefix needs no suffix either
         narrow = self.mode == "dual" or block_causal

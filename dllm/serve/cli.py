@@ -13,6 +13,7 @@ from dllm.cli.output import LOGGER_NAME
 from dllm.serve.serve_options import add_server_options
 
 log = logging.getLogger(LOGGER_NAME)
+DEFAULT_PROMPT_CACHE_MB = 256.0  # a 7B Fast-dLLM v2 (28 layers, 4 K/V heads of 128, bf16): ~4,600 tokens
 
 
 def server_defaults(args: argparse.Namespace):
@@ -44,7 +45,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     defaults = server_defaults(args)
     limits = SchedulerLimits(max_batch=args.max_batch, max_queue=args.max_queue, continuous=not args.static,
-                             forward_overhead_tokens=args.forward_overhead_tokens)
+                             forward_overhead_tokens=args.forward_overhead_tokens,
+                             prompt_cache_bytes=int(args.prompt_cache_mb * (1 << 20)))
     server, access = server_limits(args), access_settings(args)
     threads = torch_threads(args)
     model = load_from_args(args)
@@ -75,6 +77,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continuous batching: a forward's fixed cost in canvas tokens; waiting rows that would "
                         "pad the running batch by more start a batch of their own (default: fitted from "
                         "the rounds the server times; inf: always join)")
+    p.add_argument("--prompt-cache-mb", type=megabytes, default=DEFAULT_PROMPT_CACHE_MB, metavar="MB",
+                   help="block-causal models under the prefix / dual cache: prompt blocks already computed for "
+                        "earlier requests (a shared system prompt) are reused, exactly, from a store of at most "
+                        "this many MiB on the model's device, least recently used out first (0: off)")
     add_server_options(p)
     add_model_options(p)
     add_generation_options(p)
@@ -88,4 +94,14 @@ def non_negative_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of tokens (or inf), got {text!r}") from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
+def megabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size in MiB, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite size >= 0 (0: off), got {text!r}")
     return value

@@ -64,12 +64,15 @@ class SchedulerLimits:
     continuous: waiting rows join a running batch at its next block boundary, or start a batch
     of their own at once when that costs less (False: static batching, the batch drains before
     new rows join); forward_overhead_tokens: a forward's fixed cost in canvas tokens, which
-    decides between the two (None: fitted from the rounds the scheduler times)."""
+    decides between the two (None: fitted from the rounds the scheduler times);
+    prompt_cache_bytes: bound of the prompt K/V shared across requests of block-causal models
+    (``dllm.cache.prompt_store``; 0: off)."""
 
     max_batch: int = 8
     max_queue: int = 64
     continuous: bool = True
     forward_overhead_tokens: float | None = None
+    prompt_cache_bytes: int = 0
 
 
 class Scheduler(abc.ABC):

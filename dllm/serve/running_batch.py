@@ -19,6 +19,7 @@ from typing import Callable
 
 import torch
 
+from dllm.cache.prompt_store import PromptKVStore, attach as attach_prompt_store
 from dllm.config import GenerationConfig
 from dllm.engine import Decoding, RowStart
 from dllm.logprobs import CommitLogprobs
@@ -71,8 +72,10 @@ class RowProgress:
 class RunningBatch:
     """A ``Decoding`` over some rows, with the bookkeeping to report, drop and add rows."""
 
-    def __init__(self, model, rows: list[RowProgress], config: GenerationConfig, key: str, joinable: bool) -> None:
+    def __init__(self, model, rows: list[RowProgress], config: GenerationConfig, key: str, joinable: bool,
+                 prompt_store: PromptKVStore | None = None) -> None:
         self.model, self.config, self.key, self.joinable = model, config, key, joinable
+        self.prompt_store = prompt_store  # prompt blocks shared across requests (block-causal models)
         self.mask_id, self.eos = model.mask_token_id, set(model.eos_token_ids)
         self.rows: list[RowProgress] = []
         self.decoding: Decoding | None = None
@@ -98,6 +101,7 @@ class RunningBatch:
         self.decoding = None
         if self.rows:
             self.decoding = Decoding(self.model, [r.start() for r in self.rows], self.config)
+            attach_prompt_store(self.decoding.state, self.prompt_store)
             self._record_logprobs(self.decoding)
             self.block = self.decoding.block
             for row in self.rows:

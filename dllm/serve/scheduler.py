@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Callable
 
+from dllm.cache.prompt_store import PromptKVStore
 from dllm.config import GenerationConfig
 from dllm.engine import check_seeds
 from dllm.inputs import check_token_ids
@@ -45,6 +46,8 @@ class BatchScheduler(Scheduler):
         self._batches: list[RunningBatch] = []  # all of one key, stepped in turns
         self._admitted = 0  # rows the running key admitted after its first batch (a bounded turn)
         self.cost = RoundCost(fixed_tokens=self.limits.forward_overhead_tokens)
+        # prompt blocks shared across requests (block-causal models under a block cache)
+        self.prompt_store = PromptKVStore(self.limits.prompt_cache_bytes) if self.limits.prompt_cache_bytes else None
         self._closed = False
         self._seconds_per_request = 1.0  # moving average of a request's latency (Retry-After)
         self._thread = threading.Thread(target=self._loop, name="dllm-scheduler", daemon=True)
@@ -165,7 +168,8 @@ class BatchScheduler(Scheduler):
     def _launch(self, rows: list[RowProgress], key: str) -> None:
         config = rows[0].request.config
         try:
-            self._batches.append(RunningBatch(self.model, rows, config, key, batch_key(config, self.model)[1]))
+            self._batches.append(RunningBatch(self.model, rows, config, key, batch_key(config, self.model)[1],
+                                              prompt_store=self.prompt_store))
         except Exception as error:  # e.g. over the memory budget: these rows end, others go on
             self._end(rows, "error", str(error))
 
