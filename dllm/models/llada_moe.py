@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dllm.models import dream
 from dllm.models.config import ArchConfig
 from dllm.models.moe import MoEConfig
 from dllm.models.sources import Source, one, stacked
@@ -37,11 +38,7 @@ LAYER_WEIGHTS = {
     "model.layers.{i}.self_attn.o_proj.weight": "layers.{i}.attn.o_proj.weight",
     "model.layers.{i}.post_attention_layernorm.weight": "layers.{i}.mlp_norm.weight",
 }
-GLOBAL_WEIGHTS = {
-    "model.embed_tokens.weight": "embed.weight",
-    "model.norm.weight": "norm.weight",
-    "lm_head.weight": "lm_head.weight",
-}
+GLOBAL_WEIGHTS = dream.GLOBAL_WEIGHTS  # Qwen / OLMoE names: embed_tokens, norm, lm_head
 _PROJ = ("gate_proj", "up_proj", "down_proj")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dllm.models import dream
 from dllm.models.config import ArchConfig, block_origin_of
 from dllm.models.sources import Source, one
 
@@ -35,11 +36,7 @@ LAYER_WEIGHTS = {
     "model.layers.{i}.mlp.up_proj.weight": "layers.{i}.mlp.up_proj.weight",
     "model.layers.{i}.mlp.down_proj.weight": "layers.{i}.mlp.down_proj.weight",
 }
-GLOBAL_WEIGHTS = {
-    "model.embed_tokens.weight": "embed.weight",
-    "model.norm.weight": "norm.weight",
-    "lm_head.weight": "lm_head.weight",
-}
+GLOBAL_WEIGHTS = dream.GLOBAL_WEIGHTS  # Qwen / OLMoE names: embed_tokens, norm, lm_head
 _BIASES = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
