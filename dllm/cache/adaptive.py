@@ -40,7 +40,7 @@ from torch import Tensor
 from dllm.cache.base import register_cache
 from dllm.cache.block import BlockCache
 from dllm.cache.kv import KVBuffers
-from dllm.models.layers import apply_rope, attend, rope_cos_sin
+from dllm.models.layers import attend, rope_cos_sin
 from dllm.runner import LastForward, ModelRunner
 
 SCOPES = ("all", "prefix", "prompt", "response")
@@ -154,7 +154,7 @@ class AdaptiveCache:
         from_layer = n_layers // 2 if o.from_layer is None else o.from_layer
         idx, N, w0 = self._query_set(spans, q_lo, be, device)
         win, wpos = slice(w0, w0 + be - q_lo), slice(q_lo, be)  # the window in the query set / canvas
-        cos, sin = rope_cos_sin(runner.canvas.positions[canvas_rows][:, idx], model.config.head_dim,
+        cos, sin = rope_cos_sin(runner.canvas.positions[canvas_rows][:, idx], model.config.rotary_dim,
                                 model.config.rope_theta)
         visible = runner.visibility(0, N, runner.canvas.length, rows)
         unchanged = seen[:, wpos] == tokens[:, wpos]  # (B, W): the still-masked positions
@@ -225,11 +225,8 @@ class AdaptiveCache:
         is what the window's change moved most (Elastic-Cache's attention-aware choice)."""
         attn = layer.attn
         h = layer.attn_norm(x)
-        Bq, N, _ = h.shape
-        q = apply_rope(attn.q_proj(h).view(Bq, N, attn.n_heads, attn.head_dim).transpose(1, 2), cos, sin,
-                       attn.rope_full_precision)
-        k_win = apply_rope(attn.k_proj(h[:, win]).view(Bq, -1, attn.n_kv_heads, attn.head_dim).transpose(1, 2),
-                           cos[:, :, win], sin[:, :, win], attn.rope_full_precision)
+        q = attn.queries(h, cos, sin)
+        k_win = attn.keys_values(h[:, win], cos[:, :, win], sin[:, :, win])[0]
         keys = layer_cache[0].clone()
         keys[:, :, q_lo:be] = k_win
         keys = keys.repeat_interleave(attn.n_heads // attn.n_kv_heads, dim=1)
@@ -274,11 +271,8 @@ class AdaptiveCache:
         attn = layer.attn
         h = layer.attn_norm(x)
         Bq, T, _ = h.shape
-        q = attn.q_proj(h).view(Bq, T, attn.n_heads, attn.head_dim).transpose(1, 2)
-        k = attn.k_proj(h).view(Bq, T, attn.n_kv_heads, attn.head_dim).transpose(1, 2)
-        v = attn.v_proj(h).view(Bq, T, attn.n_kv_heads, attn.head_dim).transpose(1, 2)
-        q = apply_rope(q, cos, sin, attn.rope_full_precision)
-        k = apply_rope(k, cos, sin, attn.rope_full_precision)
+        q = attn.queries(h, cos, sin)
+        k, v = attn.keys_values(h, cos, sin)
         k_buf, v_buf = layer_cache
         if written is not None:
             keep = written[:, None, :, None]

@@ -100,20 +100,32 @@ class Attention(nn.Module):
         """(B, T, d_model); with ``rows`` only those queries' outputs (see ``pick_rows``): every
         query's K/V is still computed and written, the output projection skips the rest."""
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
-        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, D)
-        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q = apply_rope(q, cos, sin, self.rope_full_precision)
-        k = apply_rope(k, cos, sin, self.rope_full_precision)
+        q = self.queries(x, cos, sin)
+        k, v = self.keys_values(x, cos, sin)
         if layer_cache is not None:
             k_buf, v_buf = layer_cache  # (B, H_kv, S, D), keys stored after RoPE
             k_buf[:, :, write_at : write_at + T] = k
             v_buf[:, :, write_at : write_at + T] = v
             k, v = k_buf, v_buf
         return self.o_proj(pick_rows(attend(q, k, v, visible).reshape(B, T, -1), rows))
+
+    def queries(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """(B, T, d_model) -> (B, H, T, D) queries: projection, per-head norm, RoPE. The one place
+        a query is made (the adaptive cache's partial layers call it too)."""
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        return apply_rope(q.transpose(1, 2), cos, sin, self.rope_full_precision)
+
+    def keys_values(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, T, d_model) -> keys (after norm and RoPE) and values, each (B, H_kv, T, D)."""
+        B, T, _ = x.shape
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rope(k.transpose(1, 2), cos, sin, self.rope_full_precision), v
 
 
 def pick_rows(x: Tensor, rows: Tensor | slice | None) -> Tensor:

@@ -184,3 +184,21 @@ def test_window_forward_over_an_unchanged_canvas_equals_the_full_forward(tiny_mo
     window = cache.block_logits(runner, canvas.tokens, P + 8, P + 16, 1)
     torch.testing.assert_close(refresh, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(window, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def llada_moe(tmp_path_factory):
+    """Per-head q/k norm, partial RoPE and MoE MLPs: what the adaptive cache's partial layers
+    must build exactly as the model's own forward does."""
+    path = write_tiny_checkpoint(tmp_path_factory.mktemp("llada_moe"), "llada_moe", seed=6)
+    return dllm.load(path, dtype="float32").model
+
+
+def test_adaptive_partial_layers_match_the_model_on_qk_norm_partial_rope_moe(llada_moe):
+    plain = _answers(llada_moe, PROMPTS)
+    everything = _answers(llada_moe, PROMPTS, cache="adaptive", cache_args=EVERY_STEP["adaptive"])
+    assert everything.answer.tolist() == plain.answer.tolist()
+    dual = _answers(llada_moe, PROMPTS, cache="dual", policy="threshold", policy_args={"tau": 0.3})
+    adaptive = _answers(llada_moe, PROMPTS, cache="adaptive", cache_args={"drift": float("inf")},
+                        policy="threshold", policy_args={"tau": 0.3})
+    assert adaptive.answer.tolist() == dual.answer.tolist()
