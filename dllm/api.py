@@ -135,7 +135,8 @@ class DiffusionLM:
 
 
 def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
-         dtype: str | torch.dtype = "auto", prepack: bool = False, revision: str | None = None) -> DiffusionLM:
+         dtype: str | torch.dtype = "auto", prepack: bool = False, revision: str | None = None,
+         tensor_parallel: int = 1) -> DiffusionLM:
     """Load a checkpoint directory, a bundled model by name (``dllm models`` lists them;
     default: the bundled LLaDA-layout model), or a Hugging Face hub id (``org/name``) from the
     user's hub cache, fetching only the files dllm reads when they are not there
@@ -147,6 +148,10 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     prepack: on the CPU, reorder the linear weights for oneDNN once (faster decode steps; the
     logits move by float rounding from the default path; ``dllm.models.prepack``).
     revision: a hub id's branch, tag or commit (default: main); only for hub ids.
+    tensor_parallel: split the model over this many processes of a torchrun job (each rank calls
+    ``dllm.load`` and ``generate`` alike and reads only its slices; ``dllm.parallel.tensor_plan``).
+    A size that does not divide the heads, K/V heads, MLP, experts or vocabulary is refused
+    before any weight is read; the job must have exactly this many processes.
     """
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise OptionTypeError(f"path must be a checkpoint directory, a bundled model's name or a hub id "
@@ -154,7 +159,14 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     if revision is not None and not isinstance(revision, str):
         raise OptionTypeError(f"revision must be a branch, tag or commit (str), got {type(revision).__name__}")
     path = resolve_model_path(path, revision)
-    model = load_model(path, dtype=dtype, device=device, prepack=prepack)
+    shard = None
+    if tensor_parallel != 1:
+        from dllm.models.loading import read_config
+        from dllm.parallel.tensor_plan import check_plan, join_tensor_group
+
+        check_plan(read_config(Path(path))[1], tensor_parallel)  # before the group forms or weights are read
+        shard, device = join_tensor_group(tensor_parallel, str(device))
+    model = load_model(path, dtype=dtype, device=device, prepack=prepack, tensor_parallel=shard)
     tokenizer = load_tokenizer(path)
     check_tokenizer_fits(tokenizer, model.config, path)
     return DiffusionLM(model, tokenizer, path)

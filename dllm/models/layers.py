@@ -16,6 +16,7 @@ from dllm.models.visibility import KeyVisibility
 
 if TYPE_CHECKING:  # config.py imports moe.py, which imports this module
     from dllm.models.config import ArchConfig
+    from dllm.parallel.tensor_plan import TensorShard
 
 
 class RMSNorm(nn.Module):
@@ -72,10 +73,14 @@ class Attention(nn.Module):
     (B, H_kv, S, D), the window's keys and values are written in place at ``write_at`` and the
     queries attend to the whole static-shaped buffer; ``visible`` says which keys each query
     sees (see ``attend``). Static shapes keep the door open for CUDA graphs and torch.compile.
+
+    Tensor parallel (``tp``, with cfg the rank's ``local_config``): the rank's heads; o_proj
+    holds their input columns and its output is all-reduced.
     """
 
-    def __init__(self, cfg: ArchConfig) -> None:
+    def __init__(self, cfg: ArchConfig, tp: TensorShard | None = None) -> None:
         super().__init__()
+        self.tp = tp
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.rope_full_precision = cfg.rope_full_precision
         q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
@@ -107,7 +112,8 @@ class Attention(nn.Module):
             k_buf[:, :, write_at : write_at + T] = k
             v_buf[:, :, write_at : write_at + T] = v
             k, v = k_buf, v_buf
-        return self.o_proj(pick_rows(attend(q, k, v, visible).reshape(B, T, -1), rows))
+        out = self.o_proj(pick_rows(attend(q, k, v, visible).reshape(B, T, -1), rows))
+        return out if self.tp is None else self.tp.all_reduce(out)
 
     def queries(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """(B, T, d_model) -> (B, H, T, D) queries: projection, per-head norm, RoPE. The one place
@@ -163,28 +169,32 @@ def attend(q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None) -> Te
 
 
 class SwiGLU(nn.Module):
-    """down(silu(gate(x)) * up(x))."""
+    """down(silu(gate(x)) * up(x)); tensor parallel (``tp``): the rank's hidden units, the
+    down projection's partial sums all-reduced."""
 
-    def __init__(self, cfg: ArchConfig) -> None:
+    def __init__(self, cfg: ArchConfig, tp: TensorShard | None = None) -> None:
         super().__init__()
+        self.tp = tp
         self.gate_proj = nn.Linear(cfg.d_model, cfg.mlp_hidden_size, bias=False)
         self.up_proj = nn.Linear(cfg.d_model, cfg.mlp_hidden_size, bias=False)
         self.down_proj = nn.Linear(cfg.mlp_hidden_size, cfg.d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        out = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out if self.tp is None else self.tp.all_reduce(out)
 
 
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, cfg: ArchConfig, mlp: nn.Module | None = None) -> None:
-        """``mlp``: the layer's MLP when it is not the dense SwiGLU (an MoE layer)."""
+    def __init__(self, cfg: ArchConfig, mlp: nn.Module | None = None, tp: TensorShard | None = None) -> None:
+        """``mlp``: the layer's MLP when it is not the dense SwiGLU (an MoE layer); ``tp``: the
+        rank's tensor-parallel shard (None: one process)."""
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
-        self.attn = Attention(cfg)
+        self.attn = Attention(cfg, tp)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
-        self.mlp = SwiGLU(cfg) if mlp is None else mlp
+        self.mlp = SwiGLU(cfg, tp) if mlp is None else mlp
 
     def forward(self, x, cos, sin, visible, layer_cache=None, write_at: int = 0,
                 rows: Tensor | slice | None = None) -> Tensor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -20,6 +21,9 @@ from dllm.models.registry import Family, family_of, layouts_found, tensor_source
 from dllm.models.sources import Piece, assemble, checkpoint_shapes
 from dllm.models.transformer import DiffusionTransformer
 from dllm.validation import OptionTypeError
+
+if TYPE_CHECKING:
+    from dllm.parallel.tensor_plan import TensorShard
 
 
 class CheckpointError(ValueError):
@@ -135,11 +139,15 @@ def _check_layout(family: Family, raw: dict, files: dict[str, Path], expected: d
     )
 
 
-def _read_piece(f, file: Path, piece: Piece) -> torch.Tensor:
+def _read_piece(f, file: Path, piece: Piece, cols: tuple[int, int] | None = None) -> torch.Tensor:
+    """The piece (rows [lo, hi) of a checkpoint tensor, or all of it); ``cols``: only columns
+    [lo, hi) of its second dimension (a tensor-parallel rank's input features)."""
     try:
-        if piece.rows is None:
+        if piece.rows is None and cols is None:
             return f.get_tensor(piece.name)
-        lo, hi = piece.rows
+        lo, hi = piece.rows if piece.rows is not None else (0, f.get_slice(piece.name).get_shape()[0])
+        if cols is not None:
+            return f.get_slice(piece.name)[lo:hi, cols[0]:cols[1]]
         return f.get_slice(piece.name)[lo:hi]
     except SafetensorError as err:
         raise CheckpointError(f"tensor {piece.name} in {file} cannot be read ({err}); the file is damaged: "
@@ -148,9 +156,13 @@ def _read_piece(f, file: Path, piece: Piece) -> torch.Tensor:
 
 def load_model(
     path: str | Path, *, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
-    prepack: bool = False,
+    prepack: bool = False, tensor_parallel: TensorShard | None = None,
 ) -> DiffusionTransformer:
     """Load a LLaDA / Dream (or registered) checkpoint directory for inference.
+
+    ``tensor_parallel``: this rank's shard of a tensor-parallel group (``dllm.parallel.
+    tensor_plan``): the plan is checked against config.json before any weight is read, the
+    modules are built with the rank's shapes and only the rank's slices are read.
 
     ``device`` / ``dtype`` may be ``"auto"`` (``dllm.models.placement``); the defaults stay
     explicit here, ``dllm.load`` is the one that defaults to ``"auto"``. ``prepack``: reorder
@@ -162,6 +174,11 @@ def load_model(
     if not isinstance(prepack, bool):
         raise OptionTypeError(f"prepack must be True or False, got {prepack!r}")
     raw, cfg = read_config(path)
+    tp = tensor_parallel if tensor_parallel is not None and tensor_parallel.size > 1 else None
+    if tp is not None:
+        from dllm.parallel.tensor_plan import check_plan
+
+        check_plan(cfg, tp.size)
     try:  # the checkpoint's declared dtype matters only to "auto"
         declared = checkpoint_dtype(raw) if dtype == "auto" else None
     except ValueError as err:
@@ -173,8 +190,14 @@ def load_model(
     sources = tensor_sources(family, cfg)
     files = safetensors_files(path)
     with torch.device("meta"):
-        model = DiffusionTransformer(cfg)
-    module_shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        if tp is None:
+            model = DiffusionTransformer(cfg)
+        else:
+            from dllm.parallel.tensor_plan import local_config
+
+            model = DiffusionTransformer(local_config(cfg, tp.size), tp)
+        full = model if tp is None else DiffusionTransformer(cfg)  # the whole shapes, for the checks
+    module_shapes = {k: tuple(v.shape) for k, v in full.state_dict().items()}
     expected = checkpoint_shapes(sources, module_shapes)
     _check_layout(family, raw, files, expected)
     _check_tensors(files, expected)
@@ -187,11 +210,19 @@ def load_model(
         for module, src in sources.items():
             dtype_ = buffer_dtypes.get(module, torch_dtype)
 
-            def read(piece: Piece) -> torch.Tensor:  # cast piece by piece: a stacked tensor is built once
-                file = files[piece.name]
-                return _read_piece(handles[file], file, piece).to(device=device, dtype=dtype_)
+            def read(piece: Piece, cols: tuple[int, int] | None = None) -> torch.Tensor:
+                file = files[piece.name]  # cast piece by piece: a stacked tensor is built once
+                return _read_piece(handles[file], file, piece, cols).to(device=device, dtype=dtype_)
 
-            state[module] = assemble(src, read)
+            if tp is None:
+                state[module] = assemble(src, read)
+            else:  # only this rank's slice (``dllm.parallel.tensor_plan``)
+                from dllm.parallel.tensor_plan import read_local
+
+                state[module] = read_local(module, src, module_shapes[module], tp, cfg,
+                                           {n: s[0] for n, s in expected.items()},
+                                           lambda name, rows, cols: read(Piece(name, rows), cols)
+                                           ).to(device=device, dtype=dtype_)
     if cfg.tie_embeddings:
         state["lm_head.weight"] = state["embed.weight"]
     model.load_state_dict(state, assign=True, strict=True)

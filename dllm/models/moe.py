@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +37,9 @@ from torch import Tensor, nn
 from dllm.kernels import grouped_matmul
 from dllm.kernels.grouped_matmul import MIN_GEMM_ROWS
 from dllm.models.layers import SwiGLU
+
+if TYPE_CHECKING:
+    from dllm.parallel.tensor_plan import TensorShard
 
 SCORES = ("softmax", "sigmoid")
 RENORM_EPS = 1e-20  # LLaDA2's guard on the renormalising sum (below float32's resolution at 1)
@@ -90,19 +94,24 @@ class MoEMLP(nn.Module):
     (E, d_model, I); ``shared`` (a ``SwiGLU`` of hidden ``shared_hidden``) when it is > 0.
     """
 
-    def __init__(self, d_model: int, cfg: MoEConfig) -> None:
+    def __init__(self, d_model: int, cfg: MoEConfig, tp: TensorShard | None = None) -> None:
+        """``tp``: expert parallelism over a tensor-parallel group: this rank holds experts
+        [lo, hi) of E (and its columns of the shared expert), routes every token with the whole
+        router, computes its experts' share and one all-reduce sums the ranks' shares."""
         super().__init__()
-        self.cfg = cfg
-        E, I = cfg.n_experts, cfg.expert_hidden
-        self.router = nn.Linear(d_model, E, bias=False)
+        self.cfg, self.tp = cfg, tp
+        self.experts = (0, cfg.n_experts) if tp is None else tp.expert_range(cfg.n_experts)
+        E, I = self.experts[1] - self.experts[0], cfg.expert_hidden
+        shared = cfg.shared_hidden if tp is None else tp.part(cfg.shared_hidden)
+        self.router = nn.Linear(d_model, cfg.n_experts, bias=False)
         if cfg.expert_bias:
-            self.register_buffer("expert_bias", torch.zeros(E, dtype=torch.float32))
+            self.register_buffer("expert_bias", torch.zeros(cfg.n_experts, dtype=torch.float32))
         else:
             self.expert_bias = None
         self.gate_proj = nn.Parameter(torch.empty(E, I, d_model))
         self.up_proj = nn.Parameter(torch.empty(E, I, d_model))
         self.down_proj = nn.Parameter(torch.empty(E, d_model, I))
-        self.shared = SwiGLU(_MLPShape(d_model, cfg.shared_hidden)) if cfg.shared_hidden > 0 else None
+        self.shared = SwiGLU(_MLPShape(d_model, shared)) if shared > 0 else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -148,9 +157,11 @@ class MoEMLP(nn.Module):
         n = x2d.shape[0]
         if x2d.device.type == "cpu" and 0 < n < MIN_GEMM_ROWS:
             x2d = torch.cat([x2d, x2d.new_zeros(MIN_GEMM_ROWS - n, shape[-1])])
-        out = self._routed(x2d)
+        out = self._routed(x2d) if self.tp is None else self._routed_here(x2d)
         if self.shared is not None:
             out = out + self.shared(x2d)
+        if self.tp is not None:  # the ranks' experts and shared-expert columns are partial sums
+            out = self.tp.all_reduce(out)
         return out[:n].reshape(shape)
 
     def _routed(self, x2d: Tensor) -> Tensor:
@@ -171,6 +182,26 @@ class MoEMLP(nn.Module):
         out = slots[:, 0].float() * weights[:, :1]
         for j in range(1, k):
             out += slots[:, j].float() * weights[:, j:j + 1]
+        return out.to(x2d.dtype)
+
+    def _routed_here(self, x2d: Tensor) -> Tensor:
+        """Expert parallel: this rank's experts' share of ``_routed`` (the (token, slot) pairs
+        routed to experts [lo, hi), weighted, summed per token in float32). One host read of
+        the pair count."""
+        N, d = x2d.shape
+        lo, hi = self.experts
+        weights, ids = self.route(x2d)
+        flat = ids.reshape(-1)
+        pairs = ((flat >= lo) & (flat < hi)).nonzero()[:, 0]  # token-major (token, slot) pairs
+        local = flat[pairs] - lo
+        order = local.argsort(stable=True)
+        pairs, local = pairs[order], local[order]
+        counts = torch.zeros(hi - lo, dtype=torch.int64, device=x2d.device).scatter_add_(0, local, torch.ones_like(local))
+        offsets = F.pad(counts.cumsum(0), (1, 0))
+        xs = x2d.index_select(0, pairs // self.cfg.top_k)
+        h = F.silu(grouped_matmul(xs, self.gate_proj, offsets)) * grouped_matmul(xs, self.up_proj, offsets)
+        ys = grouped_matmul(h, self.down_proj, offsets).float() * weights.reshape(-1)[pairs, None]
+        out = torch.zeros(N, d, dtype=torch.float32, device=x2d.device).index_add_(0, pairs // self.cfg.top_k, ys)
         return out.to(x2d.dtype)
 
 

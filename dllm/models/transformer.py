@@ -7,7 +7,7 @@ the attributes ``mask_token_id``, ``eos_token_ids``, ``shift_logits``, ``attenti
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -17,6 +17,9 @@ from dllm.models.layers import Block, RMSNorm, rope_cos_sin
 from dllm.models.moe import MoEMLP
 from dllm.models.visibility import KeyVisibility
 
+if TYPE_CHECKING:
+    from dllm.parallel.tensor_plan import TensorShard
+
 
 class LayerCaches(Protocol):
     """Anything holding one preallocated (k_buf, v_buf) pair per layer."""
@@ -25,15 +28,21 @@ class LayerCaches(Protocol):
 
 
 class DiffusionTransformer(nn.Module):
-    def __init__(self, cfg: ArchConfig) -> None:
+    def __init__(self, cfg: ArchConfig, tp: TensorShard | None = None) -> None:
+        """``tp``: this rank's tensor-parallel shard, with ``cfg`` its ``local_config`` (the
+        rank's heads and MLP units; ``dllm.parallel.tensor_plan``): the embedding and the LM
+        head hold the rank's vocabulary rows (the logits are its shard), MoE layers its experts."""
         super().__init__()
         self.config = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.tensor_parallel = tp
+        vocab = cfg.vocab_size if tp is None else tp.part(cfg.vocab_size)
+        self.embed = nn.Embedding(vocab, cfg.d_model)
         self.layers = nn.ModuleList(
-            Block(cfg, MoEMLP(cfg.d_model, cfg.moe) if i in cfg.moe_layers else None) for i in range(cfg.n_layers)
+            Block(cfg, MoEMLP(cfg.d_model, cfg.moe, tp) if i in cfg.moe_layers else None, tp)
+            for i in range(cfg.n_layers)
         )
         self.norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.d_model, vocab, bias=False)
 
     # attributes the engine reads; nothing else in the runtime looks at the family
     @property
@@ -86,7 +95,8 @@ class DiffusionTransformer(nn.Module):
         where these FLOPs are time).
         """
         cos, sin = rope_cos_sin(position_ids, self.config.rotary_dim, self.config.rope_theta)
-        x = self.embed(input_ids)  # (B, T, d_model)
+        tp = self.tensor_parallel
+        x = self.embed(input_ids) if tp is None else tp.embed(self.embed, input_ids)  # (B, T, d_model)
         lo, hi = (0, input_ids.shape[1]) if logits_for is None else logits_for
         rows: Tensor | slice | None = None if logits_for is None else slice(lo, hi)
         if head_rows is not None:  # the last block computes outputs only where the head reads

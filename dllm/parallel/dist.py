@@ -54,3 +54,27 @@ def leave_together() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def run_rank(body):
+    """Run ``body(rank)`` on this torchrun rank; a rank that raises logs
+    ``rank R failed: ...`` and exits hard (status 2 for bad input, else 1), so torchrun stops
+    the other ranks at once instead of leaving them in a collective. Outside torchrun the error
+    propagates as usual. ``DLLM_FAIL_RANK=R`` makes rank R fail (the tests' fault injection)."""
+    import logging
+
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    try:
+        if os.environ.get("DLLM_FAIL_RANK") == str(rank):
+            raise RuntimeError(f"injected failure on rank {rank}")
+        return body(rank)
+    except Exception as err:  # noqa: BLE001  one clear line per failing rank, then a hard exit
+        if world == 1:
+            raise
+        bad_input = isinstance(err, (ValueError, FileNotFoundError))
+        log = logging.getLogger("dllm")
+        log.error("rank %d failed: %s", rank, err, exc_info=not bad_input)
+        for handler in log.handlers:
+            handler.flush()
+        sys.stderr.flush()
+        os._exit(2 if bad_input else 1)
