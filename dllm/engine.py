@@ -149,13 +149,20 @@ class DecodeState:
         FreeDave's draft k sits k steps ahead. At temperature > 0 the noise of each position is
         keyed by its row's seed and that state's step count and answer position."""
         N, W, V = logits.shape
+        tp = getattr(self.model, "tensor_parallel", None)
+        if tp is not None:
+            tp.check_decode(self)
         flat = _filter_logits(logits.reshape(N * W, V), self.config.top_k, self.config.top_p)
         noise = {}
         if self.config.temperature > 0:
             key = self.noise(rows, steps)
             noise = dict(seed=key.seed[:, None].expand(N, W).reshape(-1), counter=key.counters().reshape(-1))
-        stats = confidence_stats(flat, temperature=self.config.temperature, excluded_ids=self.excluded,
-                                 scratch=self.stats_scratch, **noise)
+        if tp is not None:  # vocabulary-sharded logits: partial statistics, one small exchange
+            stats = tp.statistics(flat, vocab=self.model.config.vocab_size, temperature=self.config.temperature,
+                                  excluded_ids=self.excluded, **noise)
+        else:
+            stats = confidence_stats(flat, temperature=self.config.temperature, excluded_ids=self.excluded,
+                                     scratch=self.stats_scratch, **noise)
         return stats.reshape(N, W)
 
     def noise(self, rows: Tensor | None = None, steps: Tensor | int | None = None) -> RowNoise:

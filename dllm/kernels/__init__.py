@@ -23,6 +23,7 @@ from torch import Tensor
 
 from dllm.kernels import confidence_stats as _cs
 from dllm.kernels import grouped_matmul as _gm
+from dllm.kernels import shard_stats as _ss
 from dllm.kernels.confidence_stats import StatsScratch, TokenStats, confidence_stats_torch
 from dllm.kernels.grouped_matmul import grouped_matmul_torch
 
@@ -76,6 +77,22 @@ def confidence_stats(logits: Tensor, *, scratch: StatsScratch | None = None, **k
     return _cs.confidence_stats_torch(logits, scratch=scratch, **kwargs)
 
 
+def shard_stats(logits: Tensor, **kwargs) -> Tensor:
+    """(R, V_r) vocabulary-shard logits -> (R, 8) partial statistics
+    (``dllm.kernels.shard_stats.shard_stats_torch``; the torch reference on every device)."""
+    CALL_COUNTS["shard_stats"] += 1
+    CALL_COUNTS["shard_stats:torch"] += 1
+    return _ss.shard_stats_torch(logits, **kwargs)
+
+
+def combine_shard_stats(parts: Tensor) -> TokenStats:
+    """(ranks, R, 8) gathered partials -> the TokenStats of the whole vocabulary
+    (``dllm.kernels.shard_stats.combine_shard_stats_torch``)."""
+    CALL_COUNTS["combine_shard_stats"] += 1
+    CALL_COUNTS["combine_shard_stats:torch"] += 1
+    return _ss.combine_shard_stats_torch(parts)
+
+
 def grouped_matmul(x: Tensor, w: Tensor, offsets: Tensor) -> Tensor:
     """Expert-grouped product through the selected backend: rows of x (N, K) sorted by expert,
     w (E, N_out, K) one nn.Linear weight per expert, offsets (E + 1,) int the experts' row
@@ -89,5 +106,5 @@ def grouped_matmul(x: Tensor, w: Tensor, offsets: Tensor) -> Tensor:
     return _gm.grouped_matmul_torch(x, w, offsets)
 
 
-__all__ = ["BACKENDS", "CALL_COUNTS", "StatsScratch", "TokenStats", "confidence_stats", "confidence_stats_torch",
-           "grouped_matmul", "grouped_matmul_torch", "kernel_backend"]
+__all__ = ["BACKENDS", "CALL_COUNTS", "StatsScratch", "TokenStats", "combine_shard_stats", "confidence_stats",
+           "confidence_stats_torch", "grouped_matmul", "grouped_matmul_torch", "kernel_backend", "shard_stats"]
