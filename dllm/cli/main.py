@@ -13,7 +13,8 @@ import sys
 from typing import Iterator, Sequence
 
 from dllm.cli.options import (
-    HelpFormatter, add_generation_options, add_model_options, add_request_options, add_verbosity_options,
+    HelpFormatter, add_generation_options, add_model_options, add_request_options, add_tensor_parallel_option,
+    add_verbosity_options,
     generation_config, load_from_args, output_request, positive_int,
 )
 from dllm.cli.output import LOGGER_NAME, configure_logging, progress_bar
@@ -26,17 +27,33 @@ EXIT_BROKEN_PIPE = 128 + 13  # the reader went away (``dllm generate | head``), 
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     config = generation_config(args)  # validate before loading anything
     request = output_request(args)
     prompts = _generate_prompts(args)
+    if args.tensor_parallel == 1:
+        return _generate(args, config, prompts, print_=print)
+    from dllm.parallel.dist import leave_together, run_rank
+
+    # every rank decodes every prompt with its share of the model; rank 0 prints
+    run_rank(lambda rank: _generate(args, config, prompts, print_=print if rank == 0 else _silent))
+    leave_together()
+    return 0
+
+
+def _silent(*_args, **_kwargs) -> None:
+    pass
+
+
+def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print_) -> int:
+    from tqdm import tqdm
+
+    request = output_request(args)
     model = load_from_args(args)
     request = output_request(args, model.model.config.vocab_size)
     chat = False if args.raw else None
     ids = check_prompt_lengths(model, prompts, config, chat)
     log.debug("decoding %d prompt(s) in batches of %d", len(ids), args.batch_size)
-    bar = progress_bar(len(ids), desc="generate", quiet=args.quiet)
+    bar = progress_bar(len(ids), desc="generate", quiet=args.quiet or print_ is not print)
     for start in range(0, len(ids), args.batch_size):
         out = model.generate_ids(ids[start : start + args.batch_size], config, stop=list(request.stops.strings),
                                  stop_token_ids=list(request.stops.token_ids), max_tokens=request.max_tokens,
@@ -44,9 +61,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         with tqdm.external_write_mode(file=sys.stderr):
             for row, (text, reason, stats) in enumerate(zip(out.texts, out.finish_reasons, out.stats)):
                 sample = {"sample": row % request.n} if request.n > 1 else {}
-                print(json.dumps({"text": text, "finish_reason": reason, **sample, **stats}) if args.json else text,
-                      flush=True)
-                if not args.json:
+                print_(json.dumps({"text": text, "finish_reason": reason, **sample, **stats}) if args.json else text,
+                       flush=True)
+                if not args.json and print_ is print:
                     tps = stats["tokens"] / stats["seconds"] if stats["seconds"] > 0 else float("inf")
                     log.info("[%s | NFE %d | TPF %.2f | %.1f tokens/s on %s]", reason, stats["nfe"], stats["tpf"],
                              tps, model.model.device)
@@ -103,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
     gen.add_argument("--json", action="store_true", help="one JSON line per answer: text, finish_reason, stats (and sample with --n)")
     add_model_options(gen)
+    add_tensor_parallel_option(gen)
     add_generation_options(gen)
     add_request_options(gen)
     gen.set_defaults(func=cmd_generate)

@@ -137,6 +137,13 @@ def generation_config(args: argparse.Namespace):
     return config
 
 
+def add_tensor_parallel_option(p: argparse.ArgumentParser) -> None:
+    """--tensor-parallel N: split the model over the N processes of a torchrun job."""
+    p.add_argument("--tensor-parallel", type=positive_int, default=1, metavar="N",
+                   help="split the model over N processes (run under torchrun --nproc_per_node N): heads, MLPs, "
+                        "experts and vocabulary divided, each rank reads only its slices (default: 1)")
+
+
 def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
                    help="checkpoint directory, a bundled model's name (`dllm models`) or a Hugging Face hub id "
@@ -160,7 +167,8 @@ def load_from_args(args: argparse.Namespace, device: str | None = None) -> Diffu
     import dllm
 
     return dllm.load(args.model, device=args.device if device is None else device, dtype=args.dtype,
-                     prepack=args.prepack, revision=args.revision)
+                     prepack=args.prepack, revision=args.revision,
+                     tensor_parallel=getattr(args, "tensor_parallel", 1))
 
 
 def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> None:
