@@ -70,7 +70,7 @@ def test_prompt_longer_than_context(tiny_models):
     ({"gen_length": 30, "block_length": 8}, "not a multiple of block_length"),
     ({"gen_length": 32, "block_length": 8, "steps": 6}, "multiple of the number of blocks"),
     ({"policy": "nope"}, "unknown unmasking rule 'nope'; known: .*low_confidence"),
-    ({"policy": "low_confidence", "policy_args": {"tau": 1}}, "has no option"),
+    ({"policy": "low_confidence", "policy_args": {"gamma": 1}}, "has no option"),
     ({"cache": "bogus"}, "unknown cache 'bogus'"),
 ])
 def test_bad_generation_options(tiny_models, kwargs, match):
