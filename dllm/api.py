@@ -12,6 +12,8 @@ from dllm.engine import DecodeResult, Decoding, RowStart, check_prompts, decode
 from dllm.inputs import check_token_ids, prompt_batch
 from dllm.models import load_model, load_tokenizer
 from dllm.models.bundled import resolve_model_path
+from dllm.models.placement import resolve_device
+from dllm.models.quantize import check_checkpoint_unquantized, check_quantize, quantize_linears
 from dllm.models.tokenizer import check_decodable, check_tokenizer_fits
 from dllm.outputs import GenerationOutput, end_row
 from dllm.request import OutputRequest, merge_config, row_seeds
@@ -136,7 +138,8 @@ class DiffusionLM:
 
 def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
          dtype: str | torch.dtype = "auto", prepack: bool = False, revision: str | None = None,
-         tensor_parallel: int = 1) -> DiffusionLM:
+         tensor_parallel: int = 1,
+         quantize: str | None = None) -> DiffusionLM:
     """Load a checkpoint directory, a bundled model by name (``dllm models`` lists them;
     default: the bundled LLaDA-layout model), or a Hugging Face hub id (``org/name``) from the
     user's hub cache, fetching only the files dllm reads when they are not there
@@ -148,6 +151,10 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     prepack: on the CPU, reorder the linear weights for oneDNN once (faster decode steps; the
     logits move by float rounding from the default path; ``dllm.models.prepack``).
     revision: a hub id's branch, tag or commit (default: main); only for hub ids.
+    quantize: "int8" (weight-only int8, any device) or "float8" (weight-only float8, NVIDIA GPUs
+    of compute capability 8.9+): every linear but the LM head quantized at load through torchao
+    (``dllm.models.quantize``; the memory plan counts the stored bytes). Checkpoints stored
+    quantized (GPTQ, AWQ, compressed-tensors, fp8, ...) are refused whatever this says.
     tensor_parallel: split the model over this many processes of a torchrun job (each rank calls
     ``dllm.load`` and ``generate`` alike and reads only its slices; ``dllm.parallel.tensor_plan``).
     A size that does not divide the heads, K/V heads, MLP, experts or vocabulary is refused
@@ -159,6 +166,7 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     if revision is not None and not isinstance(revision, str):
         raise OptionTypeError(f"revision must be a branch, tag or commit (str), got {type(revision).__name__}")
     path = resolve_model_path(path, revision)
+    check_checkpoint_unquantized(Path(path))
     shard = None
     if tensor_parallel != 1:
         from dllm.models.loading import read_config
@@ -166,7 +174,10 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
 
         check_plan(read_config(Path(path))[1], tensor_parallel)  # before the group forms or weights are read
         shard, device = join_tensor_group(tensor_parallel, str(device))
+    mode = check_quantize(quantize, resolve_device(device), prepack=prepack)  # before any weight is read
     model = load_model(path, dtype=dtype, device=device, prepack=prepack, tensor_parallel=shard)
+    if mode is not None:
+        quantize_linears(model, mode)
     tokenizer = load_tokenizer(path)
     check_tokenizer_fits(tokenizer, model.config, path)
     return DiffusionLM(model, tokenizer, path)

@@ -25,6 +25,7 @@ from dllm.config import GenerationConfig
 from dllm.kernels import kernel_backend
 from dllm.models.moe import MoEMLP
 from dllm.models.prepack import PrepackedLinear
+from dllm.models.quantize import dequant_workspace_bytes, tensor_bytes
 from dllm.samplers import make_stopper, make_strategy
 
 MIB = 1 << 20
@@ -72,11 +73,12 @@ class MemoryPlan:
 
 
 def model_bytes(model: torch.nn.Module) -> int:
-    """Parameters and buffers (every expert of an MoE layer: its stacked weights are parameters),
-    plus the reordered weight copies of a prepacked model."""
+    """Parameters and buffers (every expert of an MoE layer: its stacked weights are parameters;
+    a quantized weight at its stored size, data plus scales), plus the reordered weight copies
+    of a prepacked model."""
     tensors = list(model.parameters()) + list(model.buffers())
     packed = sum(m.packed_bytes for m in model.modules() if isinstance(m, PrepackedLinear))
-    return sum(t.numel() * t.element_size() for t in tensors) + packed
+    return sum(tensor_bytes(t) for t in tensors) + packed
 
 
 def _itemsize(model) -> int:
@@ -127,7 +129,8 @@ def activation_bytes(model, shape: ForwardShape) -> int:
     the RoPE tables, the largest of the three phases of a layer (RMSNorm in float32; attention:
     Q/K/V, RoPE temporaries in float32, SDPA output and log-sum-exp, its head-merged copy and
     the projection; the SwiGLU MLP, or the largest MoE layer's routed copies), the per-row key
-    mask SDPA converts to float, and the fused kernel's per-thread workspace."""
+    mask SDPA converts to float, the fused kernel's per-thread workspace, and (quantized weights)
+    the largest weight a linear casts back to the activation dtype."""
     c, e, f = model.config, _itemsize(model), FLOAT32
     H, H_kv, D, d, F = c.n_heads, c.n_kv_heads, c.head_dim, c.d_model, c.mlp_hidden_size
     norm = 4 * d * f
@@ -136,7 +139,8 @@ def activation_bytes(model, shape: ForwardShape) -> int:
     per_token = 2 * d * e + 2 * D * f + max(norm, attention, mlp)
     key_mask = shape.rows * shape.keys * (1 + 1 + f)  # row-selected validity, its negation, float
     tile = FLASH_Q_TILE * (2 * FLASH_KV_TILE + D + 2) * f
-    return shape.rows * shape.queries * per_token + key_mask + torch.get_num_threads() * tile
+    dequant = dequant_workspace_bytes(model)  # a quantized linear's weight cast back for its GEMM
+    return shape.rows * shape.queries * per_token + key_mask + torch.get_num_threads() * tile + dequant
 
 
 def statistics_bytes(rows: int, vocab: int, config: GenerationConfig, itemsize: int, backend: str) -> int:

@@ -15,7 +15,8 @@ MODULE_OF = {"pyyaml": "yaml"}
 # declared dependencies dllm needs without importing them itself, with the reason
 USED_INDIRECTLY = {"jinja2": "transformers' apply_chat_template renders the chat templates"}
 OPTIONAL = {"matplotlib": "plot", "triton": "gpu", "fastapi": "serve", "uvicorn": "serve",
-            "prometheus_client": "serve", "httpx": "serve", "lm_eval": "eval"}  # imported lazily / guarded, from an extra
+            "prometheus_client": "serve", "httpx": "serve", "lm_eval": "eval",
+            "torchao": "quant"}  # imported lazily / guarded, from an extra
 
 
 def _name(requirement: str) -> str:

@@ -29,6 +29,7 @@ from dllm.data.prompts import TaskSpec, build_messages, load_samples, load_task_
 from dllm.engine import check_prompts
 from dllm.models.bundled import model_label
 from dllm.models.prepack import is_prepacked
+from dllm.models.quantize import quantization_of
 from dllm.policies import check_policies
 
 OFFLINE_TASKS = (
@@ -221,8 +222,10 @@ def qps(speedup: float, score_: float, baseline: float, gamma: float = 4.0) -> f
 
 
 def weights_record(model: nn.Module) -> dict[str, Any]:
-    """How the weights ran: their dtype and whether they were prepacked (``load(prepack=True)``)."""
-    return {"dtype": str(model.dtype).removeprefix("torch."), "prepack": is_prepacked(model)}
+    """How the weights ran: their dtype, whether they were prepacked (``load(prepack=True)``) and
+    quantized (``load(quantize=...)``)."""
+    return {"dtype": str(model.dtype).removeprefix("torch."), "prepack": is_prepacked(model),
+            "quantize": quantization_of(model)}
 
 
 def model_name(model: DiffusionLM) -> str:

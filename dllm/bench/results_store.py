@@ -23,7 +23,7 @@ from dllm.cli.output import check_output_dir
 
 SUMMARY = "summary.json"
 # fingerprint keys that rows written before they existed lack, and the value those rows had
-LEGACY_DEFAULTS = {"dtype": "float32", "prepack": False}
+LEGACY_DEFAULTS = {"dtype": "float32", "prepack": False, "quantize": None}
 
 
 def cpu_model() -> str:

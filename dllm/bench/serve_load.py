@@ -74,7 +74,8 @@ class ServerProcess:
     def __init__(self, model: str | None, *, continuous: bool, max_batch: int, max_queue: int,
                  log_path: Path, device: str = "auto", dtype: str = "auto", prepack: bool = False,
                  startup_timeout: float = 300.0, forward_overhead_tokens: float | None = None,
-                 revision: str | None = None, extra_args: list[str] | tuple[str, ...] = ()) -> None:
+                 revision: str | None = None, extra_args: list[str] | tuple[str, ...] = (),
+                 quantize: str | None = None) -> None:
         """``extra_args``: more ``dllm serve`` options, as on its command line."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -84,6 +85,7 @@ class ServerProcess:
         cmd += ["--model", model] if model else []
         cmd += ["--revision", revision] if revision else []
         cmd += ["--prepack"] if prepack else []
+        cmd += ["--quantize", quantize] if quantize else []
         cmd += [] if continuous else ["--static"]
         if forward_overhead_tokens is not None:
             cmd += ["--forward-overhead-tokens", str(forward_overhead_tokens)]
@@ -286,7 +288,7 @@ def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
                                max_queue=args.max_queue, log_path=out_dir / log_name,
                                device=args.device, dtype=args.dtype,
                                prepack=args.prepack, forward_overhead_tokens=args.forward_overhead_tokens,
-                               revision=args.revision, extra_args=extra) as server:
+                               revision=args.revision, extra_args=extra, quantize=args.quantize) as server:
                 before = prompt_cache_counters(server.url)
                 for i, rate in enumerate(args.rates):
                     bodies = request_bodies(args, args.requests, args.seed + i)
@@ -312,7 +314,7 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
     rss: list[tuple[float, float]] = []
     with ServerProcess(args.model, continuous=True, max_batch=args.max_batch, max_queue=args.max_queue,
                        log_path=out_dir / "server_soak.log", device=args.device, dtype=args.dtype,
-                       prepack=args.prepack, revision=args.revision) as server:
+                       prepack=args.prepack, revision=args.revision, quantize=args.quantize) as server:
         start = time.perf_counter()
         last = [0.0]
 
@@ -412,6 +414,7 @@ def run(args: argparse.Namespace) -> int:
     out_dir = check_output_dir(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model or "bundled", "device": args.device, "dtype": args.dtype, "prepack": args.prepack,
+            "quantize": args.quantize,
             "max_batch": args.max_batch, "max_queue": args.max_queue,
             "max_tokens": args.max_tokens, "block_length": args.block_length, "policy": args.policy, "cache": args.cache,
             "policy_args": args.policy_arg or [], "seed": args.seed, "cpu_threads": os.environ.get("OMP_NUM_THREADS"),

@@ -159,6 +159,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prepack", action="store_true",
                    help="CPU only: reorder the linear weights for oneDNN once at load (faster decode steps; "
                         "logits move by float rounding from the default path)")
+    p.add_argument("--quantize", default=None, choices=["int8", "float8"],
+                   help="quantize every linear but the LM head at load (torchao, weight-only): int8 on any "
+                        "device, float8 on NVIDIA GPUs of compute capability 8.9+ (default: off)")
 
 
 def load_from_args(args: argparse.Namespace, device: str | None = None) -> DiffusionLM:
@@ -167,7 +170,7 @@ def load_from_args(args: argparse.Namespace, device: str | None = None) -> Diffu
     import dllm
 
     return dllm.load(args.model, device=args.device if device is None else device, dtype=args.dtype,
-                     prepack=args.prepack, revision=args.revision,
+                     prepack=args.prepack, revision=args.revision, quantize=getattr(args, "quantize", None),
                      tensor_parallel=getattr(args, "tensor_parallel", 1))
 
 

@@ -54,11 +54,13 @@ class DllmLM(LM):
         device = _device(self.options.device, self._rank if self._world_size > 1 else None)
         self._device = torch.device(device)
         self.dllm = dllm.load(self.options.pretrained, device=device, dtype=self.options.dtype,
-                              prepack=self.options.prepack, revision=self.options.revision)
+                              prepack=self.options.prepack, revision=self.options.revision,
+                              quantize=self.options.quantize)
         self.model, self.tokenizer = self.dllm.model, self.dllm.tokenizer
         run = {"model": str(self.dllm.path), "dtype": self.options.dtype, "config": _config_dict(self.config),
                "mc_num": self.options.mc_num, "greedy_check": self.options.greedy_check,
-               **({"prepack": True} if self.options.prepack else {})}  # default runs keep their records
+               **({"prepack": True} if self.options.prepack else {}),  # default runs keep their records
+               **({"quantize": self.options.quantize} if self.options.quantize else {})}
         self.records = RequestRecords(self.options.save_dir, self._rank, fingerprint(run))
         self._warned: set[str] = set()
 

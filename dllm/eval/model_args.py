@@ -27,7 +27,7 @@ class EvalOptions:
     """What the lm-eval model needs besides the decoding config.
 
     pretrained: checkpoint directory, bundled model's name or hub id (None: the bundled model);
-      revision, device, dtype, prepack: as dllm.load (device "auto": CUDA when present, else cpu).
+      revision, device, dtype, prepack, quantize: as dllm.load (device "auto": CUDA when present, else cpu).
     batch_size: requests per decode, and rows per forward of the likelihood estimator.
     mc_num: Monte-Carlo samples per loglikelihood request (LLaDA's default 128).
     greedy_check: also decode each continuation greedily to answer lm-eval's is_greedy (one
@@ -44,6 +44,7 @@ class EvalOptions:
     device: str = "auto"
     dtype: str = "float32"
     prepack: bool = False
+    quantize: str | None = None
     batch_size: int = 1
     mc_num: int = 128
     greedy_check: bool = True
