@@ -72,6 +72,42 @@ def build_runs(args: argparse.Namespace):
     return runs
 
 
+# config.json key a checkpoint declares its prompt protocol with: the example exchanges (shots)
+# before each prompt it was trained on (the bundled models: 0, zero-shot)
+PROMPT_SHOTS_KEY = "dllm_prompt_shots"
+
+
+def declared_shots(model_dir: Path) -> int | None:
+    """The shots ``model_dir``'s config.json declares it was trained with (None: it says nothing)."""
+    try:
+        raw = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None  # the loader reports a missing or damaged config.json
+    value = raw.get(PROMPT_SHOTS_KEY) if isinstance(raw, dict) else None
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value not in (0, 1):
+        raise ValueError(f"{Path(model_dir) / 'config.json'}: {PROMPT_SHOTS_KEY}={value!r} must be 0 or 1 "
+                         "(the example exchanges the model was trained with); fix it or pass --shots")
+    return value
+
+
+def choose_shots(args: argparse.Namespace) -> tuple[int | None, str]:
+    """The shots of the run and the line saying why: --shots when given, else what the checkpoint
+    declares (``dllm_prompt_shots``), else the benchmark's protocol (None: each task's own)."""
+    if args.shots is not None:
+        return args.shots, f"protocol: {args.shots}-shot (--shots {args.shots})"
+    from dllm.models.bundled import resolve_model_path
+
+    model_dir = resolve_model_path(getattr(args, "model", None), getattr(args, "revision", None))
+    shots = declared_shots(model_dir)
+    if shots is not None:
+        return shots, (f"protocol: {shots}-shot, the prompts {model_dir.name} declares it was trained with "
+                       f"(config.json {PROMPT_SHOTS_KEY}={shots}); --shots 1 for the benchmark's one-shot protocol")
+    return None, (f"protocol: the benchmark's (each task's icl_example_count: one-shot for waiting-line and puzzle "
+                  f"tasks); {model_dir.name} declares no {PROMPT_SHOTS_KEY} in config.json; --shots 0 for zero-shot")
+
+
 def cmd_parallelbench(args: argparse.Namespace) -> int:
     from dllm.bench.parallelbench import OFFLINE_TASKS, plan_parallelbench, run_parallelbench
     from dllm.bench.parallelbench_fresh import FRESH_TASKS, FreshSamples
@@ -87,10 +123,12 @@ def cmd_parallelbench(args: argparse.Namespace) -> int:
                          "for the official files)")
     fresh = FreshSamples(args.fresh_samples, args.fresh_seed) if args.fresh_samples is not None else None
     tasks = args.tasks or list(FRESH_TASKS if fresh else OFFLINE_TASKS)
-    plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=args.shots, limit=args.limit,
+    shots, protocol = choose_shots(args)
+    plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=shots, limit=args.limit,
                                batch_size=args.batch_size, fresh=fresh)
+    print(protocol, flush=True)
     model = load_from_args(args)
-    summary = run_parallelbench(model, data_dir, runs, tasks=tasks, shots=args.shots, limit=args.limit,
+    summary = run_parallelbench(model, data_dir, runs, tasks=tasks, shots=shots, limit=args.limit,
                                 batch_size=args.batch_size, out_dir=out_dir, plans=plans,
                                 show_progress=show_progress(getattr(args, "quiet", False)))
     for e in summary["runs"]:
@@ -123,8 +161,10 @@ def register(sub) -> None:
     p.add_argument("--stopper", default="none")
     p.add_argument("--runs", default=None, help="JSON file with a list of runs (overrides --policy)")
     p.add_argument("--shots", type=int, default=None, choices=[0, 1],
-                   help="example exchanges before each prompt (default: the benchmark's protocol, each "
-                        "task's icl_example_count: one-shot for waiting-line and puzzle tasks)")
+                   help="example exchanges before each prompt (default: what the checkpoint declares it was "
+                        "trained with, config.json dllm_prompt_shots: 0 for the bundled models; else the "
+                        "benchmark's protocol, each task's icl_example_count: one-shot for waiting-line and "
+                        "puzzle tasks)")
     p.add_argument("--stratified-samples", "--limit", dest="limit", type=positive_int, default=None,
                    metavar="N", help="N samples per task, one from the middle of each of N equal strata "
                         "of the file (which is ordered by list length), never its first N; default: every sample")
