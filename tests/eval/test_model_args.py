@@ -36,7 +36,7 @@ def test_every_generation_config_field_is_a_model_arg():
 @pytest.mark.parametrize("args, message", [
     ({"gen_length": 100, "block_length": 32}, "not a multiple of block_length"),
     ({"gen_length": 8.5}, "gen_length"),
-    ({"tau": 0.9}, "unknown model_args key 'tau'"),  # the default rule has no tau
+    ({"gamma": 0.9}, "unknown model_args key 'gamma'"),  # the default rule has no gamma
     ({"policy": "threshold", "tau": "high"}, "tau"),
     ({"policy": "nope"}, "unknown unmasking rule"),
     ({"cache": "dual", "cache_args.refresh_every": 0}, "refresh_every"),
