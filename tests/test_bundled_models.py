@@ -1,9 +1,10 @@
 """Every bundled model solves fresh copy and reverse prompts at one token per step; the
-block-causal one's caches are exact (cached decode == uncached, token for token, on official
-ParallelBench prompts)."""
+block-causal ones' caches are exact (cached decode == uncached, token for token, on official
+ParallelBench prompts); the MoE one routes to every expert."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 import dllm
 from dllm import GenerationConfig
@@ -30,7 +31,8 @@ def test_solves_fresh_copy_and_reverse_at_one_token_per_step(name):
             assert score(specs[task].metric, out.texts[0], ex.sample) == 1, (name, task, out.texts[0])
 
 
-BLOCK_CAUSAL = [n for n in NAMES if bundled_models()[n].config.get("bd_size")]
+BLOCK_CAUSAL = [n for n in NAMES if bundled_models()[n].config.get("bd_size")
+                or bundled_models()[n].config.get("model_type") == "llada2_moe"]
 
 
 @pytest.mark.parametrize("name", BLOCK_CAUSAL)
@@ -66,3 +68,32 @@ def test_dream_model_rules_decode_as_dreams_own_loop(name, alg):
         cfg = GenerationConfig(gen_length=ex.gen_length, steps=steps, policy=alg, stop_at_eos=False)
         ours = decode(lm.model, [prompt], cfg).answer[0].tolist()
         assert ours == dream_generate(lm.model, prompt, steps=steps, gen_length=ex.gen_length, alg=alg)
+
+
+MOE = [n for n in NAMES if bundled_models()[n].config.get("num_experts")]
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_moe_model_is_llada2_layout_and_routes_to_every_expert(name):
+    from dllm.models.moe import MoEMLP
+
+    config = bundled_models()[name].config
+    assert config["num_experts"] >= 8 and config["num_experts_per_tok"] == 2
+    assert config["num_shared_experts"] == 1 and config["first_k_dense_replace"] == 1
+    lm = dllm.load(name)
+    assert lm.model.attention == "block_causal" and lm.model.config.block_origin == "answer"
+    layers = [m for m in lm.model.modules() if isinstance(m, MoEMLP)]
+    assert len(layers) == config["num_hidden_layers"] - 1
+    counts = [torch.zeros(m.cfg.n_experts) for m in layers]
+    for m, c in zip(layers, counts):
+        def recorded(x2d, _route=m.route, _c=c):
+            weights, ids = _route(x2d)
+            _c += torch.bincount(ids.flatten(), minlength=len(_c)).float()
+            return weights, ids
+        m.route = recorded
+    corpus = TaskCorpus(require_data(), seed=777_003)
+    for task in ("waiting_line/sort", "waiting_line/shuffle", "puzzle/latin_square_n4"):
+        ex = corpus.sample(task)
+        lm.generate(ex.messages, gen_length=ex.gen_length, steps=ex.gen_length // 4)
+    for i, c in enumerate(counts):
+        assert (c > 0).all(), f"MoE layer {i + 1}: experts {(c == 0).nonzero().flatten().tolist()} never chosen"

@@ -1,6 +1,7 @@
 """Models that ship inside the package, found by name: ``dllm.load("dllm-waitingline-llada")``.
 
-Each is a checkpoint directory in its family's original layout under ``dllm/assets/models/``,
+Each is a checkpoint directory in its family's original layout under ``dllm/assets/models/``
+(dllm-waitingline-llada, -dream, -bd and the LLaDA2-layout MoE dllm-waitingline-moe),
 with a card (README.md) and, once measured, ``scores.json`` (its ParallelBench scores at one
 token per step, with the results file they were read from).
 """
@@ -33,12 +34,16 @@ class BundledModel:
 
     @property
     def parameters(self) -> int:
-        """Parameter count from the safetensors header (no weights loaded)."""
+        """Parameter count from the safetensors header (no weights loaded). A MoE router's
+        ``expert_bias`` (LLaDA2) is a buffer moved by the balance rule, not a trained parameter,
+        and is not counted."""
         from safetensors import safe_open
 
         total = 0
         with safe_open(str(self.path / "model.safetensors"), framework="pt") as f:
             for name in f.keys():
+                if name.endswith(".expert_bias"):
+                    continue
                 n = 1
                 for dim in f.get_slice(name).get_shape():
                     n *= dim

@@ -6,7 +6,10 @@ Objective (LLaDA SFT): t ~ U(0, 1), each answer token (answer + end-of-text padd
 task's gen_length) is masked i.i.d. with p = (1 - 1e-3) t + 1e-3; plain cross-entropy over the
 masked positions (the 1/t weighting trained far slower at this scale). Prompts are never
 masked. ``--family dream`` adds Dream's logit shift; ``--family fast_dllm_v2`` trains a
-block-causal model with block-diffusion masking (dllm/train/objectives.py). Seeded and
+block-causal model with block-diffusion masking (dllm/train/objectives.py); ``--family
+llada2_moe`` the same objective on LLaDA2's layout (blocks of 32, MoE layers after the first,
+top-k routing kept balanced by LLaDA2's selection-only ``expert_bias``, updated after each
+step from the experts' loads, as in auxiliary-loss-free balancing). Seeded and
 reproducible; evaluates on a held-out split of freshly generated samples and writes a loadable
 checkpoint directory at every evaluation, and the best one so far by held-out mean to ``best/``.
 """
@@ -33,7 +36,9 @@ from dllm.data.prompts import default_data_dir
 from dllm.engine import decode
 from dllm.models.loading import load_model
 from dllm.models.registry import family_for
+from dllm.models.moe import MoEMLP
 from dllm.models.tiny import CHAT_TEMPLATES, SPECIAL_ROLES
+from dllm.models.tiny_formats import llada2_config
 from dllm.models.tokenizer import load_tokenizer
 from dllm.models.transformer import DiffusionTransformer
 from dllm.models.visibility import KeyVisibility
@@ -51,7 +56,8 @@ SPECIALS = {
               "<|end_header_id|>", "<|eot_id|>"],
     "dream": ["<|endoftext|>", "<|mask|>", "<|beginoftext|>", "<|im_start|>", "<|im_end|>"],
 }
-TOKENIZER_LAYOUT = {"llada": "llada", "dream": "dream", "fast_dllm_v2": "dream"}  # v2 is Qwen2.5's
+# v2 is Qwen2.5's; llada2_moe reuses the LLaDA layout (the bundled models' tokenizer)
+TOKENIZER_LAYOUT = {"llada": "llada", "dream": "dream", "fast_dllm_v2": "dream", "llada2_moe": "llada"}
 
 
 def template_fragments(corpus: TaskCorpus) -> list[str]:
@@ -128,6 +134,22 @@ def model_config(tokenizer, args) -> dict:
     vocab = len(tokenizer)
     ids = {"mask_token_id": tokenizer.mask_token_id, "eos_token_id": tokenizer.eos_token_id,
            "pad_token_id": tokenizer.pad_token_id}
+    if args.family == "llada2_moe":
+        raw = llada2_config({"mask_token": ids["mask_token_id"], "eos_token": ids["eos_token_id"],
+                             "pad_token": ids["pad_token_id"]},
+                            d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads,
+                            n_kv_heads=args.n_kv_heads or args.n_heads, mlp_hidden=args.mlp_hidden,
+                            vocab=vocab, max_len=512, n_experts=args.n_experts, top_k=args.top_k,
+                            expert_hidden=args.expert_hidden)
+        # trained with blocks (LLaDA2's 32) counted from the answer start (block_diffusion_masks)
+        # RoPE over whole heads (partial_rotary_factor 1): the rotation the LLaDA-layout model's
+        # attention was trained with, so --init-weights carries its attention over
+        raw.update(rope_theta=10000.0, partial_rotary_factor=args.partial_rotary,
+                   rotary_dim=int(args.d_model // args.n_heads * args.partial_rotary),
+                   n_group=args.n_group, topk_group=args.topk_group,
+                   bos_token_id=tokenizer.bos_token_id, **{BLOCK_ORIGIN_KEY: "answer"})
+        raw.pop("auto_map")  # no remote code ships with it
+        return raw
     if args.family in ("dream", "fast_dllm_v2"):
         qwen2 = {
             "model_type": "Dream", "architectures": ["DreamModel"],
@@ -232,6 +254,45 @@ def make_block_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.
     return noisy, positions, KeyVisibility(valid=valid, spans=spans), ids, masked
 
 
+class ExpertLoads:
+    """Counts the (token, slot) choices of every MoE layer's router during training and moves
+    LLaDA2's selection-only ``expert_bias`` toward balance after each step: + rate for experts
+    below the layer's mean load, - rate above (auxiliary-loss-free balancing, as the
+    ``expert_bias`` of LLaDA2 / DeepSeek-V3 is trained). rate 0 only counts."""
+
+    def __init__(self, model, rate: float) -> None:
+        self.rate = rate
+        self.layers = {name: mod for name, mod in model.named_modules() if isinstance(mod, MoEMLP)}
+        self.step_counts = {name: torch.zeros(mod.cfg.n_experts) for name, mod in self.layers.items()}
+        self.totals = {name: torch.zeros(mod.cfg.n_experts) for name, mod in self.layers.items()}
+        for name, mod in self.layers.items():
+            mod.route = self._recording(name, mod.route)
+
+    def _recording(self, name: str, route):
+        def recorded(x2d):
+            weights, ids = route(x2d)
+            if torch.is_grad_enabled():  # training forwards only, not evaluation decodes
+                self.step_counts[name] += torch.bincount(ids.flatten(), minlength=len(self.step_counts[name])).float()
+            return weights, ids
+        return recorded
+
+    @torch.no_grad()
+    def update(self) -> None:
+        for name, mod in self.layers.items():
+            load = self.step_counts[name]
+            if self.rate and mod.expert_bias is not None and load.sum() > 0:
+                mod.expert_bias += self.rate * torch.sign(load.mean() - load)
+            self.totals[name] += load
+            load.zero_()
+
+    def shares(self) -> dict[str, list[float]]:
+        """Each layer's share of routed choices per expert since the last call (then reset)."""
+        out = {name: (t / t.sum().clamp_min(1)).tolist() for name, t in self.totals.items()}
+        for t in self.totals.values():
+            t.zero_()
+        return out
+
+
 @torch.no_grad()
 def evaluate(model, tokenizer, heldout: list, specs: dict) -> dict:
     """Exact decode at one token per step (low_confidence) on the held-out split, scored."""
@@ -277,13 +338,24 @@ def main(argv: list[str] | None = None) -> None:
                     help="key/value heads (GQA) for the Qwen2 layouts; default: --n-heads")
     ap.add_argument("--bd-size", type=int, default=8, help="fast_dllm_v2: block-diffusion block size")
     ap.add_argument("--mlp-hidden", type=int, default=384)
+    ap.add_argument("--n-experts", type=int, default=8, help="llada2_moe: routed experts per MoE layer")
+    ap.add_argument("--top-k", type=int, default=2, help="llada2_moe: experts per token")
+    ap.add_argument("--expert-hidden", type=int, default=32, help="llada2_moe: moe_intermediate_size")
+    ap.add_argument("--n-group", type=int, default=4, help="llada2_moe: expert groups (group-limited top-k)")
+    ap.add_argument("--topk-group", type=int, default=2, help="llada2_moe: groups a token may use")
+    ap.add_argument("--partial-rotary", type=float, default=1.0,
+                    help="llada2_moe: partial_rotary_factor (LLaDA2.0-mini: 0.5; 1 keeps an --init-weights "
+                         "LLaDA-layout model's RoPE)")
+    ap.add_argument("--expert-bias-rate", type=float, default=1e-3,
+                    help="llada2_moe: step of the expert_bias balance update (0: routing left alone)")
     ap.add_argument("--vocab-size", type=int, default=1024)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--heldout-per-task", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--family", choices=sorted(TOKENIZER_LAYOUT), default="llada",
-                    help="checkpoint layout: llada, dream (Qwen2 names, logit shift) or fast_dllm_v2 "
-                         "(Dream's layout, block-causal, block-diffusion objective)")
+                    help="checkpoint layout: llada, dream (Qwen2 names, logit shift), fast_dllm_v2 "
+                         "(Dream's layout, block-causal, block-diffusion objective) or llada2_moe (LLaDA2's "
+                         "layout: MoE, block-causal over 32, the same objective)")
     ap.add_argument("--init-weights", type=Path, default=None,
                     help="start from this checkpoint's weights, of any family with the same widths and "
                          "vocabulary (pair it with --tokenizer DIR of the same checkpoint)")
@@ -322,7 +394,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--name-part-masking {args.name_part_masking}: a share of rows, between 0 and 1")
     if not 0.0 <= args.fixed_pairs <= 1.0:
         ap.error(f"--fixed-pairs {args.fixed_pairs}: a share of examples, between 0 and 1")
-    if args.name_part_masking and args.family == "fast_dllm_v2":
+    if args.name_part_masking and args.family in ("fast_dllm_v2", "llada2_moe"):
         ap.error("--name-part-masking applies to the llada / dream objectives; fast_dllm_v2 masks one block per row")
     if args.init and (args.tokenizer or args.init_weights):
         ap.error("--init already brings its checkpoint's tokenizer and weights; drop --tokenizer / --init-weights")
@@ -350,8 +422,10 @@ def main(argv: list[str] | None = None) -> None:
             if p.dim() == 2:
                 torch.nn.init.normal_(p, std=0.02 if name != "embed.weight" else 1.0 / math.sqrt(args.d_model))
         if args.init_weights:
-            zeroed = init_from_checkpoint(model, args.init_weights)
-            tqdm.write(f"initialised from {args.init_weights} ({len(zeroed)} bias tensors start at zero)")
+            fresh: list[str] = []
+            zeroed = init_from_checkpoint(model, args.init_weights, fresh)
+            tqdm.write(f"initialised from {args.init_weights} ({len(zeroed)} bias tensors start at zero"
+                       + (f"; {len(fresh)} new or upcycled tensors" if fresh else "") + ")")
     bad = [i for i in args.freeze_layers if not 0 <= i < len(model.layers)]
     if bad:
         ap.error(f"--freeze-layers {bad}: the model has blocks 0 to {len(model.layers) - 1}")
@@ -369,6 +443,7 @@ def main(argv: list[str] | None = None) -> None:
     log = (out / "train_log.jsonl").open("a")
     meta = {"args": {k: str(v) for k, v in vars(args).items()}, "params": n_params}
     log.write(json.dumps({"meta": meta}) + "\n")
+    loads = ExpertLoads(model, args.expert_bias_rate)
     start = time.time()
     best_mean = -1.0
     model.train()
@@ -390,10 +465,15 @@ def main(argv: list[str] | None = None) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+        loads.update()
         bar.set_postfix(loss=f"{loss.item():.4f}")
         record = {"step": step, "loss": loss.item(), "lr": sched.get_last_lr()[0], "elapsed": time.time() - start}
         if step % args.eval_every == 0 or step == args.steps:
             record["eval"] = evaluate(model, tokenizer, heldout, corpus.specs)
+            if loads.layers:  # routed-choice shares per expert since the last evaluation
+                record["expert_load"] = loads.shares()
+                bar.write("expert load " + " | ".join(
+                    " ".join(f"{x:.2f}" for x in v) for v in record["expert_load"].values()))
             bar.write(f"step {step} heldout mean {record['eval']['mean']:.3f} "
                       + " ".join(f"{k.split('/')[1][:10]}={v:.2f}" for k, v in record["eval"]["per_task"].items()))
             save_checkpoint(model, raw, out)
