@@ -30,6 +30,7 @@ from tokenizers import AddedToken
 from tqdm import tqdm
 
 from dllm.bench.metrics import score
+from dllm.bench.parallelbench_cli import PROMPT_SHOTS_KEY
 from dllm.config import GenerationConfig
 from dllm.data.bpe import save_tokenizer_dir, train_bpe
 from dllm.data.prompts import default_data_dir
@@ -417,6 +418,7 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer = (reuse_tokenizer(args.tokenizer, out) if args.tokenizer
                      else build_tokenizer(corpus, out, args.vocab_size, TOKENIZER_LAYOUT[args.family]))
         raw = model_config(tokenizer, args)
+        raw[PROMPT_SHOTS_KEY] = 0  # trained on zero-shot prompts: `dllm bench parallelbench` follows it
         model = DiffusionTransformer(family_for(raw["model_type"]).parse_config(raw))
         for name, p in model.named_parameters():
             if p.dim() == 2:
