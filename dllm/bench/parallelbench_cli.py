@@ -110,7 +110,7 @@ def choose_shots(args: argparse.Namespace) -> tuple[int | None, str]:
 
 def cmd_parallelbench(args: argparse.Namespace) -> int:
     from dllm.bench.parallelbench import OFFLINE_TASKS, plan_parallelbench, run_parallelbench
-    from dllm.bench.parallelbench_fresh import FRESH_TASKS, FreshSamples
+    from dllm.bench.parallelbench_fresh import FRESH_TASKS, FreshSamples, check_fresh_request
     from dllm.data.prompts import default_data_dir
 
     # everything that can be wrong with the command is found before the model loads
@@ -123,6 +123,8 @@ def cmd_parallelbench(args: argparse.Namespace) -> int:
                          "for the official files)")
     fresh = FreshSamples(args.fresh_samples, args.fresh_seed) if args.fresh_samples is not None else None
     tasks = args.tasks or list(FRESH_TASKS if fresh else OFFLINE_TASKS)
+    if fresh is not None:  # before the checkpoint is read for its protocol
+        check_fresh_request(tasks, fresh.count, fresh.seed)
     shots, protocol = choose_shots(args)
     plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=shots, limit=args.limit,
                                batch_size=args.batch_size, fresh=fresh)
