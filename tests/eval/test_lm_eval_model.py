@@ -146,3 +146,18 @@ def test_prepack_loads_the_prepacked_model_and_batches_as_single_requests(tiny_d
     assert isinstance(batched.model.lm_head, PrepackedLinear)
     single = _lm(tiny_dirs["llada"], batch_size=1, **args).generate_until(requests, disable_tqdm=True)
     assert batched.generate_until(requests, disable_tqdm=True) == single
+
+
+@pytest.mark.parametrize("family", ["sdar", "llada2_moe", "llada_moe"])
+def test_new_families_take_lm_eval_unchanged(tmp_path, family):
+    """The lm-eval model loads each new family by path and answers generate_until requests with
+    the API's tokens, ragged batches equal to single requests."""
+    from dllm.models.tiny import write_tiny_checkpoint
+
+    path = write_tiny_checkpoint(tmp_path / family, family, seed=4)
+    block = 32 if family == "llada2_moe" else 8
+    args = {"policy": "threshold", "tau": 0.5, "cache": "dual", "block_length": block}
+    requests = [_gen(p, i, max_gen_toks=block) for i, p in enumerate(PROMPTS)]
+    batched = _lm(path, batch_size=3, **args).generate_until(requests, disable_tqdm=True)
+    single = _lm(path, batch_size=1, **args).generate_until(requests, disable_tqdm=True)
+    assert batched == single
