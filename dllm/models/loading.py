@@ -85,6 +85,7 @@ def safetensors_files(path: Path) -> dict[str, Path]:
         missing_files = sorted({f for f in weight_map_.values() if not (path / f).is_file()})
         if missing_files:
             raise CheckpointError(f"shards listed in {index.name} are missing: {missing_files}")
+        _check_index(index, weight_map_)
         return {name: path / f for name, f in weight_map_.items()}
     files = sorted(path.glob("*.safetensors"))
     if not files:
@@ -97,6 +98,25 @@ def safetensors_files(path: Path) -> dict[str, Path]:
         with _open_safetensors(file) as f:
             names.update({k: file for k in f.keys()})
     return names
+
+
+def _check_index(index: Path, weight_map_: dict[str, str]) -> None:
+    """Every tensor the index maps to a shard is in that shard (headers only): a wrong entry is
+    named with the shard it points to and the shard that really holds it."""
+    held: dict[str, set[str]] = {}
+    for shard in sorted(set(weight_map_.values())):
+        with _open_safetensors(index.parent / shard) as f:
+            held[shard] = set(f.keys())
+    wrong = []
+    for name, shard in sorted(weight_map_.items()):
+        if name not in held[shard]:
+            actual = [other for other, names in held.items() if name in names]
+            where = f"it is in {actual}" if actual else "no shard holds it"
+            wrong.append(f"{name} -> {shard} ({where})")
+    if wrong:
+        shown = "; ".join(wrong[:5]) + (f"; and {len(wrong) - 5} more" if len(wrong) > 5 else "")
+        raise CheckpointError(f"{index} maps tensors to shards that do not hold them: {shown}. Fix those "
+                              "entries of its weight_map, or restore the checkpoint's original index file")
 
 
 def _check_tensors(files: dict[str, Path], expected: dict[str, tuple[int, ...]]) -> None:

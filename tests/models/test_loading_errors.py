@@ -59,6 +59,22 @@ def test_missing_shard(tiny_dirs, tmp_path):
         load_model(d)
 
 
+def test_index_pointing_a_tensor_at_the_wrong_shard_names_index_shard_and_tensor(tiny_dirs, tmp_path):
+    d = _copy(tiny_dirs["llada_sharded"], tmp_path / "m")
+    index_file = d / "model.safetensors.index.json"
+    index = json.loads(index_file.read_text())
+    name = "model.transformer.blocks.0.q_proj.weight"
+    right = index["weight_map"][name]
+    wrong = next(f for f in sorted(set(index["weight_map"].values())) if f != right)
+    index["weight_map"][name] = wrong
+    index_file.write_text(json.dumps(index))
+    with pytest.raises(CheckpointError) as err:
+        load_model(d)
+    msg = str(err.value)
+    assert "model.safetensors.index.json" in msg and f"{name} -> {wrong} (it is in ['{right}'])" in msg
+    assert "Fix those entries of its weight_map" in msg
+
+
 def test_prompt_longer_than_context(tiny_models):
     model = tiny_models["llada"]
     too_long = [[5] * (model.model.config.max_sequence_length - 10)]
