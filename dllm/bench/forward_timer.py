@@ -34,8 +34,11 @@ class ForwardTimer:
         self._handles: list = []
 
     def __enter__(self) -> "ForwardTimer":
-        self._handles = [self.model.register_forward_pre_hook(self._before, with_kwargs=True),
-                         self.model.register_forward_hook(self._after, with_kwargs=True)]
+        # the hooks run eagerly, never traced: inside a compiled forward (GenerationConfig.compile)
+        # torch.compile would otherwise trace them, and on CUDA their events were never recorded
+        before, after = torch.compiler.disable(self._before), torch.compiler.disable(self._after)
+        self._handles = [self.model.register_forward_pre_hook(before, with_kwargs=True),
+                         self.model.register_forward_hook(after, with_kwargs=True)]
         return self
 
     def __exit__(self, *exc) -> None:

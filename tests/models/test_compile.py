@@ -5,6 +5,7 @@ takes minutes on a small CPU); a GPU run repeats it with ``DLLM_COMPILE_BACKEND=
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 import torch
@@ -40,3 +41,23 @@ def test_compiled_decode_equals_eager(tiny_models, options):
 
 def test_compile_is_off_by_default():
     assert GenerationConfig().compile is False
+
+
+@pytest.mark.parametrize("cache", ["dual", "none"])
+def test_forward_timer_times_compiled_forwards(tiny_models, cache):
+    """The GPU check's ForwardTimer sees every forward of a compiled decode, as of an eager one
+    (its hooks used to be traced into the compiled graph: on CUDA the events were never recorded)."""
+    from dllm.bench.forward_timer import ForwardTimer
+
+    model = tiny_models["llada"].model
+    config = dict(gen_length=16, block_length=8, steps=8, policy="threshold", policy_args={"tau": 0.09}, cache=cache)
+    shapes = {}
+    for compile_ in (False, True):
+        with ForwardTimer(model) as timer, warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            decode(model, PROMPTS, GenerationConfig(**config, compile=compile_))
+        assert not [w for w in seen if "perf_counter" in str(w.message)]  # the hooks ran eagerly
+        records = timer.records()
+        assert records and all(r.seconds > 0 for r in records)
+        shapes[compile_] = [(r.rows, r.queries, r.keys) for r in records]
+    assert shapes[True] == shapes[False]
