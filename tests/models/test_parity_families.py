@@ -65,6 +65,19 @@ def _allowed(valid, block):
     return allowed
 
 
+def _self_attention(h, W, p, heads, pos, theta, eps, allowed):
+    """Qwen3-style attention under ``self_attn.``: per-head RMSNorm on q and k, RoPE on the first
+    ``rot`` dims of each head, then o_proj. heads = (H, H_kv, head_dim, rot)."""
+    H, Hkv, D, rot = heads
+    B, T, _ = h.shape
+    q = _rms((h @ W[p + "self_attn.q_proj.weight"].T).view(B, T, H, D), W[p + "self_attn.q_norm.weight"], eps)
+    k = _rms((h @ W[p + "self_attn.k_proj.weight"].T).view(B, T, Hkv, D), W[p + "self_attn.k_norm.weight"], eps)
+    v = (h @ W[p + "self_attn.v_proj.weight"].T).view(B, T, Hkv, D)
+    q, k = _rope(q.transpose(1, 2), pos, theta, rot), _rope(k.transpose(1, 2), pos, theta, rot)
+    a = _attention(q, k, v.transpose(1, 2), allowed).transpose(1, 2).reshape(B, T, H * D)
+    return a @ W[p + "self_attn.o_proj.weight"].T
+
+
 def reference_sdar(path, ids, pos, valid, block):
     cfg = json.loads((path / "config.json").read_text())
     W = _weights(path)
@@ -75,12 +88,7 @@ def reference_sdar(path, ids, pos, valid, block):
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = _rms(x, W[p + "input_layernorm.weight"], eps)
-        q = _rms((h @ W[p + "self_attn.q_proj.weight"].T).view(B, T, H, D), W[p + "self_attn.q_norm.weight"], eps)
-        k = _rms((h @ W[p + "self_attn.k_proj.weight"].T).view(B, T, Hkv, D), W[p + "self_attn.k_norm.weight"], eps)
-        v = (h @ W[p + "self_attn.v_proj.weight"].T).view(B, T, Hkv, D)
-        q, k = _rope(q.transpose(1, 2), pos, cfg["rope_theta"], D), _rope(k.transpose(1, 2), pos, cfg["rope_theta"], D)
-        a = _attention(q, k, v.transpose(1, 2), allowed).transpose(1, 2).reshape(B, T, H * D)
-        x = x + a @ W[p + "self_attn.o_proj.weight"].T
+        x = x + _self_attention(h, W, p, (H, Hkv, D, D), pos, cfg["rope_theta"], eps, allowed)
         x = x + _swiglu(_rms(x, W[p + "post_attention_layernorm.weight"], eps), W, p + "mlp.")
     return _rms(x, W["model.norm.weight"], eps) @ W["lm_head.weight"].T
 
@@ -156,12 +164,7 @@ def reference_llada_moe(path, ids, pos, valid, block):
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = _rms(x, W[p + "input_layernorm.weight"], eps)
-        q = _rms((h @ W[p + "self_attn.q_proj.weight"].T).view(B, T, H, D), W[p + "self_attn.q_norm.weight"], eps)
-        k = _rms((h @ W[p + "self_attn.k_proj.weight"].T).view(B, T, Hkv, D), W[p + "self_attn.k_norm.weight"], eps)
-        v = (h @ W[p + "self_attn.v_proj.weight"].T).view(B, T, Hkv, D)
-        q, k = _rope(q.transpose(1, 2), pos, cfg["rope_theta"], rot), _rope(k.transpose(1, 2), pos, cfg["rope_theta"], rot)
-        a = _attention(q, k, v.transpose(1, 2), allowed).transpose(1, 2).reshape(B, T, H * D)
-        x = x + a @ W[p + "self_attn.o_proj.weight"].T
+        x = x + _self_attention(h, W, p, (H, Hkv, D, rot), pos, cfg["rope_theta"], eps, allowed)
         h = _rms(x, W[p + "post_attention_layernorm.weight"], eps)
         x = x + (_llada_moe_mlp(h, W, p, cfg) if cfg["moe_layer_freq"][i] else _swiglu(h, W, p + "mlp."))
     return _rms(x, W["model.norm.weight"], eps) @ W["lm_head.weight"].T
