@@ -18,7 +18,13 @@ from dataclasses import dataclass
 CORE = {"torch": ("torch", "everything"), "transformers": ("transformers", "tokenizers (import dllm)"),
         "tokenizers": ("tokenizers", "tokenizers"), "safetensors": ("safetensors", "checkpoints (import dllm)")}
 SUITE = {"pytest": ("pytest", "the test suite"), "jinja2": ("jinja2", "chat templates in the suite"),
-         "tqdm": ("tqdm", "progress bars in the suite"), "yaml": ("pyyaml", "task files in the suite")}
+         "tqdm": ("tqdm", "progress bars in the suite"), "yaml": ("pyyaml", "task files in the suite"),
+         # the suite's server and lm-eval tests import these; a GPU image may lack them or a
+         # dependency of theirs (fastapi 0.165 needs opentelemetry, openai 3.x needs httpx2), and
+         # pytest would stop at collection naming one at a time; here each one is named at once
+         "fastapi": ("fastapi", "the server tests"), "uvicorn": ("uvicorn", "the server tests"),
+         "openai": ("openai", "the server tests with the real client"),
+         "lm_eval": ("lm-eval", "the lm-eval tests")}
 CUDA = {"triton": ("triton", "the confidence_stats kernel on CUDA (or set DLLM_KERNELS=torch)")}
 
 

@@ -186,3 +186,21 @@ def test_real_shapes_are_the_published_configs():
         (4096, 32, 32, 12288, 126464)
     assert (dream.d_model, dream.n_layers, dream.n_heads, dream.n_kv_heads, dream.shift_logits) == \
         (3584, 28, 28, 4, True)
+
+
+def test_preflight_names_the_suites_server_and_eval_modules(monkeypatch):
+    """A GPU image without a module the server or lm-eval tests import (or one of its own
+    dependencies) is named by the preflight, before the suite would stop at collection."""
+    real_import = preflight.importlib.import_module
+
+    def broken(name, *args):
+        if name in ("fastapi", "lm_eval"):
+            raise ImportError(f"No module named {'opentelemetry' if name == 'fastapi' else name!r}")
+        return real_import(name, *args)
+
+    monkeypatch.setattr(preflight.importlib, "import_module", broken)
+    with pytest.raises(preflight.MissingModules) as err:
+        preflight.check_imports(tests=True, cuda=False)
+    assert "fastapi (pip package 'fastapi'" in str(err.value) and "opentelemetry" in str(err.value)
+    assert "lm_eval (pip package 'lm-eval'" in str(err.value)
+    preflight.check_imports(tests=False, cuda=False)  # without the suite they are not needed
