@@ -18,6 +18,7 @@ import torch
 
 import dllm
 from dllm import GenerationConfig
+from dllm.memory import plan_memory
 from dllm.kernels.confidence_stats import confidence_stats_torch
 from dllm.kernels.shard_stats import combine_shard_stats_torch, shard_stats_torch
 from dllm.models.loading import read_config
@@ -100,6 +101,11 @@ def test_tp2_decodes_the_tokens_of_one_process(tp2, i):
     n_pos = sum(8 for _ in spec[i]["prompts"])  # ... 32 bytes a row, never a logits row
     states = 8 if spec[i]["config"].get("strategy") else 1  # FreeDave / LoPA: candidate rows
     assert gathered / gathers <= 32 * n_pos * 3 * states
+    whole = plan_memory(_loaded(spec[i]["model"]).model, len(spec[i]["prompts"]), 64,
+                        GenerationConfig(**spec[i]["config"])).as_dict()
+    rank = out[i]["plan"]  # the memory plan is per rank: its weights and its vocabulary shard
+    assert rank["model_bytes"] < 0.6 * whole["model_bytes"]
+    assert rank["logits_bytes"] * 2 == whole["logits_bytes"]
 
 
 def test_tp2_logits_of_every_family_match_one_process(tp2, tiny):

@@ -18,6 +18,7 @@ import torch
 def run(spec: list[dict], out: str) -> None:
     import dllm
     from dllm import GenerationConfig
+    from dllm.memory import plan_memory
     from dllm.parallel.dist import leave_together, run_rank
 
     size = int(os.environ["WORLD_SIZE"])
@@ -48,7 +49,8 @@ def run(spec: list[dict], out: str) -> None:
                     continue
                 got = model.generate(case["prompts"], cfg)
                 results.append({"token_ids": got.token_ids,
-                                "nfe": [s["nfe"] for s in got.stats]})
+                                "nfe": [s["nfe"] for s in got.stats],
+                                "plan": plan_memory(model.model, len(case["prompts"]), 64, cfg).as_dict()})
             results[-1]["params"] = sum(t.numel() for t in model.model.state_dict().values())
             results[-1]["comm"] = [a - b for a, b in zip(
                 (tp.bytes_reduced, tp.bytes_gathered, tp.reduces, tp.gathers), before)]
