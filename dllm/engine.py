@@ -423,11 +423,11 @@ class Decoding:
             state.steps_before = torch.tensor([r.steps_before for r in rows], device=device)
         if any(r.gen_length < longest for r in rows):
             state.truncate(torch.tensor([canvas.prompt_width + r.gen_length for r in rows], device=device))
-        self.wanted = aligned.wanted  # each row's answer length (its lead not counted)
-        self.lead = None  # (B,) prompt-tail positions leading the answer region; None: all 0
+        self.answer_width = max(aligned.wanted)  # the longest row's answer (its lead not counted)
+        self.wanted = None  # (B, 1) each row's answer length; None: no row has a lead
         if any(aligned.leads):
             state.place_leads([tail_tokens(r, n) for r, n in zip(original, aligned.leads)])
-            self.lead = torch.tensor(aligned.leads, device=device)
+            self.wanted = torch.tensor(aligned.wanted, device=device)[:, None]
         self.max_steps = config.steps_per_block + 4 * config.window_length + config.max_post_steps
         self.window = -1  # the active decision window
         self.done = False
@@ -448,14 +448,12 @@ class Decoding:
 
     def _from_answer_start(self, region: Tensor, fill: int) -> Tensor:
         """(B, G) values of the answer region (B, G') read from each row's answer start, cut at
-        ``max(wanted)`` and filled with ``fill`` past each row's own length."""
-        if self.lead is None:
+        ``answer_width`` and filled with ``fill`` past each row's own length."""
+        if self.wanted is None:
             return region
-        width = max(self.wanted)
-        idx = torch.arange(width, device=region.device)[None, :]
-        taken = region.gather(1, (idx + self.lead[:, None]).clamp_max(region.shape[1] - 1))
-        wanted = torch.tensor(self.wanted, device=region.device)[:, None]
-        return torch.where(idx < wanted, taken, torch.full_like(taken, fill))
+        idx = torch.arange(self.answer_width, device=region.device)[None, :]
+        taken = region.gather(1, (idx + self.state.lead[:, None]).clamp_max(region.shape[1] - 1))
+        return torch.where(idx < self.wanted, taken, torch.full_like(taken, fill))
 
     @torch.inference_mode()
     def step(self) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from dllm.models.config import ArchConfig, block_origin_of
 from dllm.models.moe import MoEConfig
-from dllm.models.sources import Source, one, rows_of, stacked
+from dllm.models.sources import Source, mlp_sources, one, rows_of
 
 MODEL_TYPES = ("llada2_moe", "llada21_moe")  # the second: ZHZisZZ/dllm's copy of 2.1's config
 ARCHITECTURES = ("LLaDA2MoeModelLM",)
@@ -42,7 +42,6 @@ GLOBAL_WEIGHTS = {
     "model.norm.weight": "norm.weight",
     "lm_head.weight": "lm_head.weight",
 }
-_PROJ = ("gate_proj", "up_proj", "down_proj")
 
 
 def layer_sources(cfg: ArchConfig, i: int) -> dict[str, Source]:
@@ -60,15 +59,9 @@ def layer_sources(cfg: ArchConfig, i: int) -> dict[str, Source]:
         out[f"{m}attn.k_norm.weight"] = one(f"{p}attention.key_layernorm.weight")
     if cfg.o_bias:
         out[f"{m}attn.o_proj.bias"] = one(f"{p}attention.dense.bias")
-    if i not in cfg.moe_layers:
-        out.update({f"{m}mlp.{w}.weight": one(f"{p}mlp.{w}.weight") for w in _PROJ})
-        return out
-    out[f"{m}mlp.router.weight"] = one(f"{p}mlp.gate.weight")
-    out[f"{m}mlp.expert_bias"] = one(f"{p}mlp.gate.expert_bias")
-    for w in _PROJ:
-        out[f"{m}mlp.{w}"] = stacked(f"{p}mlp.experts.{e}.{w}.weight" for e in range(cfg.moe.n_experts))
-        if cfg.moe.shared_hidden:
-            out[f"{m}mlp.shared.{w}.weight"] = one(f"{p}mlp.shared_experts.{w}.weight")
+    out.update(mlp_sources(m, p, cfg, i, shared=f"{p}mlp.shared_experts"))
+    if i in cfg.moe_layers:
+        out[f"{m}mlp.expert_bias"] = one(f"{p}mlp.gate.expert_bias")
     return out
 
 

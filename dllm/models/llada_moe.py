@@ -21,7 +21,7 @@ from typing import Any
 from dllm.models import dream
 from dllm.models.config import ArchConfig
 from dllm.models.moe import MoEConfig
-from dllm.models.sources import Source, one, stacked
+from dllm.models.sources import Source, mlp_sources, one
 
 MODEL_TYPES = ("llada", "lladamoe")
 ARCHITECTURES = ("LLaDAMoEModelLM", "LLaDAMoEModel")
@@ -39,7 +39,6 @@ LAYER_WEIGHTS = {
     "model.layers.{i}.post_attention_layernorm.weight": "layers.{i}.mlp_norm.weight",
 }
 GLOBAL_WEIGHTS = dream.GLOBAL_WEIGHTS  # Qwen / OLMoE names: embed_tokens, norm, lm_head
-_PROJ = ("gate_proj", "up_proj", "down_proj")
 
 
 def layer_sources(cfg: ArchConfig, i: int) -> dict[str, Source]:
@@ -51,14 +50,7 @@ def layer_sources(cfg: ArchConfig, i: int) -> dict[str, Source]:
         out[f"{m}attn.k_norm.weight"] = one(f"{p}self_attn.k_norm.weight")
     if cfg.qkv_bias:
         out.update({f"{m}attn.{w}.bias": one(f"{p}self_attn.{w}.bias") for w in ("q_proj", "k_proj", "v_proj", "o_proj")})
-    if i not in cfg.moe_layers:
-        out.update({f"{m}mlp.{w}.weight": one(f"{p}mlp.{w}.weight") for w in _PROJ})
-        return out
-    out[f"{m}mlp.router.weight"] = one(f"{p}mlp.gate.weight")
-    for w in _PROJ:
-        out[f"{m}mlp.{w}"] = stacked(f"{p}mlp.experts.{e}.{w}.weight" for e in range(cfg.moe.n_experts))
-        if cfg.moe.shared_hidden:
-            out[f"{m}mlp.shared.{w}.weight"] = one(f"{p}shared_expert.{w}.weight")
+    out.update(mlp_sources(m, p, cfg, i, shared=f"{p}shared_expert"))
     return out
 
 

@@ -50,6 +50,23 @@ def stacked(names: Iterable[str]) -> Source:
     return Source(tuple(Piece(n) for n in names), stack=True)
 
 
+MLP_PROJ = ("gate_proj", "up_proj", "down_proj")
+
+
+def mlp_sources(m: str, p: str, cfg, i: int, *, shared: str) -> dict[str, Source]:
+    """Layer i's MLP as every MoE family stores it: dense ``{p}mlp.{proj}.weight`` outside
+    ``cfg.moe_layers``; else the router ``{p}mlp.gate.weight``, the experts ``{p}mlp.experts.{e}``
+    stacked into MoEMLP's ``(E, ...)`` parameters, and the shared expert under ``shared``."""
+    if i not in cfg.moe_layers:
+        return {f"{m}mlp.{w}.weight": one(f"{p}mlp.{w}.weight") for w in MLP_PROJ}
+    out = {f"{m}mlp.router.weight": one(f"{p}mlp.gate.weight")}
+    for w in MLP_PROJ:
+        out[f"{m}mlp.{w}"] = stacked(f"{p}mlp.experts.{e}.{w}.weight" for e in range(cfg.moe.n_experts))
+        if cfg.moe.shared_hidden:
+            out[f"{m}mlp.shared.{w}.weight"] = one(f"{shared}.{w}.weight")
+    return out
+
+
 def checkpoint_shapes(sources: dict[str, Source], module_shapes: dict[str, tuple[int, ...]]
                       ) -> dict[str, tuple[int, ...]]:
     """Checkpoint name -> the shape its module tensors imply (a row-split tensor has as many
