@@ -139,7 +139,7 @@ class DiffusionLM:
 def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
          dtype: str | torch.dtype = "auto", prepack: bool = False, revision: str | None = None,
          tensor_parallel: int = 1,
-         quantize: str | None = None) -> DiffusionLM:
+         quantize: str | None = None, adapter: str | Path | None = None) -> DiffusionLM:
     """Load a checkpoint directory, a bundled model by name (``dllm models`` lists them;
     default: the bundled LLaDA-layout model), or a Hugging Face hub id (``org/name``) from the
     user's hub cache, fetching only the files dllm reads when they are not there
@@ -159,12 +159,21 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     ``dllm.load`` and ``generate`` alike and reads only its slices; ``dllm.parallel.tensor_plan``).
     A size that does not divide the heads, K/V heads, MLP, experts or vocabulary is refused
     before any weight is read; the job must have exactly this many processes.
+    adapter: a PEFT LoRA adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``)
+    merged into the weights at load (``W += alpha / r * B @ A``; ``dllm.models.adapters``), e.g.
+    D2F's students over LLaDA-8B-Instruct or Dream-7B; checked against the base before any weight
+    is read.
     """
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise OptionTypeError(f"path must be a checkpoint directory, a bundled model's name or a hub id "
                               f"(str or Path), got {type(path).__name__}")
     if revision is not None and not isinstance(revision, str):
         raise OptionTypeError(f"revision must be a branch, tag or commit (str), got {type(revision).__name__}")
+    if adapter is not None and not isinstance(adapter, (str, os.PathLike)):
+        raise OptionTypeError(f"adapter must be a LoRA adapter directory (str or Path), got {type(adapter).__name__}")
+    if adapter is not None and tensor_parallel != 1:
+        raise ValueError("a LoRA adapter cannot be merged under tensor parallelism yet; merge it into a "
+                         "checkpoint first, or load without tensor_parallel")
     path = resolve_model_path(path, revision)
     check_checkpoint_unquantized(Path(path))
     shard = None
@@ -175,7 +184,7 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
         check_plan(read_config(Path(path))[1], tensor_parallel)  # before the group forms or weights are read
         shard, device = join_tensor_group(tensor_parallel, str(device))
     mode = check_quantize(quantize, resolve_device(device), prepack=prepack)  # before any weight is read
-    model = load_model(path, dtype=dtype, device=device, prepack=prepack, tensor_parallel=shard)
+    model = load_model(path, dtype=dtype, device=device, prepack=prepack, tensor_parallel=shard, adapter=adapter)
     if mode is not None:
         quantize_linears(model, mode)
     tokenizer = load_tokenizer(path)

@@ -162,6 +162,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantize", default=None, choices=["int8", "float8"],
                    help="quantize every linear but the LM head at load (torchao, weight-only): int8 on any "
                         "device, float8 on NVIDIA GPUs of compute capability 8.9+ (default: off)")
+    p.add_argument("--adapter", default=None, metavar="DIR",
+                   help="a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) merged "
+                        "into the model's weights at load, e.g. a D2F student (default: none)")
 
 
 def load_from_args(args: argparse.Namespace, device: str | None = None) -> DiffusionLM:
@@ -171,7 +174,7 @@ def load_from_args(args: argparse.Namespace, device: str | None = None) -> Diffu
 
     return dllm.load(args.model, device=args.device if device is None else device, dtype=args.dtype,
                      prepack=args.prepack, revision=args.revision, quantize=getattr(args, "quantize", None),
-                     tensor_parallel=getattr(args, "tensor_parallel", 1))
+                     tensor_parallel=getattr(args, "tensor_parallel", 1), adapter=getattr(args, "adapter", None))
 
 
 def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors import SafetensorError, safe_open
 
+from dllm.models.adapters import AdapterError, adapted_modules, check_against_base, merge_adapter, read_adapter
 from dllm.models.config import ArchConfig
 from dllm.models.placement import checkpoint_dtype, resolve_device, resolve_dtype
 from dllm.models.prepack import check_prepack, prepack_linears
@@ -176,7 +177,7 @@ def _read_piece(f, file: Path, piece: Piece, cols: tuple[int, int] | None = None
 
 def load_model(
     path: str | Path, *, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
-    prepack: bool = False, tensor_parallel: TensorShard | None = None,
+    prepack: bool = False, tensor_parallel: TensorShard | None = None, adapter: str | Path | None = None,
 ) -> DiffusionTransformer:
     """Load a LLaDA / Dream (or registered) checkpoint directory for inference.
 
@@ -186,7 +187,9 @@ def load_model(
 
     ``device`` / ``dtype`` may be ``"auto"`` (``dllm.models.placement``); the defaults stay
     explicit here, ``dllm.load`` is the one that defaults to ``"auto"``. ``prepack``: reorder
-    the linear weights for oneDNN once (CPU only; ``dllm.models.prepack``)."""
+    the linear weights for oneDNN once (CPU only; ``dllm.models.prepack``). ``adapter``: a PEFT
+    LoRA adapter directory merged into the weights as they load (``dllm.models.adapters``),
+    checked against the checkpoint's tensor names and shapes before any weight is read."""
     path = Path(path)
     device = resolve_device(device)
     if dtype != "auto":
@@ -195,6 +198,10 @@ def load_model(
         raise OptionTypeError(f"prepack must be True or False, got {prepack!r}")
     raw, cfg = read_config(path)
     tp = tensor_parallel if tensor_parallel is not None and tensor_parallel.size > 1 else None
+    lora = read_adapter(adapter) if adapter is not None else None
+    if lora is not None and tp is not None:
+        raise AdapterError("a LoRA adapter cannot be merged under tensor parallelism yet; merge it into a "
+                           "checkpoint first, or load without tensor_parallel")
     if tp is not None:
         from dllm.parallel.tensor_plan import check_plan
 
@@ -221,6 +228,8 @@ def load_model(
     expected = checkpoint_shapes(sources, module_shapes)
     _check_layout(family, raw, files, expected)
     _check_tensors(files, expected)
+    adapted = check_against_base(lora, expected) if lora is not None else {}
+    read_float32 = adapted_modules(sources, adapted)  # merged in float32, rounded once
     state = {}
     with ExitStack() as stack:
         handles = {file: stack.enter_context(_open_safetensors(file)) for file in sorted(set(files.values()))}
@@ -228,7 +237,7 @@ def load_model(
         # buffers keep the dtype the module declares (MoE's float32 selection bias)
         buffer_dtypes = {name: b.dtype for name, b in model.named_buffers()}
         for module, src in sources.items():
-            dtype_ = buffer_dtypes.get(module, torch_dtype)
+            dtype_ = torch.float32 if module in read_float32 else buffer_dtypes.get(module, torch_dtype)
 
             def read(piece: Piece, cols: tuple[int, int] | None = None) -> torch.Tensor:
                 file = files[piece.name]  # cast piece by piece: a stacked tensor is built once
@@ -243,6 +252,8 @@ def load_model(
                                            {n: s[0] for n, s in expected.items()},
                                            lambda name, rows, cols: read(Piece(name, rows), cols)
                                            ).to(device=device, dtype=dtype_)
+    if lora is not None:
+        merge_adapter(state, sources, lora, adapted, torch_dtype)
     if cfg.tie_embeddings:
         state["lm_head.weight"] = state["embed.weight"]
     model.load_state_dict(state, assign=True, strict=True)
