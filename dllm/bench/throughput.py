@@ -3,7 +3,9 @@
 Data parallel (default): prompts are sharded over ranks (rank r takes prompts r, r+W, ...),
 each rank decodes its share in batches, rank 0 gathers the outputs back in input order.
 ``--branch-parallel``: every rank decodes every prompt and LoPA's / FreeDave's candidates are
-spread over ranks (dllm.parallel.branch_parallel).
+spread over ranks (dllm.parallel.branch_parallel). ``--tensor-parallel T``: each copy of the model
+is split over T ranks (W / T copies, ``dllm.parallel.groups``); the copies take the place of the
+ranks above (prompts or candidates are dealt to copies), and a copy's tensor rank 0 writes its rows.
 
 Input is checked before any decoding: options, ``--out`` and the prompts file on every rank
 before the process group forms, each prompt's length against the model once it is loaded (an
@@ -51,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     from dllm.cli.options import generation_config, load_from_args
     from dllm.cli.output import check_output_dir, progress_bar
     from dllm.cli.prompts import check_prompt_lengths, read_prompts
-    from dllm.parallel.dist import init_distributed, leave_together
+    from dllm.parallel.dist import leave_together
+    from dllm.parallel.groups import join_groups  # refuses a process count the size does not fit
 
     # every input check that needs no model, on every rank, before the process group forms
     config = generation_config(args)
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts == "-" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError("--prompts - (stdin) cannot be shared by torchrun's processes; pass a prompts file")
     prompts = read_prompts(args.prompts)
-    ctx = init_distributed(args.device, timeout_s=args.timeout)
+    layout, ctx = join_groups(args.tensor_parallel, args.device, timeout_s=args.timeout)
     try:
         if os.environ.get("DLLM_FAIL_RANK") == str(ctx.rank):  # fault injection for the failure test
             raise RuntimeError(f"injected failure on rank {ctx.rank}")
@@ -70,12 +73,12 @@ def run(args: argparse.Namespace) -> int:
         if args.branch_parallel:
             from dllm.parallel.branch_parallel import enable_branch_parallel
 
-            evaluator = enable_branch_parallel(ctx.rank, ctx.world_size)
+            evaluator = enable_branch_parallel(layout.group_index, layout.groups, layout.peer_group)
             indices = list(range(len(prompts)))
             writes = ctx.is_main  # every rank decodes everything; rank 0's copy is the answer
-        else:
-            indices = list(range(ctx.rank, len(prompts), ctx.world_size))
-            writes = True
+        else:  # each copy of the model (one rank, or a tensor group) takes every groups-th prompt
+            indices = list(range(layout.group_index, len(prompts), layout.groups))
+            writes = layout.leads
         out_dir.mkdir(parents=True, exist_ok=True)
         if ctx.is_main:
             (out_dir / "throughput.json").unlink(missing_ok=True)  # never leave an older run's summary
@@ -88,12 +91,13 @@ def run(args: argparse.Namespace) -> int:
         rows = _decode_share(model, ids, prompts, indices, config, args.batch_size, stream, bar)
         wall = time.perf_counter() - start
         bar.close()
-        mine = {"rank": ctx.rank, "wall_s": wall, "requests": len(rows), "tokens": sum(r["tokens"] for r in rows),
+        mine = {"rank": ctx.rank, "group": layout.group_index, "wall_s": wall, "requests": len(rows),
+                "tokens": sum(r["tokens"] for r in rows),
                 "bytes_gathered": evaluator.bytes_gathered if evaluator else 0,
                 "rounds": evaluator.rounds if evaluator else 0}
         everything = [None] * ctx.world_size
         if ctx.world_size > 1:
-            dist.all_gather_object(everything, {"rows": rows, "rank_stats": mine})
+            dist.all_gather_object(everything, {"rows": rows if writes else [], "rank_stats": mine})
         else:
             everything = [{"rows": rows, "rank_stats": mine}]
     except Exception as err:  # noqa: BLE001  one clear line per failing rank, then a hard exit
@@ -121,7 +125,8 @@ def report(everything: list[dict], args: argparse.Namespace, config, out: Path) 
     nfe = sum(r["nfe"] for r in rows)
     summary = {
         "mode": "branch_parallel" if args.branch_parallel else "data_parallel",
-        "world_size": len(per_rank), "requests": len(rows), "tokens": tokens, "wall_s": wall,
+        "world_size": len(per_rank), "tensor_parallel": args.tensor_parallel,
+        "groups": len(per_rank) // args.tensor_parallel, "requests": len(rows), "tokens": tokens, "wall_s": wall,
         "tokens_per_s": tokens / wall if wall else None, "nfe_per_request": nfe / len(rows),
         "tpf": tokens / nfe if nfe else None,
         "latency_s": [r["latency_s"] for r in rows], "per_rank": per_rank,
@@ -131,15 +136,19 @@ def report(everything: list[dict], args: argparse.Namespace, config, out: Path) 
                     for r in rows],
     }
     (out / "throughput.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"{summary['mode']} x{summary['world_size']}: {len(rows)} requests, {tokens} tokens, "
+    tp = f" (tensor parallel {args.tensor_parallel})" if args.tensor_parallel > 1 else ""
+    print(f"{summary['mode']} x{summary['groups']}{tp}: {len(rows)} requests, {tokens} tokens, "
           f"{wall:.2f} s, {summary['tokens_per_s']:.1f} tokens/s, TPF {summary['tpf']:.2f}")
 
 
 def register(sub) -> None:
-    from dllm.cli.options import add_generation_options, add_model_options, positive_float, positive_int
+    from dllm.cli.options import (
+        add_generation_options, add_model_options, add_tensor_parallel_option, positive_float, positive_int,
+    )
 
     p = sub.add_parser("throughput", help="multi-process throughput (run under torchrun)")
     add_model_options(p)
+    add_tensor_parallel_option(p)
     add_generation_options(p)
     p.add_argument("--prompts", required=True, metavar="FILE",
                    help='prompts file: one per text line, or .jsonl lines with "prompt" or "messages"')

@@ -32,8 +32,12 @@ def shares(n: int, world: int) -> list[int]:
 
 
 class BranchParallelEvaluator:
-    def __init__(self, rank: int, world_size: int) -> None:
-        self.rank, self.world = rank, world_size
+    """``rank`` of ``world_size`` copies of the model; ``group``: the torch.distributed group
+    joining them (None: the whole world; under tensor parallelism the peer group, the ranks
+    holding the same shard of each copy: ``dllm.parallel.groups``)."""
+
+    def __init__(self, rank: int, world_size: int, group=None) -> None:
+        self.rank, self.world, self.group = rank, world_size, group
         self.bytes_gathered = 0  # communication volume, for the benchmark
         self.rounds = 0
 
@@ -67,7 +71,7 @@ class BranchParallelEvaluator:
             padded[: field.shape[0]] = field
             payload = torch.cat([padded.flatten(), spent.to(field.device)]) if i == 0 else padded
             parts = [torch.empty_like(payload) for _ in range(self.world)]
-            dist.all_gather(parts, payload.contiguous())
+            dist.all_gather(parts, payload.contiguous(), group=self.group)
             self.bytes_gathered += payload.numel() * payload.element_size() * self.world
             if i == 0:
                 spent_all = torch.stack([p[-2:] for p in parts])
@@ -86,10 +90,10 @@ class BranchParallelEvaluator:
         runner.token_forwards.copy_(tokens_before + charged * width * per_row)
 
 
-def enable_branch_parallel(rank: int, world_size: int) -> BranchParallelEvaluator | None:
-    """Install the distributed evaluator; with one process nothing changes."""
+def enable_branch_parallel(rank: int, world_size: int, group=None) -> BranchParallelEvaluator | None:
+    """Install the distributed evaluator; with one copy of the model nothing changes."""
     if world_size == 1:
         return None
-    evaluator = BranchParallelEvaluator(rank, world_size)
+    evaluator = BranchParallelEvaluator(rank, world_size, group)
     set_candidate_evaluator(evaluator)
     return evaluator

@@ -268,17 +268,13 @@ def read_local(name: str, src: Source, full: tuple[int, ...], shard: TensorShard
 
 
 def join_tensor_group(size: int, device: str = "auto") -> tuple[TensorShard, torch.device]:
-    """The tensor-parallel group of a torchrun job (initialising torch.distributed through
-    ``dllm.parallel.dist``); the group is the whole world (composition with data / branch
-    parallel groups is not built yet)."""
-    from dllm.parallel.dist import init_distributed
+    """This rank's shard of its tensor-parallel group in a torchrun job (initialising
+    torch.distributed); a job of more processes than ``size`` holds one group per ``size`` ranks
+    (``dllm.parallel.groups``: composed with data or branch parallelism)."""
+    from dllm.parallel.groups import join_groups
 
-    ctx = init_distributed(device)
-    if ctx.world_size != size:
-        how = ("launch it with torchrun --nproc_per_node " + str(size)) if ctx.world_size == 1 else \
-            f"this job has {ctx.world_size} processes; tensor parallel groups inside a larger world are not built yet"
-        raise TensorPlanError(f"tensor_parallel={size} needs {size} processes: {how}")
-    return TensorShard(rank=ctx.rank, size=size), ctx.device
+    layout, ctx = join_groups(size, device)
+    return TensorShard(rank=layout.tensor_rank, size=size, group=layout.tensor_group), ctx.device
 
 
 __all__ = ["PLAN", "TensorPlanError", "TensorShard", "check_plan", "join_tensor_group", "local_config",
