@@ -54,9 +54,20 @@ class TaskCorpus:
         self.rng = random.Random(seed)
         self.min_length, self.max_length = min_length, max_length
 
-    def sample(self, task: str | None = None) -> Example:
+    def sample(self, task: str | None = None, *, shots: int = 0) -> Example:
+        """One example of ``task`` (default: a drawn one); ``shots=1`` puts one more generated
+        example of the same task before it as a previous exchange, the benchmark's one-shot
+        format (``input.icl_examples``); 0 leaves the stream exactly as before."""
         task = task or self.rng.choice(self.tasks)
         spec = self.specs[task]
+        sample = self._draw(task)
+        if shots:
+            sample["input"]["icl_examples"] = [self._draw(task) for _ in range(shots)]
+        return Example(task=task, messages=build_messages(spec, sample, shots=shots),
+                       answer=answer_text(sample), gen_length=spec.max_tokens, sample=sample)
+
+    def _draw(self, task: str) -> dict:
+        """A generated sample of ``task`` whose list is not an official test (or one-shot) input."""
         while True:
             if task == LATIN:
                 sample = generate_latin_square(self.rng, size=4)
@@ -67,9 +78,7 @@ class TaskCorpus:
                 sample = generate_waiting_line(task.split("/")[1], self.rng, pool, length)
                 key = sample["input"]["context"]
             if key not in self.excluded:
-                break
-        return Example(task=task, messages=build_messages(spec, sample, shots=0),
-                       answer=answer_text(sample), gen_length=spec.max_tokens, sample=sample)
+                return sample
 
 
 def fixed_pair_names(names: list[str], seed: int = 0) -> list[str]:

@@ -16,6 +16,7 @@ checkpoint directory at every evaluation, and the best one so far by held-out me
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -33,7 +34,7 @@ from dllm.bench.metrics import score
 from dllm.bench.parallelbench_cli import PROMPT_SHOTS_KEY
 from dllm.config import GenerationConfig
 from dllm.data.bpe import save_tokenizer_dir, train_bpe
-from dllm.data.prompts import default_data_dir
+from dllm.data.prompts import build_messages, default_data_dir
 from dllm.engine import decode
 from dllm.models.loading import load_model
 from dllm.models.registry import family_for
@@ -45,6 +46,7 @@ from dllm.models.transformer import DiffusionTransformer
 from dllm.models.visibility import KeyVisibility
 from dllm.models.config import BLOCK_ORIGIN_KEY
 from dllm.models.visibility import block_causal_spans
+from dllm.train.canvas_mix import CanvasMix
 from dllm.train.corpus import TRAIN_TASKS, TaskCorpus
 from dllm.train.init_from import init_from_checkpoint
 from dllm.train.objectives import block_diffusion_masks, llada_masks, name_part_masks
@@ -176,13 +178,24 @@ def model_config(tokenizer, args) -> dict:
     }
 
 
-def encode(tokenizer, ex) -> tuple[list[int], list[int]]:
+def encode(tokenizer, ex, canvas: int | None = None, multiple: int = 1) -> tuple[list[int], list[int]]:
+    """(prompt ids, answer ids padded with end-of-text to the example's gen_length, or to
+    ``canvas`` if given: at least the answer plus one end-of-text, as LLaDA's SFT pads, rounded
+    up to a ``multiple`` (a block-diffusion model's block size))."""
     text = tokenizer.apply_chat_template(ex.messages, tokenize=False, add_generation_prompt=True)
     prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
     answer = tokenizer(ex.answer, add_special_tokens=False)["input_ids"]
-    if len(answer) >= ex.gen_length:
-        raise ValueError(f"answer of {len(answer)} tokens does not fit gen_length {ex.gen_length}")
-    return prompt, answer + [tokenizer.eos_token_id] * (ex.gen_length - len(answer))
+    gen_length = ex.gen_length if canvas is None else -(-max(canvas, len(answer) + 1) // multiple) * multiple
+    if len(answer) >= gen_length:
+        raise ValueError(f"answer of {len(answer)} tokens does not fit gen_length {gen_length}")
+    return prompt, answer + [tokenizer.eos_token_id] * (gen_length - len(answer))
+
+
+def draw_rows(tokenizer, corpus: TaskCorpus, batch_size: int, mix: CanvasMix | None, rng: random.Random | None,
+              multiple: int = 1):
+    """A batch's encoded (prompt, answer) rows: one canvas length and prompt format per batch."""
+    canvas, shots = mix.draw(rng) if mix is not None else (None, 0)
+    return [encode(tokenizer, corpus.sample(shots=shots), canvas, multiple) for _ in range(batch_size)]
 
 
 def name_classes(tokenizer, corpus: TaskCorpus) -> list[Tensor]:
@@ -211,10 +224,12 @@ def name_part_option(tokenizer, corpus: TaskCorpus, rate: float, which: str) -> 
 
 
 def make_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, mask_id: int,
-               name_parts: tuple[list[Tensor], float] | None = None):
+               name_parts: tuple[list[Tensor], float] | None = None, mix: CanvasMix | None = None,
+               mix_rng: random.Random | None = None):
     """Left-padded (prompt + answer) rows, with answer tokens masked at a per-row rate t;
-    ``name_parts`` = (classes, rate) adds ``name_part_masks``."""
-    rows = [encode(tokenizer, corpus.sample()) for _ in range(batch_size)]
+    ``name_parts`` = (classes, rate) adds ``name_part_masks``; ``mix`` draws the batch's canvas
+    length and prompt format from ``mix_rng``."""
+    rows = draw_rows(tokenizer, corpus, batch_size, mix, mix_rng)
     width = max(len(p) + len(a) for p, a in rows)
     ids = torch.full((batch_size, width), tokenizer.eos_token_id, dtype=torch.long)
     valid = torch.zeros((batch_size, width), dtype=torch.bool)
@@ -233,11 +248,11 @@ def make_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Genera
 
 
 def make_block_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, mask_id: int,
-                     bd_size: int):
+                     bd_size: int, mix: CanvasMix | None = None, mix_rng: random.Random | None = None):
     """Block-diffusion rows: prompts left-padded to one width P so every answer starts at P and
     the block partition is the engine's (blocks counted from P); shorter answers are right-padded
     with invisible keys. Each row twice, with complementary masks over one drawn block."""
-    rows = [encode(tokenizer, corpus.sample()) for _ in range(batch_size)]
+    rows = draw_rows(tokenizer, corpus, batch_size, mix, mix_rng, multiple=bd_size)
     P = max(len(p) for p, _ in rows)
     width = P + max(len(a) for _, a in rows)
     ids = torch.full((batch_size, width), tokenizer.eos_token_id, dtype=torch.long)
@@ -295,14 +310,17 @@ class ExpertLoads:
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, heldout: list, specs: dict) -> dict:
-    """Exact decode at one token per step (low_confidence) on the held-out split, scored."""
+def evaluate(model, tokenizer, heldout: list, specs: dict, gen_length: int | None = None, shots: int = 0) -> dict:
+    """Exact decode at one token per step (low_confidence) on the held-out split, scored, at
+    each task's own gen length (or ``gen_length``), zero-shot (or with ``shots`` examples, which
+    the held-out samples must carry)."""
     model.eval()
     scores: dict[str, list[float]] = {}
     for task in dict.fromkeys(ex.task for ex in heldout):
-        exs = [ex for ex in heldout if ex.task == task]
+        exs = [dataclasses.replace(ex, messages=build_messages(specs[task], ex.sample, shots=shots))
+               for ex in heldout if ex.task == task]
         prompts = [encode(tokenizer, ex)[0] for ex in exs]
-        G = specs[task].max_tokens
+        G = gen_length or specs[task].max_tokens
         result = decode(model, prompts, GenerationConfig(gen_length=G, steps=G, block_length=G))
         eos = tokenizer.eos_token_id
         for ex, ans in zip(exs, result.answer.tolist()):
@@ -312,6 +330,22 @@ def evaluate(model, tokenizer, heldout: list, specs: dict) -> dict:
     model.train()
     per_task = {k: sum(v) / len(v) for k, v in scores.items()}
     return {"per_task": per_task, "mean": sum(per_task.values()) / len(per_task)}
+
+
+def evaluate_mix(model, tokenizer, heldout: list, specs: dict, mix: CanvasMix | None) -> dict:
+    """``evaluate`` at each task's own length, zero-shot; with a mix also at its longest canvas
+    (``long``) and one-shot (``one_shot``), and ``selection``: the mean over the three, by which
+    ``best/`` is kept (the mean alone without a mix)."""
+    result = evaluate(model, tokenizer, heldout, specs)
+    means = [result["mean"]]
+    if mix is not None and mix.long_share:
+        result["long"] = evaluate(model, tokenizer, heldout, specs, gen_length=mix.max_gen_length)
+        means.append(result["long"]["mean"])
+    if mix is not None and mix.one_shot_share:
+        result["one_shot"] = evaluate(model, tokenizer, heldout, specs, shots=1)
+        means.append(result["one_shot"]["mean"])
+    result["selection"] = sum(means) / len(means)
+    return result
 
 
 def keep_best(model, raw: dict, out: Path, step: int, scores: dict) -> None:
@@ -385,8 +419,21 @@ def main(argv: list[str] | None = None) -> None:
                     help="end the run after this step's evaluation and checkpoint, keeping the learning-rate "
                          "schedule of --steps (a curriculum stage that starts from a run's intermediate "
                          "checkpoint); must be a multiple of --eval-every")
+    ap.add_argument("--long-canvas", type=float, default=0.0, metavar="RATE",
+                    help="share of batches whose answer canvas length is drawn from --gen-lengths, each "
+                         "answer padded with end-of-text to it (default 0: each task's own length)")
+    ap.add_argument("--gen-lengths", type=int, nargs=2, default=(8, 128), metavar=("MIN", "MAX"),
+                    help="the drawn canvas length's range (a row never gets less than its answer + 1)")
+    ap.add_argument("--one-shot", type=float, default=0.0, metavar="RATE",
+                    help="share of batches in the benchmark's one-shot format (one generated example first)")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
+    try:
+        mix = CanvasMix(long_share=args.long_canvas, min_gen_length=args.gen_lengths[0],
+                        max_gen_length=args.gen_lengths[1], one_shot_share=args.one_shot)
+    except ValueError as e:
+        ap.error(f"--long-canvas / --gen-lengths / --one-shot: {e}")
+    mix_rng = random.Random(args.seed + 20_000)
     if args.stop_after is not None and not (0 < args.stop_after <= args.steps
                                             and args.stop_after % args.eval_every == 0):
         ap.error(f"--stop-after {args.stop_after}: an evaluation step (a multiple of --eval-every "
@@ -428,6 +475,8 @@ def main(argv: list[str] | None = None) -> None:
             zeroed = init_from_checkpoint(model, args.init_weights, fresh)
             tqdm.write(f"initialised from {args.init_weights} ({len(zeroed)} bias tensors start at zero"
                        + (f"; {len(fresh)} new or upcycled tensors" if fresh else "") + ")")
+    if mix.one_shot_share:  # trained on one-shot prompts too: the benchmark's own protocol is right for it
+        raw.pop(PROMPT_SHOTS_KEY, None)
     bad = [i for i in args.freeze_layers if not 0 <= i < len(model.layers)]
     if bad:
         ap.error(f"--freeze-layers {bad}: the model has blocks 0 to {len(model.layers) - 1}")
@@ -436,7 +485,8 @@ def main(argv: list[str] | None = None) -> None:
     name_parts = name_part_option(tokenizer, corpus, args.name_part_masking, args.name_part_classes)
     n_params = sum(p.numel() for p in model.parameters())
     heldout_corpus = TaskCorpus(data_dir, seed=args.seed + 10_000)
-    heldout = [heldout_corpus.sample(task) for task in dict.fromkeys(tasks) for _ in range(args.heldout_per_task)]
+    heldout = [heldout_corpus.sample(task, shots=int(bool(mix.one_shot_share)))
+               for task in dict.fromkeys(tasks) for _ in range(args.heldout_per_task)]
     trained = [p for p in model.parameters() if p.requires_grad]  # --freeze-layers leaves some out
     opt = torch.optim.AdamW(trained, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup) * (
@@ -454,10 +504,11 @@ def main(argv: list[str] | None = None) -> None:
     for step in bar:
         if model.attention == "block_causal":  # the pair of complementary rows counts as two
             noisy, positions, attn, target, masked = make_block_batch(
-                tokenizer, corpus, args.batch_size // 2, gen, raw["mask_token_id"], model.config.block_size)
+                tokenizer, corpus, args.batch_size // 2, gen, raw["mask_token_id"], model.config.block_size,
+                mix, mix_rng)
         else:
             noisy, positions, attn, target, masked = make_batch(tokenizer, corpus, args.batch_size, gen,
-                                                                raw["mask_token_id"], name_parts)
+                                                                raw["mask_token_id"], name_parts, mix, mix_rng)
         logits = model(noisy, positions, attn)
         if model.config.shift_logits:  # Dream: position i - 1 predicts token i
             logits, target, masked = logits[:, :-1], target[:, 1:], masked[:, 1:]
@@ -471,16 +522,18 @@ def main(argv: list[str] | None = None) -> None:
         bar.set_postfix(loss=f"{loss.item():.4f}")
         record = {"step": step, "loss": loss.item(), "lr": sched.get_last_lr()[0], "elapsed": time.time() - start}
         if step % args.eval_every == 0 or step == args.steps:
-            record["eval"] = evaluate(model, tokenizer, heldout, corpus.specs)
+            record["eval"] = evaluate_mix(model, tokenizer, heldout, corpus.specs, mix if mix.enabled else None)
             if loads.layers:  # routed-choice shares per expert since the last evaluation
                 record["expert_load"] = loads.shares()
                 bar.write("expert load " + " | ".join(
                     " ".join(f"{x:.2f}" for x in v) for v in record["expert_load"].values()))
-            bar.write(f"step {step} heldout mean {record['eval']['mean']:.3f} "
+            bar.write(f"step {step} heldout mean {record['eval']['mean']:.3f}"
+                      + "".join(f" {k} {record['eval'][k]['mean']:.3f}" for k in ("long", "one_shot") if k in record["eval"])
+                      + " | "
                       + " ".join(f"{k.split('/')[1][:10]}={v:.2f}" for k, v in record["eval"]["per_task"].items()))
             save_checkpoint(model, raw, out)
-            if record["eval"]["mean"] > best_mean:
-                best_mean = record["eval"]["mean"]
+            if record["eval"]["selection"] > best_mean:
+                best_mean = record["eval"]["selection"]
                 keep_best(model, raw, out, step, record["eval"])
         log.write(json.dumps(record) + "\n")
         log.flush()
