@@ -44,12 +44,15 @@ PB_LEVELS = (80, 75, 70)
 @dataclass(kw_only=True, slots=True)
 class Run:
     """One decoding configuration. ``line`` groups runs into one curve (e.g. top-k at k=1..8);
-    ``tokens_per_step`` sets steps = gen_length / tokens_per_step for each task."""
+    ``tokens_per_step`` sets steps = gen_length / tokens_per_step for each task; ``gen_length``
+    decodes every task on that canvas instead of the task's own (``max_tokens``), to check that
+    an answer does not depend on how much room it is given."""
 
     name: str
     line: str
     options: dict[str, Any] = field(default_factory=dict)
     tokens_per_step: int | None = None
+    gen_length: int | None = None
 
     def config(self, gen_length: int) -> GenerationConfig:
         options = dict(self.options)
@@ -147,7 +150,7 @@ def plan_parallelbench(data_dir: Path, runs: list[Run], *, tasks: list[str], sho
         for task in tasks:
             spec = known[task]
             indices, sampling = select_samples(samples[task], limit)
-            plans.append(TaskPlan(run=run, spec=spec, config=check_run(run, spec.max_tokens),
+            plans.append(TaskPlan(run=run, spec=spec, config=check_run(run, run.gen_length or spec.max_tokens),
                                   shots=spec.icl_example_count if shots is None else shots,
                                   samples=[samples[task][i] for i in indices], indices=indices, sampling=sampling,
                                   available=len(samples[task]), fresh=fresh))

@@ -2,7 +2,7 @@
 
 Each ``--policy NAME`` starts a run line; the ``--policy-arg K=V`` that follow belong to it.
 ``--tokens-per-step 1 2 4 8`` expands every line into one run per value (steps =
-gen_length / k). ``--runs FILE`` (JSON list of {name, line, options, tokens_per_step}) gives
+gen_length / k). ``--runs FILE`` (JSON list of {name, line, options, tokens_per_step, gen_length}) gives
 full control (caches, strategies, stoppers); ``{model}`` in any of its option strings stands
 for the ``--model`` directory, so one grid can name each model's own files (a Learn2PD filter).
 """
@@ -50,7 +50,9 @@ def build_runs(args: argparse.Namespace):
             runs = [Run(**r) for r in entries]
         except (OSError, json.JSONDecodeError, TypeError) as err:
             raise ValueError(f"--runs {args.runs}: {err}; it must be a JSON list of "
-                             "{name, line, options, tokens_per_step}") from err
+                             "{name, line, options, tokens_per_step, gen_length}") from err
+        if args.gen_length is not None:
+            raise ValueError("--gen-length applies to --policy runs; a --runs file sets each run's gen_length")
         if "{model}" in json.dumps(entries):
             model = resolve_model_path(getattr(args, "model", None), getattr(args, "revision", None))
             model_dir = _display_path(model)
@@ -68,7 +70,9 @@ def build_runs(args: argparse.Namespace):
         tps_values = args.tokens_per_step or [None]
         for tps in tps_values:
             name = label if tps is None else f"{label} k={tps}"
-            runs.append(Run(name=name.replace(" ", "_"), line=label, options=options, tokens_per_step=tps))
+            name += "" if args.gen_length is None else f" gen={args.gen_length}"
+            runs.append(Run(name=name.replace(" ", "_"), line=label, options=options, tokens_per_step=tps,
+                            gen_length=args.gen_length))
     return runs
 
 
@@ -158,6 +162,9 @@ def register(sub) -> None:
     p.add_argument("--policy-arg", action=_PolicyAction, dest="lines", metavar="K=V", help="option of the preceding --policy")
     p.add_argument("--tokens-per-step", type=int, nargs="+", default=None, help="sweep: steps = gen_length / k")
     p.add_argument("--block-length", type=int, default=None, help="block size (default: the task's gen length)")
+    p.add_argument("--gen-length", type=positive_int, default=None, metavar="N",
+                   help="decode every task on an N-token answer canvas instead of the task's own gen length "
+                        "(an answer should not depend on the room it is given)")
     p.add_argument("--cache", default="none")
     p.add_argument("--strategy", default="plain")
     p.add_argument("--stopper", default="none")

@@ -200,3 +200,18 @@ def test_rows_record_the_weights_and_a_prepacked_rerun_is_refused(model, tmp_pat
     packed = dllm.load(model.path, device="cpu", dtype="float32", prepack=True)
     with pytest.raises(ValueError, match="made with other prepack"):
         _bench(packed, tmp_path, runs=(K1,))
+
+
+def test_gen_length_puts_every_task_on_that_canvas():
+    """A run's gen_length replaces each task's own (32 waiting line, 64 Latin square) and its
+    steps follow it; --gen-length names the run, and a --runs file keeps its own."""
+    from dllm.bench.parallelbench_cli import build_runs
+    from dllm.cli.main import build_parser
+
+    long = Run(name="k1_gen128", line="top-k", options={"policy": "low_confidence"}, tokens_per_step=1, gen_length=128)
+    plans = plan_parallelbench(require_data(), [K1, long], tasks=TASKS, shots=0, limit=1, batch_size=1)
+    assert [(p.config.gen_length, p.config.steps) for p in plans] == [(32, 32), (64, 64), (128, 128), (128, 128)]
+    ns = build_parser().parse_args(
+        ["bench", "parallelbench", "--out", "o", "--tokens-per-step", "1", "--gen-length", "64"])
+    (run,) = build_runs(ns)
+    assert run.gen_length == 64 and run.name.endswith("gen=64")
