@@ -5,12 +5,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
 from dllm.cli.options import (
-    add_generation_options, add_model_options, generation_config, load_from_args, positive_int,
+    add_generation_options, add_model_options, add_tensor_parallel_option, generation_config, load_from_args,
+    positive_int,
 )
 from dllm.cli.output import LOGGER_NAME
 from dllm.serve.serve_options import add_server_options
+
+if TYPE_CHECKING:
+    from dllm.serve.limits import AccessSettings, ServerLimits
+    from dllm.serve.protocol import SchedulerLimits
+    from dllm.serve.requests import ServerDefaults
 
 log = logging.getLogger(LOGGER_NAME)
 DEFAULT_PROMPT_CACHE_MB = 256.0  # a 7B Fast-dLLM v2 (28 layers, 4 K/V heads of 128, bf16): ~4,600 tokens
@@ -39,27 +46,74 @@ def make_scheduler(model, limits):
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from dllm.serve.app import create_app
+    from dllm.parallel.groups import check_layout
     from dllm.serve.protocol import SchedulerLimits
-    from dllm.serve.serve_options import access_settings, serve_forever, server_limits, torch_threads
+    from dllm.serve.serve_options import access_settings, server_limits, torch_threads
 
+    check_layout(args.tensor_parallel, whole_world=True)  # one copy of the model: the job's process count fits it
     defaults = server_defaults(args)
     limits = SchedulerLimits(max_batch=args.max_batch, max_queue=args.max_queue, continuous=not args.static,
                              forward_overhead_tokens=args.forward_overhead_tokens,
                              prompt_cache_bytes=int(args.prompt_cache_mb * (1 << 20)))
     server, access = server_limits(args), access_settings(args)
     threads = torch_threads(args)
+    if args.tensor_parallel > 1:
+        return _serve_tensor_parallel(args, ServeSetup(defaults, limits, server, access, threads))
     model = load_from_args(args)
-    scheduler = make_scheduler(model, limits)
+    _run_server(args, model, make_scheduler(model, limits), ServeSetup(defaults, limits, server, access, threads))
+    return 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServeSetup:
+    """The server's checked options, made before the model loads."""
+
+    defaults: ServerDefaults
+    limits: SchedulerLimits
+    server: ServerLimits
+    access: AccessSettings
+    threads: int
+
+
+def _run_server(args: argparse.Namespace, model, scheduler, setup: ServeSetup) -> None:
+    from dllm.serve.app import create_app
+    from dllm.serve.serve_options import serve_forever
+
     try:
-        app = create_app(model, scheduler, defaults=defaults, served_name=args.served_model_name, limits=server,
-                         access=access)
-        log.info("serving %s on http://%s:%d/v1 (%s batching, max batch %d, max queue %d, %d threads%s)",
+        app = create_app(model, scheduler, defaults=setup.defaults, served_name=args.served_model_name,
+                         limits=setup.server, access=setup.access)
+        log.info("serving %s on http://%s:%d/v1 (%s batching, max batch %d, max queue %d, %d threads%s%s)",
                  model.path.name, args.host, args.port, "static" if args.static else "continuous", args.max_batch,
-                 args.max_queue, threads, ", API key required" if access.api_key else "")
-        serve_forever(app, args, server)
+                 args.max_queue, setup.threads, ", API key required" if setup.access.api_key else "",
+                 f", tensor parallel {args.tensor_parallel}" if args.tensor_parallel > 1 else "")
+        serve_forever(app, args, setup.server)
     finally:
         scheduler.close()
+
+
+def _serve_tensor_parallel(args: argparse.Namespace, setup: ServeSetup) -> int:
+    """One copy of the model over the job's ranks: rank 0 serves HTTP and schedules, the others
+    follow its batches (``dllm.serve.mirror``); a rank that fails ends the job with its error."""
+    import signal
+
+    from dllm.parallel.dist import leave_together, run_rank
+    from dllm.serve.mirror import LeaderScheduler, OpChannel, follow
+
+    def body(rank: int) -> None:
+        model = load_from_args(args)
+        channel = OpChannel()
+        # torchrun passes a SIGTERM / SIGINT to every rank: rank 0 shuts the server down (uvicorn
+        # re-raises the signal once it returns: ignored here, so that rank 0 lives to stop the
+        # others) and its scheduler's last operation stops the others, which ignore the signal
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        if rank == 0:
+            _run_server(args, model, LeaderScheduler(model, setup.limits, channel), setup)
+        else:
+            follow(model, setup.limits, channel)
+
+    run_rank(body)
+    leave_together()
     return 0
 
 
@@ -83,6 +137,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "this many MiB on the model's device, least recently used out first (0: off)")
     add_server_options(p)
     add_model_options(p)
+    add_tensor_parallel_option(p)
     add_generation_options(p)
     p.set_defaults(func=cmd_serve)
 
