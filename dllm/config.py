@@ -30,6 +30,11 @@ class GenerationConfig:
       probability exceeds this; None = no editing. A window then ends only after a forward that
       edits nothing with no mask left, or after ``max_post_steps`` such forwards.
     max_post_steps: forwards a window may take for editing once its masks are all decided.
+    block_add_threshold: the pipelined mode for block-causal models (D2F; ``dllm/pipeline.py``):
+      several blocks in flight, a new one added when the last one's decoded share reaches this;
+      None = one block at a time. Needs a rule with a threshold (it is D2F's skip_threshold).
+    decoded_token_threshold: pipelined mode: a block is fully active (commits its best position
+      when nothing passes the threshold) once its predecessor's decoded share reaches this.
     compile: run the model forward through torch.compile (CUDA: mode="reduce-overhead", i.e.
       CUDA graphs of the static-shaped window forwards; CPU: a plain compile). Same tokens as
       eager; off by default until measured (dllm/compiled.py).
@@ -57,6 +62,8 @@ class GenerationConfig:
     edit_threshold: float | None = None
     max_post_steps: int = 16
     compile: bool = False
+    block_add_threshold: float | None = None
+    decoded_token_threshold: float = 0.95
 
     def __post_init__(self) -> None:
         for name, annotation in field_types(GenerationConfig).items():  # gen_length=8.5, tau=nan, ...
@@ -94,6 +101,8 @@ class GenerationConfig:
         if self.edit_threshold is not None and self.strategy != "plain":
             raise ValueError(f"token editing (edit_threshold) runs with strategy 'plain', not {self.strategy!r}: "
                              "candidate states of draft-and-verify or lookahead have no single forward to edit from")
+        if self.block_add_threshold is not None:
+            self._check_pipeline()
         if self.cfg_scale < 0:
             raise ValueError(f"cfg_scale must be >= 0, got {self.cfg_scale}")
         if self.sub_block_length is not None and (
@@ -107,6 +116,17 @@ class GenerationConfig:
                 f"steps={self.steps} must be a multiple of the number of sub-blocks ({self.num_windows}); "
                 f"e.g. steps={self.num_windows * max(1, self.steps // self.num_windows)}"
             )
+
+    def _check_pipeline(self) -> None:
+        for name in ("block_add_threshold", "decoded_token_threshold"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be a decoded share in [0, 1], got {getattr(self, name)}")
+        refused = [(self.sub_block_length is not None, "sub_block_length (the pipeline's windows are whole blocks)"),
+                   (self.edit_threshold is not None, "token editing (edit_threshold)"),
+                   (self.strategy not in ("plain", "lopa"), f"strategy {self.strategy!r} (plain and lopa run pipelined)")]
+        for bad, what in refused:
+            if bad:
+                raise ValueError(f"the pipelined mode (block_add_threshold) does not run with {what}; drop one of them")
 
     @property
     def num_blocks(self) -> int:

@@ -104,6 +104,7 @@ class DecodeState:
         self.logprobs: CommitLogprobs | None = None  # set by a caller that reports logprobs
         self.lead_mask: Tensor | None = None  # (B, G) prompt-tail positions of the answer region
         self.lead: Tensor | None = None  # (B,) their count per row
+        self.window_mask: Tensor | None = None  # (B, W) window positions a row may decide (pipeline)
 
     def _cache_options(self) -> dict:
         options = {**self.config.cache_args, "block_length": self.config.block_length}
@@ -176,7 +177,10 @@ class DecodeState:
 
     def eligible(self, tokens: Tensor | None = None) -> Tensor:
         tokens = self.tokens if tokens is None else tokens
-        return tokens[:, self.bs : self.be] == self.mask_id
+        eligible = tokens[:, self.bs : self.be] == self.mask_id
+        if self.window_mask is not None:  # pipelined mode: each row's own blocks in flight
+            eligible &= self.window_mask.repeat_interleave(eligible.shape[0] // self.window_mask.shape[0], 0)
+        return eligible
 
     def rule_input(self, stats: TokenStats, tokens: Tensor | None = None,
                    rows: Tensor | None = None, step: Tensor | None = None) -> RuleInput:
@@ -407,6 +411,9 @@ class Decoding:
         if longest != config.gen_length:  # same blocks and step budget per window, more windows
             config = dataclasses.replace(config, gen_length=longest,
                                          steps=config.steps_per_block * (longest // config.window_length))
+        block_length = config.block_length
+        if config.block_add_threshold is not None:  # pipelined: one window, the blocks move inside it
+            config = dataclasses.replace(config, block_length=config.gen_length)
         self.model, self.config = model, config
         self.strategy = make_strategy(config.strategy, config.strategy_args)
         canvas_length = max(len(r.prefix) for r in rows) + longest
@@ -423,6 +430,10 @@ class Decoding:
             state.steps_before = torch.tensor([r.steps_before for r in rows], device=device)
         if any(r.gen_length < longest for r in rows):
             state.truncate(torch.tensor([canvas.prompt_width + r.gen_length for r in rows], device=device))
+        if config.block_add_threshold is not None:
+            from dllm.pipeline import Pipelined
+
+            self.strategy = Pipelined(self.strategy, state, block_length)
         self.answer_width = max(aligned.wanted)  # the longest row's answer (its lead not counted)
         self.wanted = None  # (B, 1) each row's answer length; None: no row has a lead
         if any(aligned.leads):

@@ -19,6 +19,10 @@ def check_policies(config: GenerationConfig, flags: dict[str, str] | None = None
     if config.sub_block_length is not None:
         cache_options["sub_block_length"] = config.sub_block_length
     make_cache(config.cache, **cache_options)
+    if config.block_add_threshold is not None:  # the pipeline's semi-active blocks need the threshold
+        from dllm.pipeline import check_pipeline_rule
+
+        check_pipeline_rule(built[1], config.policy)
     for part in built:
         check = getattr(part, "check_config", None)
         if check is not None:

@@ -67,7 +67,8 @@ class ModelRunner:
         spans = None
         if self.model.attention == "block_causal":
             spans = block_causal_spans(q_start, q_len, key_len, prompt_width=self.canvas.prompt_width,
-                                       block_size=self.model.config.block_size)
+                                       block_size=self.model.config.block_size,
+                                       prompt_block=self.model.config.block_origin == "prompt")
         return KeyVisibility(valid=valid, spans=spans)
 
     def model_blocks(self, start: int, end: int) -> tuple[int, int]:
@@ -80,6 +81,8 @@ class ModelRunner:
             return start, end
         P, size = self.canvas.prompt_width, self.model.config.block_size
         first = P + (start - P) // size * size
+        if start < P and self.model.config.block_origin == "prompt":  # the prompt is one block
+            first = 0
         last = P - (P - end) // size * size
         return max(first, 0), min(last, self.live_end)
 

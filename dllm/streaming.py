@@ -8,7 +8,7 @@ are ``generate``'s.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
@@ -26,7 +26,9 @@ class StreamUpdate:
     ``final_text``: the final prefix so far and its text (cut at the first end-of-text or
     stop); ``text_delta``: the final text new in this update. The last update has
     ``finished=True``, a ``finish_reason`` ("eos", "stop", "length") and ``stats`` (as
-    ``generate``'s: nfe, tpf, token_forwards, draft_rows, tokens, seconds)."""
+    ``generate``'s: nfe, tpf, token_forwards, draft_rows, tokens, seconds). ``in_flight``: the
+    answer spans [start, end) being decoded after the round: the active block, or in the
+    pipelined mode (``block_add_threshold``) every block in flight; ``pipelined`` says which."""
 
     committed: dict[int, int]
     canvas: list[int]
@@ -36,6 +38,8 @@ class StreamUpdate:
     finished: bool = False
     finish_reason: str | None = None
     stats: dict[str, Any] | None = None
+    in_flight: list[tuple[int, int]] = field(default_factory=list)
+    pipelined: bool = False
 
 
 def stream_decoding(lm, decoding: Decoding, stops: StopConditions) -> Iterator[StreamUpdate]:
@@ -59,10 +63,26 @@ def stream_decoding(lm, decoding: Decoding, stops: StopConditions) -> Iterator[S
         if reason == "stop":  # the rest of the canvas cannot change the text: stop decoding
             decoding.stop_rows(torch.ones(1, dtype=torch.bool, device=decoding.state.tokens.device))
         delta, sent = (text[len(sent):], text) if len(text) > len(sent) else ("", sent)
-        yield StreamUpdate(committed=committed, canvas=canvas, final_ids=final_ids, final_text=sent, text_delta=delta)
+        yield StreamUpdate(committed=committed, canvas=canvas, final_ids=final_ids, final_text=sent, text_delta=delta,
+                           in_flight=blocks_in_flight(decoding), pipelined=hasattr(decoding.strategy, "blocks_in_flight"))
     while not decoding.done:  # text final at end-of-text: the rest runs as in generate
         decoding.step()
     yield _last(lm, decoding, stops, sent, text_of)
+
+
+def blocks_in_flight(decoding: Decoding, row: int = 0) -> list[tuple[int, int]]:
+    """Answer spans [start, end) of ``row``'s blocks being decoded (as ``answer()`` numbers its
+    positions: from the row's answer start); none once the decode is done."""
+    if decoding.done:
+        return []
+    state = decoding.state
+    P = state.canvas.prompt_width
+    if hasattr(decoding.strategy, "blocks_in_flight"):  # the pipelined mode
+        spans = decoding.strategy.blocks_in_flight(state, row)
+    else:
+        spans = [(state.bs - P, state.be - P)]
+    lead = int(state.lead[row]) if state.lead is not None else 0
+    return [(max(s - lead, 0), e - lead) for s, e in spans if e > lead]
 
 
 def _last(lm, decoding: Decoding, stops: StopConditions, sent: str, text_of) -> StreamUpdate:

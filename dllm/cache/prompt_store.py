@@ -120,7 +120,7 @@ def block_cache_of(model, cache):
     from dllm.cache.adaptive import AdaptiveCache
     from dllm.cache.block import BlockCache
 
-    if model.attention != "block_causal":
+    if model.attention != "block_causal" or model.config.block_origin == "prompt":  # D2F: one prompt block
         return None
     if isinstance(cache, AdaptiveCache):
         cache = cache.exact

@@ -2,7 +2,8 @@
 
 Each turn sends the whole conversation through the chat template. Live display (the default on
 a terminal) redraws one line as the canvas fills: the final text so far, then the rest of the
-answer with masked positions shown as ``MASK_GLYPH``; the turn ends with its final text. Without
+answer with masked positions shown as ``MASK_GLYPH`` (pipelined decodes: up to the last block
+in flight, each block's start marked with ``BLOCK_GLYPH``); the turn ends with its final text. Without
 it (pipes, ``--no-live``) the final text is printed left to right as it becomes final.
 Commands: ``/reset`` (forget the conversation), ``/set key=value`` (a generation option for the
 next turns), ``/exit`` (or end of input), ``/help``.
@@ -22,6 +23,7 @@ from dllm.request import merge_config
 log = logging.getLogger(LOGGER_NAME)
 
 MASK_GLYPH = "_"
+BLOCK_GLYPH = "|"  # where a block in flight begins (pipelined decodes)
 HELP = ("commands: /reset (forget the conversation), /set key=value (a generation option, e.g. "
         "/set temperature=0.7), /exit (or end of input), /help")
 
@@ -91,7 +93,8 @@ class ChatSession:
         final = None
         for update in self.model.stream(self.history, config, chat=True):
             if show is not None:
-                show.draw(update.final_text, update.canvas, len(update.final_ids))
+                show.draw(update.final_text, update.canvas, len(update.final_ids),
+                          update.in_flight if update.pipelined else None)
             elif update.text_delta:
                 self.out.write(update.text_delta)
                 self.out.flush()
@@ -115,11 +118,19 @@ class _LiveLine:
     def __init__(self, out: TextIO, token_text: Callable[[int], str], mask_id: int, eos_ids: set[int]) -> None:
         self.out, self.token_text, self.mask_id, self.eos_ids = out, token_text, mask_id, eos_ids
 
-    def draw(self, final_text: str, canvas: list[int], final_length: int) -> None:
+    def draw(self, final_text: str, canvas: list[int], final_length: int,
+             in_flight: list[tuple[int, int]] | None = None) -> None:
+        """``in_flight`` (pipelined decodes): the blocks being decoded; the line then ends with the
+        last of them and shows where each begins with ``BLOCK_GLYPH``."""
         rest = []
-        for token in canvas[final_length:]:
+        starts = {s for s, _ in in_flight or ()}
+        end = max((e for _, e in in_flight), default=len(canvas)) if in_flight else len(canvas)
+        for at in range(final_length, end):
+            token = canvas[at]
             if token in self.eos_ids:
                 break  # the answer ends here (or will, once the masks before it are filled)
+            if at in starts and at > final_length:
+                rest.append(BLOCK_GLYPH)
             rest.append(MASK_GLYPH if token == self.mask_id else self.token_text(token))
         rest = "".join(rest)
         line = (final_text + rest).replace("\n", " ")

@@ -111,6 +111,11 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cfg-scale", type=float, default=0.0, help="classifier-free guidance")
     g.add_argument("--no-stop-at-eos", action="store_true", help="decode every position even after end-of-text")
     g.add_argument("--seed", type=int, default=0, help="sampling seed")
+    g.add_argument("--block-add-threshold", type=float, default=None,
+                   help="pipelined decoding of block-causal models (D2F): add a block once the last one has "
+                        "decoded this share; needs a rule with a threshold (default: one block at a time)")
+    g.add_argument("--decoded-token-threshold", type=float, default=0.95,
+                   help="pipelined decoding: a block is fully active once its predecessor decoded this share")
     g.add_argument("--memory-budget-mb", type=float, default=None,
                    help="refuse a decode whose planned peak memory (MiB: weights, KV cache, logits, "
                         "activations, statistics) exceeds this (default: no check)")
@@ -130,7 +135,8 @@ def generation_config(args: argparse.Namespace):
         cache=args.cache, sub_block_length=args.sub_block_length, cache_args=parse_kv(args.cache_arg),
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
         cfg_scale=args.cfg_scale, stop_at_eos=not args.no_stop_at_eos, seed=args.seed,
-        memory_budget_mb=args.memory_budget_mb,
+        memory_budget_mb=args.memory_budget_mb, block_add_threshold=args.block_add_threshold,
+        decoded_token_threshold=args.decoded_token_threshold,
     )
     check_policies(config, {"policy_args": "--policy-arg", "strategy_args": "--strategy-arg",
                             "stopper_args": "--stopper-arg", "cache_args": "--cache-arg"})

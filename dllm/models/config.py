@@ -11,8 +11,13 @@ ATTENTION_KINDS = ("bidirectional", "block_causal")
 # Fast-dLLM v2, LLaDA2 and SDAR were trained and decode: a prompt that ends mid-block shares its
 # last block with the first answer tokens); "answer" = at the answer start (dllm's own small
 # block-diffusion models). config.json may say which with "dllm_block_origin".
-BLOCK_ORIGINS = ("absolute", "answer")
+# "prompt" = the whole prompt is one block and answer blocks start at the answer (D2F's students:
+# ``create_full_block_attention_mask``).
+BLOCK_ORIGINS = ("absolute", "answer", "prompt")
 BLOCK_ORIGIN_KEY = "dllm_block_origin"
+# A checkpoint of a bidirectional family (LLaDA, Dream) decoded block-causally (a D2F student):
+# config.json says so with these keys; ``block_causal_override`` applies them.
+ATTENTION_KEY, BLOCK_SIZE_KEY = "dllm_attention", "dllm_block_size"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -104,3 +109,21 @@ class ArchConfig:
 def block_origin_of(raw: dict) -> str:
     """The block origin a block-causal checkpoint's config.json declares (default: absolute)."""
     return str(raw.get(BLOCK_ORIGIN_KEY, "absolute"))
+
+
+def block_causal_override(raw: dict, cfg: ArchConfig) -> ArchConfig:
+    """``cfg`` with the attention config.json asks for by ``dllm_attention`` /
+    ``dllm_block_size`` / ``dllm_block_origin`` (default origin "prompt", D2F's), e.g. a D2F
+    student saved over a LLaDA or Dream checkpoint; unchanged without ``dllm_attention``."""
+    if ATTENTION_KEY not in raw:
+        return cfg
+    import dataclasses
+
+    attention = raw[ATTENTION_KEY]
+    if attention == "bidirectional":
+        return dataclasses.replace(cfg, attention=attention)
+    if attention != "block_causal" or BLOCK_SIZE_KEY not in raw:
+        raise ValueError(f"{ATTENTION_KEY}={attention!r} needs to be 'block_causal' (with {BLOCK_SIZE_KEY}, the "
+                         "block size the model was trained with) or 'bidirectional'")
+    return dataclasses.replace(cfg, attention="block_causal", block_size=raw[BLOCK_SIZE_KEY],
+                               block_origin=str(raw.get(BLOCK_ORIGIN_KEY, "prompt")))

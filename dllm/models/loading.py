@@ -15,7 +15,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from dllm.models.adapters import AdapterError, adapted_modules, check_against_base, merge_adapter, read_adapter
-from dllm.models.config import ArchConfig
+from dllm.models.config import ArchConfig, block_causal_override
 from dllm.models.placement import checkpoint_dtype, resolve_device, resolve_dtype
 from dllm.models.prepack import check_prepack, prepack_linears
 from dllm.models.registry import Family, family_of, layouts_found, tensor_sources
@@ -58,7 +58,7 @@ def read_config(path: Path) -> tuple[dict, ArchConfig]:
     except ValueError as err:
         raise CheckpointError(f"{config_file}: {err}") from err
     try:
-        return raw, family.parse_config(raw)
+        return raw, block_causal_override(raw, family.parse_config(raw))
     except KeyError as err:
         raise CheckpointError(f"{config_file} has no {err.args[0]!r}, which a {family.name} config "
                               "needs; restore the checkpoint's original config.json") from err

@@ -32,16 +32,19 @@ class KeyVisibility:
 
 
 def block_causal_spans(q_start: int, q_len: int, key_len: int, *, prompt_width: int,
-                       block_size: int) -> tuple[tuple[int, int, int], ...]:
+                       block_size: int, prompt_block: bool = False) -> tuple[tuple[int, int, int], ...]:
     """Spans of the block-causal rule for canvas queries [q_start, q_start + q_len).
 
     Blocks of ``block_size`` are counted from the prompt width (the answer start), so a
     left-padded row sees the same partition as alone; the prompt is cut into blocks counted
-    back from it. A query in block b sees keys before ``prompt_width + (b + 1) * block_size``.
+    back from it, or (``prompt_block``, D2F's block origin "prompt") is one block. A query in
+    block b sees keys before ``prompt_width + (b + 1) * block_size``.
     """
     spans, q, q_end = [], q_start, q_start + q_len
     while q < q_end:
         block_end = prompt_width + ((q - prompt_width) // block_size + 1) * block_size
+        if prompt_block and q < prompt_width:
+            block_end = prompt_width
         hi = min(block_end, q_end)
         spans.append((q - q_start, hi - q_start, min(block_end, key_len)))
         q = hi

@@ -27,3 +27,7 @@ class EntropyThreshold:
     def __call__(self, inp: RuleInput) -> Tensor:
         ent = inp.stats.entropy
         return (inp.eligible & (ent <= self.tau)) | most_confident(-ent, inp.eligible)
+
+    def passes(self, inp: RuleInput) -> Tensor:
+        """The positions within the entropy bound alone, no floor (a pipeline's semi-active block)."""
+        return inp.eligible & (inp.stats.entropy <= self.tau)

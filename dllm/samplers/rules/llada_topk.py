@@ -83,6 +83,12 @@ class LowConfidence(ScheduledTopK):
             commit |= inp.eligible & (inp.stats.prob > self.tau)
         return commit
 
+    def passes(self, inp: RuleInput) -> Tensor:
+        """The positions strictly above tau alone, no quota (a pipeline's semi-active block)."""
+        if self.tau is None:
+            raise ValueError("low_confidence has no threshold without tau; give policy_args={'tau': ...}")
+        return inp.eligible & (inp.stats.prob > self.tau)
+
 
 @register_rule("random")
 @dataclass(kw_only=True, slots=True)

@@ -46,6 +46,10 @@ class ConfidenceThreshold:
             commit &= topk_mask(prob, self.step_cap(inp), inp.eligible)
         return commit | most_confident(prob, inp.eligible)
 
+    def passes(self, inp: RuleInput) -> Tensor:
+        """The positions above the threshold alone, no floor (a pipeline's semi-active block)."""
+        return inp.eligible & (inp.stats.prob >= self.tau)
+
     @staticmethod
     def step_cap(inp: RuleInput) -> Tensor:
         """(B,) tokens this step may commit: per-step share times budgeted steps so far, minus

@@ -28,7 +28,7 @@ class LoPA:
     branches: int = 2  # lookahead branches besides the anchor
     confidence: str = "neg_entropy"
     pending: TokenStats | None = field(default=None, repr=False)
-    block_start: int = field(default=-1, repr=False)
+    window: tuple[int, int] = field(default=(-1, -1), repr=False)
 
     @property
     def candidate_rows(self) -> int:
@@ -43,9 +43,9 @@ class LoPA:
 
     def step(self, state) -> None:
         B, N = state.tokens.shape[0], self.branches + 1
-        if self.pending is None or self.block_start != state.bs:
+        if self.pending is None or self.window != (state.bs, state.be):  # a new window (or pipeline range)
             self.pending = state.statistics(state.block_logits())
-            self.block_start = state.bs
+            self.window = (state.bs, state.be)
         stats = self.pending
         block = slice(state.bs, state.be)
         commit = state.rule(state.rule_input(stats))
@@ -53,7 +53,7 @@ class LoPA:
         anchor = state.tokens.clone()
         anchor[:, block] = torch.where(commit & state.eligible(), stats.token, anchor[:, block])
         candidates = self.spawn(state, anchor, stats)  # (B, N, L), anchor first
-        unfinished = (candidates[:, :, block] == state.mask_id).flatten(1).any(-1)  # (B,)
+        unfinished = state.eligible(candidates.flatten(0, 1)).reshape(B, -1).any(-1)  # (B,)
         if not bool(unfinished.any()):
             state.commit(anchor[:, block] != state.tokens[:, block], anchor[:, block])
             self.pending = None  # block complete: the next block starts with a fresh forward
@@ -62,7 +62,7 @@ class LoPA:
         flat = candidates.reshape(B * N, -1)
         ahead = state.row_step[rows] + 1  # every candidate is one step past the state
         cand_stats = evaluate_candidates(state, flat, rows, count=unfinished, steps=ahead)  # (B*N, W)
-        score = self.score(flat[:, block] == state.mask_id, cand_stats).reshape(B, N)
+        score = self.score(state.eligible(flat), cand_stats).reshape(B, N)
         winner = score.argmax(-1)  # first max: the anchor wins ties
         chosen = candidates[torch.arange(B, device=anchor.device), winner]
         state.commit(chosen[:, block] != state.tokens[:, block], chosen[:, block])
@@ -72,7 +72,7 @@ class LoPA:
         """(B, N, L): the anchor, then branch j = anchor + its j-th most confident mask filled
         (a row with fewer masks repeats the anchor, which then wins the tie)."""
         block = slice(state.bs, state.be)
-        masked = anchor[:, block] == state.mask_id  # (B, W)
+        masked = state.eligible(anchor)  # (B, W): the masks this row may fill
         out = [anchor]
         taken = torch.zeros_like(masked)
         for j in range(self.branches):

@@ -1,0 +1,163 @@
+"""The pipelined mode of block-causal models (D2F, Discrete Diffusion Forcing; Wang et al. 2025).
+
+Blocks decode in a pipeline instead of one at a time. Each row has its own pipeline: a new
+masked block joins when the row's last block has decoded ``block_add_threshold`` of its tokens;
+a block is *fully active* once its predecessor has decoded ``decoded_token_threshold`` of its
+own (the block after the prompt always is), else *semi-active*. Per round and block, a
+semi-active block commits only what passes the rule's threshold (possibly nothing), a fully
+active one what the rule commits (the threshold, or else its best position). A block is
+finished when it has no mask; every block before a row's first unfinished one is final.
+
+How it sits in the engine: the decode runs one window over the whole answer (``Decoding``
+replaces ``block_length`` by ``gen_length``) and ``Pipelined`` wraps the strategy: before each
+round it narrows the state's window to the blocks in flight (over the batch: from the earliest
+unfinished block to the last one added) and sets ``state.window_mask`` so each row decides only
+its own blocks in flight; the rule is applied block by block (``PipelineRule``: each block a row
+of the rule's input, so floors, quotas and thresholds are per block); afterwards the window is the
+whole answer again, so the engine's "does a row still move?" sees the blocks not yet added.
+Because the model is block-causal, a block's logits depend only on it and the blocks before it:
+blocks not yet added cost nothing but query positions and cannot change what the pipeline sees.
+
+The cache (``AppendCache``, every cache but ``none``) is D2F's: each forward starts where the
+exact K/V ends, so blocks finished since the last forward are recomputed with their final tokens
+and their K/V appended; blocks in flight are recomputed every round and never kept.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from dllm.cache.kv import KVBuffers
+from dllm.runner import ModelRunner
+from dllm.samplers.base import RuleInput
+
+
+class AppendCache:
+    """D2F's K/V cache: [0, exact_end) final; a forward runs from there to the window's end."""
+
+    def __init__(self) -> None:
+        self.kv: KVBuffers | None = None
+        self.exact_end = 0
+        self.peak_bytes = 0
+
+    def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
+                     rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
+        if self.kv is None:
+            self.kv = KVBuffers.allocate(runner.model, runner.canvas.batch_size, runner.canvas.length)
+        kv = self.kv if rows is None else self.kv.select(rows)
+        self.peak_bytes = max(self.peak_bytes, self.kv.nbytes + (kv.nbytes if rows is not None else 0))
+        shift = int(runner.shift_logits)
+        start = min(self.exact_end, bs - shift)
+        end = runner.model_blocks(bs, be)[1]
+        first = bs - shift - start
+        logits = runner.forward(tokens[:, start:end], start, cache=kv, rows=rows, count=count,
+                                logits_for=(first, first + be - bs))
+        if rows is None:  # every row's blocks before bs are final: their K/V just written is exact
+            self.exact_end = runner.model_blocks(bs, be)[0]
+        return logits
+
+
+class PipelineRule:
+    """The rule applied block by block: fully active blocks take the rule's commits, semi-active
+    ones only what passes its threshold (``rule.passes``)."""
+
+    def __init__(self, rule, pipeline: "Pipelined") -> None:
+        self.rule, self.pipeline = rule, pipeline
+        self.reads_eligible_only = getattr(rule, "reads_eligible_only", False)
+
+    def __call__(self, inp: RuleInput) -> Tensor:
+        N, W = inp.eligible.shape
+        size = self.pipeline.size
+        K = W // size
+        blocks = RuleInput(stats=inp.stats.reshape(N * K, size), eligible=inp.eligible.reshape(N * K, size),
+                           step=0, num_steps=size, block_masks=torch.full((N * K,), size, device=inp.eligible.device))
+        full = self.pipeline.full_in_window
+        full = full.repeat_interleave(N // full.shape[0], 0).reshape(-1)  # candidate states: K per row
+        commit = torch.where(full[:, None], self.rule(blocks), self.rule.passes(blocks))
+        return commit.reshape(N, W)
+
+
+def check_pipeline_rule(rule, name: str) -> None:
+    """The pipeline's semi-active blocks need the rule's threshold without its floor."""
+    passes = getattr(rule, "passes", None)
+    if passes is None or getattr(rule, "tau", 0) is None:
+        raise ValueError(f"the pipelined mode (block_add_threshold) needs a rule with a threshold: 'threshold', "
+                         f"'entropy_threshold' or 'low_confidence' with tau (D2F's skip_threshold), not {name!r}")
+
+
+class Pipelined:
+    """A strategy run on the blocks in flight (see the module docstring)."""
+
+    def __init__(self, inner, state, block_length: int) -> None:
+        model, config = state.model, state.config
+        if model.attention != "block_causal":
+            raise ValueError("the pipelined mode (block_add_threshold) needs a block-causal model (a D2F student, "
+                             "Fast-dLLM v2, SDAR, LLaDA2, dllm-waitingline-bd); this one attends bidirectionally")
+        check_pipeline_rule(state.rule, config.policy)
+        self.inner, self.size = inner, block_length
+        self.candidate_rows = getattr(inner, "candidate_rows", 1)
+        self.add, self.decoded = config.block_add_threshold, config.decoded_token_threshold
+        B = state.canvas.batch_size
+        self.num_blocks = config.gen_length // block_length
+        self.added = torch.zeros(B, dtype=torch.long, device=state.tokens.device)  # blocks in each row's pipeline
+        self.full = torch.zeros(B, self.num_blocks, dtype=torch.bool, device=state.tokens.device)
+        self.lo = 0  # first block of the window this round
+        state.rule = PipelineRule(state.rule, self)
+        if config.cache != "none":
+            state.cache = AppendCache()
+
+    @property
+    def full_in_window(self) -> Tensor:
+        """(B, K) whether each block of this round's window is fully active."""
+        return self._full_window
+
+    def _blocks(self, state) -> tuple[Tensor, Tensor]:
+        """(B, num_blocks) masks left per block, and whether the answer holds an end-of-text."""
+        P = state.canvas.prompt_width
+        answer = state.tokens[:, P: P + self.num_blocks * self.size]
+        masks = (answer == state.mask_id).reshape(answer.shape[0], self.num_blocks, self.size).sum(-1)
+        eos = torch.isin(answer, state.eos)
+        if state.lead_mask is not None:
+            eos &= ~state.lead_mask[:, : answer.shape[1]]
+        return masks, eos.any(-1)
+
+    def _advance(self, state) -> tuple[int, int]:
+        """Add blocks, mark fully active ones and return the round's block range [lo, hi)."""
+        masks, eos = self._blocks(state)
+        share = 1 - masks.float() / self.size  # decoded share of each block
+        active = state.runner.active
+        last = share.gather(1, (self.added - 1).clamp_min(0)[:, None])[:, 0]
+        last = torch.where(self.added == 0, torch.ones_like(last), last)  # the prompt is decoded
+        stop = eos & state.config.stop_at_eos  # D2F adds no block after an end-of-text
+        self.added += (active & (self.added < self.num_blocks) & ~stop & (last >= self.add)).long()
+        before = torch.cat([torch.ones_like(share[:, :1]), share[:, :-1]], 1)  # the predecessor's share
+        self.full = before >= self.decoded
+        index = torch.arange(self.num_blocks, device=masks.device)
+        flight = (index < self.added[:, None]) & (masks > 0) & active[:, None]
+        some = flight.any(-1)
+        first = torch.where(some, flight.int().argmax(-1), self.num_blocks)
+        last_added = torch.where(some, self.added, 0)
+        lo, hi = torch.stack([first.min(), last_added.max()]).tolist()  # the round's one host read
+        if lo >= hi:
+            raise RuntimeError("pipelined decode: a row still moves but has no block in flight")
+        self.in_flight = (index[lo:hi] < self.added[:, None])
+        return lo, hi
+
+    def step(self, state):
+        P, G = state.canvas.prompt_width, state.config.gen_length
+        lo, hi = self._advance(state)
+        self._full_window = self.full[:, lo:hi]
+        state.bs, state.be = P + lo * self.size, P + hi * self.size
+        state.window_mask = self.in_flight.repeat_interleave(self.size, 1)
+        try:
+            return self.inner.step(state)
+        finally:
+            state.bs, state.be, state.window_mask = P, P + G, None
+
+    def blocks_in_flight(self, state, row: int) -> list[tuple[int, int]]:
+        """Answer-region spans [start, end) of ``row``'s blocks in flight after a round: from its
+        first block with a mask to its last block added (the decode order view)."""
+        masks = self._blocks(state)[0][row].tolist()
+        added = int(self.added[row])
+        first = next((k for k in range(added) if masks[k]), added)
+        return [(k * self.size, (k + 1) * self.size) for k in range(first, added)]
