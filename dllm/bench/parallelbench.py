@@ -23,7 +23,7 @@ from tqdm import tqdm
 from dllm.api import DiffusionLM
 from dllm.bench.metrics import score
 from dllm.bench.parallelbench_fresh import FreshSamples, check_fresh_request, fresh_samples
-from dllm.bench.results_store import ResultStore, run_metadata
+from dllm.bench.results_store import ReadOnlyStore, ResultStore, run_metadata
 from dllm.config import GenerationConfig
 from dllm.data.prompts import TaskSpec, build_messages, load_samples, load_task_configs
 from dllm.engine import check_prompts
@@ -255,15 +255,16 @@ def check_prompt_lengths(model: DiffusionLM, plans: list[TaskPlan]) -> None:
 def run_parallelbench(model: DiffusionLM, data_dir: Path, runs: list[Run], *, tasks: list[str],
                       shots: int | None, limit: int | None, batch_size: int, out_dir: Path,
                       plans: list[TaskPlan] | None = None, show_progress: bool = False,
-                      fresh: FreshSamples | None = None) -> dict[str, Any]:
+                      fresh: FreshSamples | None = None, writes: bool = True) -> dict[str, Any]:
     """Evaluate every run on every task and return the summary.
 
     Results go to ``out_dir`` as they are made: each finished (run, task) rewrites summary.json
     / .csv atomically. Pairs already in ``out_dir``'s summary with the same options, shots and
     samples are skipped, so an interrupted or extended sweep resumes where it stopped. Plots
-    are drawn last and only if matplotlib is installed (results never depend on it).
+    are drawn last and only if matplotlib is installed (results never depend on it). ``writes``
+    False: a tensor-parallel rank other than 0, which decodes alike and writes nothing.
     """
-    store = ResultStore(out_dir)  # a bad --out fails here, before any forward
+    store = (ResultStore if writes else ReadOnlyStore)(out_dir)  # a bad --out fails here, before any forward
     if plans is None:
         plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=shots, limit=limit, batch_size=batch_size,
                                    fresh=fresh)
@@ -287,7 +288,7 @@ def run_parallelbench(model: DiffusionLM, data_dir: Path, runs: list[Run], *, ta
             store.write_summary(summarize(store.rows))
     summary = summarize(store.rows)
     store.write_summary(summary)
-    summary["plots"] = draw_plots({"meta": store.meta, "rows": store.rows, **summary}, out_dir)
+    summary["plots"] = draw_plots({"meta": store.meta, "rows": store.rows, **summary}, out_dir) if writes else ""
     return summary
 
 

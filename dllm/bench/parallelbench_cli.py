@@ -113,9 +113,10 @@ def choose_shots(args: argparse.Namespace) -> tuple[int | None, str]:
 
 
 def cmd_parallelbench(args: argparse.Namespace) -> int:
-    from dllm.bench.parallelbench import OFFLINE_TASKS, plan_parallelbench, run_parallelbench
+    from dllm.bench.parallelbench import OFFLINE_TASKS, plan_parallelbench
     from dllm.bench.parallelbench_fresh import FRESH_TASKS, FreshSamples, check_fresh_request
     from dllm.data.prompts import default_data_dir
+    from dllm.parallel.groups import check_layout
 
     # everything that can be wrong with the command is found before the model loads
     runs = build_runs(args)
@@ -132,11 +133,32 @@ def cmd_parallelbench(args: argparse.Namespace) -> int:
     shots, protocol = choose_shots(args)
     plans = plan_parallelbench(data_dir, runs, tasks=tasks, shots=shots, limit=args.limit,
                                batch_size=args.batch_size, fresh=fresh)
-    print(protocol, flush=True)
+    check_layout(args.tensor_parallel, whole_world=True)  # one copy of the model over the job
+    if args.tensor_parallel == 1:
+        print(protocol, flush=True)
+        return _run_and_report(args, data_dir, runs, tasks, shots, plans, out_dir, lead=True)
+    from dllm.parallel.dist import leave_together, run_rank
+
+    def body(rank: int) -> None:  # every rank decodes every batch with its share of the model
+        if rank == 0:
+            print(protocol, flush=True)
+        _run_and_report(args, data_dir, runs, tasks, shots, plans, out_dir, lead=rank == 0)  # rank 0 writes
+
+    run_rank(body)
+    leave_together()
+    return 0
+
+
+def _run_and_report(args: argparse.Namespace, data_dir: Path, runs, tasks: list[str], shots: int | None, plans,
+                    out_dir: Path, *, lead: bool) -> int:
+    from dllm.bench.parallelbench import run_parallelbench
+
     model = load_from_args(args)
     summary = run_parallelbench(model, data_dir, runs, tasks=tasks, shots=shots, limit=args.limit,
                                 batch_size=args.batch_size, out_dir=out_dir, plans=plans,
-                                show_progress=show_progress(getattr(args, "quiet", False)))
+                                show_progress=lead and show_progress(getattr(args, "quiet", False)), writes=lead)
+    if not lead:
+        return 0
     for e in summary["runs"]:
         score = "n/a" if e["mean_score"] is None else f"{100 * e['mean_score']:.1f}"
         tpf = "n/a" if e["tpf"] is None else f"{e['tpf']:.2f}"
@@ -150,11 +172,12 @@ def cmd_parallelbench(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from dllm.cli.options import add_model_options
+    from dllm.cli.options import add_model_options, add_tensor_parallel_option
 
     p = sub.add_parser("parallelbench", help="ParallelBench quality against TPF",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_model_options(p)
+    add_tensor_parallel_option(p)
     p.add_argument("--data", default=None, help="official ParallelBench data dir (default: $DLLM_PARALLELBENCH_DIR, or ../shared/data/parallelbench "
                         "beside a source checkout)")
     p.add_argument("--tasks", nargs="+", default=None, help="tasks like waiting_line/copy (default: every offline-scored task)")

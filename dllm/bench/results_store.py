@@ -161,6 +161,18 @@ class ResultStore:
         atomic_write_text(self.out_dir / "summary.csv", summary_csv(self.rows))
 
 
+class ReadOnlyStore(ResultStore):
+    """The folder as a tensor-parallel rank other than 0 sees it: the finished rows read back, so
+    that every rank skips the same (run, task) pairs and decodes the same batches; nothing is
+    written (rank 0 writes). The folder must be one every rank reads (one machine's disk)."""
+
+    def write_samples(self, run: str, task: str, records: list[dict[str, Any]]) -> None:
+        pass
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        pass
+
+
 def summary_csv(rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")

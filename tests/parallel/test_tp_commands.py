@@ -86,3 +86,25 @@ def test_throughput_with_a_world_the_size_does_not_divide_fails_before_loading(p
     assert done.returncode != 0
     assert "groups of 2 processes, but it has 3" in done.stderr
     assert not (tmp_path / "throughput.json").exists()
+
+
+def _pb_outputs(out) -> list[str]:
+    return [json.loads(line)["output"] for path in sorted((out / "samples").rglob("*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+def test_parallelbench_at_tp2_scores_as_one_process(tmp_path):
+    from dllm.cli.main import main
+    from tests.pb_data import require_data
+
+    require_data()
+    bench = ["bench", "parallelbench", "--model", MODEL, "--device", "cpu", "--dtype", "float32", "--tasks",
+             "waiting_line/copy", "waiting_line/reverse", "--limit", "3", "--tokens-per-step", "2", "-q"]
+    done = torchrun(["-m", "dllm", *bench, "--tensor-parallel", "2", "--out", str(tmp_path / "tp")], 2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("protocol:") == 1 and done.stdout.count("results:") == 1  # rank 0 prints
+    assert main([*bench, "--out", str(tmp_path / "one")]) == 0
+    tp, one = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("tp", "one"))
+    assert [(r["task"], r["score"], r["nfe"]) for r in tp["rows"]] == [(r["task"], r["score"], r["nfe"])
+                                                                         for r in one["rows"]]
+    assert _pb_outputs(tmp_path / "tp") == _pb_outputs(tmp_path / "one") and _pb_outputs(tmp_path / "one")
