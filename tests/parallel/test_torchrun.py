@@ -151,3 +151,20 @@ def test_a_too_long_prompt_is_reported_with_its_file_line(setup):
     assert done.returncode != 0
     assert f"{prompts} line 5: the prompt has" in done.stderr
     assert not (root / "long" / "throughput.json").exists()
+
+
+def test_branch_parallel_lopa_takes_the_pipelined_mode(tmp_path):
+    """LoPA over D2F's pipeline (block-causal bundled model, blocks in flight): 2 gloo ranks give
+    the single process's tokens; the pipeline itself is unchanged by branch parallelism."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS[:3]) + "\n")
+    options = ["--policy", "low_confidence", "--policy-arg", "tau=0.9", "--strategy", "lopa", "--strategy-arg",
+               "branches=2", "--block-add-threshold", "0.25", "--decoded-token-threshold", "0.5", "--cache", "dual"]
+    done = _torchrun("dllm-waitingline-bd", prompts, tmp_path / "bp", ["--branch-parallel", "--batch-size", "2", *options])
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = [o["token_ids"] for o in json.loads((tmp_path / "bp" / "throughput.json").read_text())["outputs"]]
+    model = dllm.load("dllm-waitingline-bd", device="cpu")
+    cfg = GenerationConfig(gen_length=16, block_length=8, steps=16, stop_at_eos=False, policy="low_confidence",
+                           policy_args={"tau": 0.9}, strategy="lopa", strategy_args={"branches": 2}, cache="dual",
+                           block_add_threshold=0.25, decoded_token_threshold=0.5)
+    assert got == model.generate(PROMPTS[:2], cfg).token_ids + model.generate(PROMPTS[2:3], cfg).token_ids
