@@ -13,7 +13,11 @@
 * loglikelihood_rolling (perplexity tasks) is refused with a message.
 * Every request's NFE, tokens and seconds go to ``save_dir`` (``dllm.eval.records``), which
   also lets a rerun skip finished requests; ``dllm_speed.json`` sums them per task.
-* Under torchrun, lm-eval shards the documents by rank; the group is joined here.
+* Under torchrun, lm-eval shards the documents by rank; the group is joined here. With
+  ``tensor_parallel=T`` each copy of the model spans T ranks (``dllm.parallel.groups``): lm-eval
+  sees the copies as its ranks, its collectives run between the ranks holding the same shard, and
+  a copy's first rank writes the records (lm-eval writes results on LOCAL_RANK 0 alone).
+  loglikelihood needs whole-vocabulary log-probabilities and is refused there.
 """
 from __future__ import annotations
 
@@ -50,18 +54,21 @@ class DllmLM(LM):
         super().__init__()
         self.options, self.config = parse_model_args(model_args)
         self.block_given = model_args.get("block_length") is not None
-        self._rank, self._world_size = _join_group(self.options.device)
-        device = _device(self.options.device, self._rank if self._world_size > 1 else None)
+        tp = self.options.tensor_parallel
+        self._rank, self._world_size, self._group, writes = _join_group(self.options.device, tp)
+        device = _device(self.options.device, self._rank if self._world_size > 1 or tp > 1 else None)
         self._device = torch.device(device)
         self.dllm = dllm.load(self.options.pretrained, device=device, dtype=self.options.dtype,
                               prepack=self.options.prepack, revision=self.options.revision,
-                              quantize=self.options.quantize)
+                              quantize=self.options.quantize, tensor_parallel=tp)
         self.model, self.tokenizer = self.dllm.model, self.dllm.tokenizer
         run = {"model": str(self.dllm.path), "dtype": self.options.dtype, "config": _config_dict(self.config),
                "mc_num": self.options.mc_num, "greedy_check": self.options.greedy_check,
                **({"prepack": True} if self.options.prepack else {}),  # default runs keep their records
                **({"quantize": self.options.quantize} if self.options.quantize else {})}
-        self.records = RequestRecords(self.options.save_dir, self._rank, fingerprint(run))
+        self.records = RequestRecords(self.options.save_dir, self._rank, fingerprint(run), writes=writes)
+        if tp > 1:  # every rank has read the records before any writes: a copy's ranks skip alike
+            torch.distributed.barrier()
         self._warned: set[str] = set()
 
     # ------------------------------------------------------------------ chat template
@@ -202,6 +209,10 @@ class DllmLM(LM):
             raise ValueError("cfg_scale applies to generate_until only; pass cfg_scale=0 for loglikelihood "
                              "(multiple-choice) tasks")
         check_likelihood_model(self.model)
+        if self.options.tensor_parallel > 1:
+            raise ValueError("loglikelihood (multiple-choice) tasks need whole-vocabulary log-probabilities, "
+                             "which tensor parallelism does not combine yet; evaluate them without "
+                             "tensor_parallel (generate_until tasks run with it)")
         pairs = [self._encode_pair(*request.args) for request in requests]
         for i, (context, continuation) in enumerate(pairs):
             if not continuation:
@@ -275,19 +286,21 @@ class DllmLM(LM):
         if self._world_size == 1:
             return tensor
         parts = [torch.zeros_like(tensor) for _ in range(self._world_size)]
-        torch.distributed.all_gather(parts, tensor)
+        torch.distributed.all_gather(parts, tensor, group=self._group)
         return torch.stack(parts)
 
     def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
         if self._world_size == 1:
             return [obj]
         gathered = [None] * self._world_size if self._rank == dst else None
-        torch.distributed.gather_object(obj, gathered, dst=dst)
+        if self._group is not None:  # lm-eval's rank dst among the copies: a global rank in the peer group
+            dst = torch.distributed.get_global_rank(self._group, dst)
+        torch.distributed.gather_object(obj, gathered, dst=dst, group=self._group)
         return gathered
 
     def barrier(self) -> None:
         if self._world_size > 1:
-            torch.distributed.barrier()
+            torch.distributed.barrier(group=self._group)
 
 
 def _config_dict(config: GenerationConfig) -> dict[str, Any]:
@@ -298,14 +311,16 @@ def _where(request) -> str:
     return f"task {request.task_name}, doc {request.doc_id}"
 
 
-def _join_group(device: str) -> tuple[int, int]:
-    """(rank, world size): the torchrun group when launched by torchrun, else (0, 1)."""
-    if "RANK" not in os.environ:
-        return 0, 1
-    from dllm.parallel.dist import init_distributed
+def _join_group(device: str, tensor_parallel: int = 1) -> tuple[int, int, Any, bool]:
+    """(rank, world size, group, writes) as lm-eval should see them: the torchrun group when
+    launched by torchrun, else (0, 1); under tensor parallelism the copies of the model are the
+    ranks, joined by this rank's peer group, and only a copy's first rank writes records."""
+    if "RANK" not in os.environ and tensor_parallel == 1:
+        return 0, 1, None, True
+    from dllm.parallel.groups import join_groups
 
-    ctx = init_distributed(device)
-    return ctx.rank, ctx.world_size
+    layout, _ = join_groups(tensor_parallel, device)  # refuses a job the size does not fit
+    return layout.group_index, layout.groups, layout.peer_group, layout.leads
 
 
 def _device(device: str, rank: int | None) -> str:

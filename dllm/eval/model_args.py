@@ -37,6 +37,8 @@ class EvalOptions:
     add_bos_token: start every context with the tokenizer's beginning-of-text token (Dream's
       evaluation does for Base models; chat templates already write it).
     max_batch_size: lm-eval's ceiling for ``batch_size=auto``, which dllm refuses; unused.
+    tensor_parallel: split the model over this many torchrun ranks (as dllm.load); a job of more
+      ranks holds one copy per this many, and lm-eval shards the documents over the copies.
     """
 
     pretrained: str | None = None
@@ -51,6 +53,7 @@ class EvalOptions:
     save_dir: str | None = None
     add_bos_token: bool = False
     max_batch_size: int | None = None
+    tensor_parallel: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.batch_size, str) and self.batch_size.startswith("auto"):
@@ -61,6 +64,8 @@ class EvalOptions:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.mc_num < 1:
             raise ValueError(f"mc_num must be >= 1 Monte-Carlo sample, got {self.mc_num}")
+        if self.tensor_parallel < 1:
+            raise ValueError(f"tensor_parallel must be >= 1 process, got {self.tensor_parallel}")
 
 
 def _option_names(registry, name: str) -> set[str]:

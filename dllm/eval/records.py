@@ -30,11 +30,13 @@ def request_key(kind: str, args: Any) -> str:
 
 
 class RequestRecords:
-    """The records of one fingerprint in ``save_dir`` (None: keep nothing, resume nothing)."""
+    """The records of one fingerprint in ``save_dir`` (None: keep nothing, resume nothing).
+    ``writes`` False: read them (to skip what is done, like the rank that writes) but write
+    nothing: a tensor-parallel rank other than its copy's first."""
 
-    def __init__(self, save_dir: str | Path | None, rank: int, run_fingerprint: str) -> None:
+    def __init__(self, save_dir: str | Path | None, rank: int, run_fingerprint: str, writes: bool = True) -> None:
         self.dir = None if save_dir is None else Path(save_dir)
-        self.fingerprint = run_fingerprint
+        self.fingerprint, self.writes = run_fingerprint, writes
         self.done: dict[str, dict[str, Any]] = {}
         if self.dir is None:
             return
@@ -63,13 +65,13 @@ class RequestRecords:
     def add(self, kind: str, args: Any, record: dict[str, Any]) -> None:
         record = {"key": request_key(kind, args), "fingerprint": self.fingerprint, "kind": kind, **record}
         self.done[record["key"]] = record
-        if self.dir is not None:
+        if self.dir is not None and self.writes:
             with self.path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
 
     def write_speed(self) -> dict[str, Any] | None:
         """``dllm_speed.json``: per (task, request type) means over every rank's records."""
-        if self.dir is None:
+        if self.dir is None or not self.writes:
             return None
         summary = speed_summary(self._all_records())
         atomic_write_text(self.dir / SPEED_FILE, json.dumps(summary, indent=2) + "\n")

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 import dllm
 from dllm import GenerationConfig
+from dllm.cli.main import main
 from dllm.parallel.groups import check_layout
 from dllm.parallel.tensor_plan import TensorPlanError
-from torchrun_helpers import torchrun
+from tests.pb_data import require_data
+from torchrun_helpers import cpu_env, torchrun, torchrun_command
 
 MODEL = "dllm-waitingline-llada"
 PROMPTS = ["copy the list [a, b, c]", "sort these names: bob, al, cy", "reverse: x y z", "count to five"]
@@ -94,9 +99,6 @@ def _pb_outputs(out) -> list[str]:
 
 
 def test_parallelbench_at_tp2_scores_as_one_process(tmp_path):
-    from dllm.cli.main import main
-    from tests.pb_data import require_data
-
     require_data()
     bench = ["bench", "parallelbench", "--model", MODEL, "--device", "cpu", "--dtype", "float32", "--tasks",
              "waiting_line/copy", "waiting_line/reverse", "--limit", "3", "--tokens-per-step", "2", "-q"]
@@ -108,3 +110,43 @@ def test_parallelbench_at_tp2_scores_as_one_process(tmp_path):
     assert [(r["task"], r["score"], r["nfe"]) for r in tp["rows"]] == [(r["task"], r["score"], r["nfe"])
                                                                          for r in one["rows"]]
     assert _pb_outputs(tmp_path / "tp") == _pb_outputs(tmp_path / "one") and _pb_outputs(tmp_path / "one")
+
+
+def test_lm_eval_at_tp2_answers_as_one_process(tmp_path):
+    """``python -m dllm.eval`` with model_args tensor_parallel=2 on 2 ranks: rank 0 writes the
+    records and results, and they are one process's."""
+    tasks = Path(__file__).resolve().parents[1] / "eval" / "tasks"
+
+    def command(model_args: str, out: str) -> list[str]:
+        return ["-m", "dllm.eval", "--model", "dllm", "--model_args", f"policy=threshold,dtype=float32{model_args}",
+                "--tasks", "dllm_reverse_gen", "--include_path", str(tasks), "--limit", "4", "--device", "cpu",
+                "--batch_size", "2", "--apply_chat_template", "--output_path", str(tmp_path / out)]
+
+    env = cpu_env({"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "hf")})
+    jobs = [subprocess.Popen(torchrun_command(command(",tensor_parallel=2", "tp"), 2), env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE),
+            subprocess.Popen([sys.executable, *command("", "one")], env=env, text=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)]
+    for job in jobs:
+        _, err = job.communicate(timeout=300)
+        assert job.returncode == 0, err[-3000:]
+    texts = {}
+    for out in ("tp", "one"):
+        assert sorted(p.name for p in (tmp_path / out).glob("dllm_requests.rank*.jsonl")) == ["dllm_requests.rank0.jsonl"]
+        records = [json.loads(line) for line in (tmp_path / out / "dllm_requests.rank0.jsonl").read_text().splitlines()]
+        (results,) = (tmp_path / out).glob("*/results_*.json")  # written once
+        texts[out] = ([(r["doc_id"], r["text"], r["nfe"]) for r in records],
+                      json.loads(results.read_text())["results"]["dllm_reverse_gen"]["list_match,none"])
+    assert texts["tp"] == texts["one"] and len(texts["one"][0]) == 4
+
+
+def test_lm_eval_model_with_tensor_parallel_outside_torchrun_is_refused_before_loading(monkeypatch):
+    from dllm.eval.lm_eval import DllmLM
+
+    def no_load(*_a, **_k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(dllm, "load", no_load)
+    with pytest.raises(TensorPlanError, match="needs 2 processes: launch it with torchrun --nproc_per_node 2"):
+        DllmLM(tensor_parallel=2, device="cpu")
