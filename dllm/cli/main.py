@@ -33,6 +33,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.tensor_parallel == 1:
         return _generate(args, config, prompts, print_=print)
     from dllm.parallel.dist import leave_together, run_rank
+    from dllm.parallel.groups import check_layout
+
+    check_layout(args.tensor_parallel, whole_world=True)  # one copy decodes every prompt (bench throughput: many)
 
     # every rank decodes every prompt with its share of the model; rank 0 prints
     run_rank(lambda rank: _generate(args, config, prompts, print_=print if rank == 0 else _silent))
