@@ -158,7 +158,8 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     tensor_parallel: split the model over this many processes of a torchrun job (each rank calls
     ``dllm.load`` and ``generate`` alike and reads only its slices; ``dllm.parallel.tensor_plan``).
     A size that does not divide the heads, K/V heads, MLP, experts or vocabulary is refused
-    before any weight is read; the job must have exactly this many processes.
+    before any weight is read; a job of more processes (a multiple) holds one copy of the model per
+    this many ranks (``dllm.parallel.groups``), each copy's ranks calling alike.
     adapter: a PEFT LoRA adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``)
     merged into the weights at load (``W += alpha / r * B @ A``; ``dllm.models.adapters``), e.g.
     D2F's students over LLaDA-8B-Instruct or Dream-7B; checked against the base before any weight

@@ -148,7 +148,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("throughput", help="multi-process throughput (run under torchrun)")
     add_model_options(p)
-    add_tensor_parallel_option(p)
+    add_tensor_parallel_option(p, copies=True)
     add_generation_options(p)
     p.add_argument("--prompts", required=True, metavar="FILE",
                    help='prompts file: one per text line, or .jsonl lines with "prompt" or "messages"')

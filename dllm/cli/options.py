@@ -143,11 +143,13 @@ def generation_config(args: argparse.Namespace):
     return config
 
 
-def add_tensor_parallel_option(p: argparse.ArgumentParser) -> None:
-    """--tensor-parallel N: split the model over the N processes of a torchrun job."""
+def add_tensor_parallel_option(p: argparse.ArgumentParser, *, copies: bool = False) -> None:
+    """--tensor-parallel N: split the model over N processes of a torchrun job; ``copies``: the
+    command runs one copy of the model per N ranks of a larger job (data / branch parallel)."""
+    launch = "a multiple of N: one copy of the model per N ranks" if copies else "N"
     p.add_argument("--tensor-parallel", type=positive_int, default=1, metavar="N",
-                   help="split the model over N processes (run under torchrun --nproc_per_node N): heads, MLPs, "
-                        "experts and vocabulary divided, each rank reads only its slices (default: 1)")
+                   help=f"split the model over N processes (run under torchrun --nproc_per_node {launch}): heads, "
+                        "MLPs, experts and vocabulary divided, each rank reads only its slices (default: 1)")
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
