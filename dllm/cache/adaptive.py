@@ -28,6 +28,12 @@ really had recomputed, summed over layers and divided by the layer count (a toke
 from layer 2 of 4 costs half a token-forward), rounded up per forward. Candidate-state batches
 (FreeDave, LoPA) refresh on a copy of their row's buffers, so the canvas' own are unchanged.
 Block-causal models keep the dual cache's exact path (their K/V never drifts).
+
+Tensor parallelism: the layer inputs (the residual stream) are whole on every rank, equal after
+each all-reduce, so the drift test decides alike on every rank with no exchange of its own; the
+partial layers embed and project through the model's all-reducing ``embed_tokens`` /
+``Attention.project``, and the attention mass the token choice reads is all-reduced over the
+ranks' heads (one (B, N) sum a refreshing layer), so every rank picks the same tokens.
 """
 from __future__ import annotations
 
@@ -162,14 +168,14 @@ class AdaptiveCache:
         window[win] = True
         recompute = torch.zeros(B, N, dtype=torch.bool, device=device)  # context recomputed at this layer
         layer_tokens = torch.zeros(B, dtype=torch.long, device=device)
-        x_win, x = model.embed(tokens[:, wpos]), None  # x: the whole query set, once a row refreshes
+        x_win, x = model.embed_tokens(tokens[:, wpos]), None  # x: the whole query set, once a row refreshes
         for i, layer in enumerate(model.layers):
             if i >= from_layer:  # drift test of rows not refreshing yet
                 drifted = self._drift(x_win, hidden[i, :, wpos], unchanged) >= o.drift
                 trigger = torch.where((trigger == n_layers) & drifted, i, trigger)
             starting = trigger == i
             if bool(starting.any()) or x is not None:
-                cached = model.embed(tokens[:, idx]) if i == 0 else hidden[i][:, idx]
+                cached = model.embed_tokens(tokens[:, idx]) if i == 0 else hidden[i][:, idx]
                 # context not recomputed at the layer below reads its cached inputs
                 x = cached.clone() if x is None else torch.where(recompute[..., None], x, cached)
                 x[:, win] = x_win
@@ -233,7 +239,10 @@ class AdaptiveCache:
         scores = (q.float() @ keys.float().transpose(-1, -2)) / attn.head_dim ** 0.5  # (B, H, N, S)
         if visible.valid is not None:
             scores = scores.masked_fill(~visible.valid[:, None, None, :], float("-inf"))
-        return scores.softmax(-1)[..., q_lo:be].sum(-1).mean(1)
+        mass = scores.softmax(-1)[..., q_lo:be].sum(-1)  # (B, H, N): the rank's heads
+        if attn.tp is None:
+            return mass.mean(1)
+        return attn.tp.all_reduce(mass.sum(1)) / (attn.n_heads * attn.tp.size)  # every head's mean
 
     @staticmethod
     def _top(score: Tensor, candidates: Tensor, ratio: float) -> Tensor:
@@ -278,7 +287,7 @@ class AdaptiveCache:
             keep = written[:, None, :, None]
             k, v = torch.where(keep, k, k_buf[:, :, at]), torch.where(keep, v, v_buf[:, :, at])
         k_buf[:, :, at], v_buf[:, :, at] = k, v
-        x = x + attn.o_proj(attend(q, k_buf, v_buf, visible).reshape(Bq, T, -1))
+        x = x + attn.project(attend(q, k_buf, v_buf, visible).reshape(Bq, T, -1))
         return x + layer.mlp(layer.mlp_norm(x))
 
 

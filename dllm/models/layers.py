@@ -112,7 +112,12 @@ class Attention(nn.Module):
             k_buf[:, :, write_at : write_at + T] = k
             v_buf[:, :, write_at : write_at + T] = v
             k, v = k_buf, v_buf
-        out = self.o_proj(pick_rows(attend(q, k, v, visible).reshape(B, T, -1), rows))
+        return self.project(pick_rows(attend(q, k, v, visible).reshape(B, T, -1), rows))
+
+    def project(self, heads: Tensor) -> Tensor:
+        """(..., H * D) attention outputs -> (..., d_model): o_proj, and under tensor parallelism
+        the all-reduce of the ranks' partial sums (the one place, the adaptive cache calls it too)."""
+        out = self.o_proj(heads)
         return out if self.tp is None else self.tp.all_reduce(out)
 
     def queries(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

@@ -69,6 +69,12 @@ class DiffusionTransformer(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.embed.weight.dtype
 
+    def embed_tokens(self, ids: Tensor) -> Tensor:
+        """(B, T) token ids -> (B, T, d_model): the lookup, or under tensor parallelism the
+        vocabulary-split lookup and its all-reduce (the adaptive cache embeds through it too)."""
+        tp = self.tensor_parallel
+        return self.embed(ids) if tp is None else tp.embed(self.embed, ids)
+
     def forward(
         self,
         input_ids: Tensor,
@@ -95,8 +101,7 @@ class DiffusionTransformer(nn.Module):
         where these FLOPs are time).
         """
         cos, sin = rope_cos_sin(position_ids, self.config.rotary_dim, self.config.rope_theta)
-        tp = self.tensor_parallel
-        x = self.embed(input_ids) if tp is None else tp.embed(self.embed, input_ids)  # (B, T, d_model)
+        x = self.embed_tokens(input_ids)  # (B, T, d_model)
         lo, hi = (0, input_ids.shape[1]) if logits_for is None else logits_for
         rows: Tensor | slice | None = None if logits_for is None else slice(lo, hi)
         if head_rows is not None:  # the last block computes outputs only where the head reads
