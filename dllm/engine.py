@@ -53,6 +53,7 @@ class DecodeState:
                  seeds: list[int] | None = None) -> None:
         self.model, self.canvas, self.config = model, canvas, config
         self.mask_id = model.mask_token_id
+        self.tp = getattr(model, "tensor_parallel", None)  # this rank's TensorShard; None: one process
         self.runner = ModelRunner(model, canvas, cfg_scale=config.cfg_scale, compile=config.compile)
         self.cache = make_cache(config.cache, **self._cache_options())
         self.rule = make_rule(config.policy, config.policy_args)
@@ -139,7 +140,7 @@ class DecodeState:
             self.runner.head_rows = None
         self.forwards += 1
         if self.logprobs is not None:
-            self.logprobs.saw(logits, rows, self.canvas.batch_size)
+            self.logprobs.saw(logits, rows, self.canvas.batch_size, self.tp)
         return logits
 
     def statistics(self, logits: Tensor, rows: Tensor | None = None, steps: Tensor | None = None) -> TokenStats:
@@ -150,21 +151,26 @@ class DecodeState:
         FreeDave's draft k sits k steps ahead. At temperature > 0 the noise of each position is
         keyed by its row's seed and that state's step count and answer position."""
         N, W, V = logits.shape
-        tp = getattr(self.model, "tensor_parallel", None)
-        if tp is not None:
-            tp.check_decode(self)
-        flat = _filter_logits(logits.reshape(N * W, V), self.config.top_k, self.config.top_p)
+        flat = logits.reshape(N * W, V)
+        if self.config.top_k is not None or self.config.top_p is not None:
+            flat = (_filter_logits(flat, self.config.top_k, self.config.top_p) if self.tp is None
+                    else self.tp.filter_logits(flat, self.config.top_k, self.config.top_p))
         noise = {}
         if self.config.temperature > 0:
             key = self.noise(rows, steps)
             noise = dict(seed=key.seed[:, None].expand(N, W).reshape(-1), counter=key.counters().reshape(-1))
-        if tp is not None:  # vocabulary-sharded logits: partial statistics, one small exchange
-            stats = tp.statistics(flat, vocab=self.model.config.vocab_size, temperature=self.config.temperature,
-                                  excluded_ids=self.excluded, **noise)
-        else:
-            stats = confidence_stats(flat, temperature=self.config.temperature, excluded_ids=self.excluded,
-                                     scratch=self.stats_scratch, **noise)
+        stats = self.row_statistics(flat, temperature=self.config.temperature, scratch=self.stats_scratch, **noise)
         return stats.reshape(N, W)
+
+    def row_statistics(self, flat: Tensor, *, temperature: float = 0.0, scratch: StatsScratch | None = None,
+                       **noise) -> TokenStats:
+        """(R, V) logits -> TokenStats (R,) over the whole vocabulary, the mask id excluded: one
+        kernel call; under tensor parallelism (``flat`` is then the rank's vocabulary shard)
+        partial statistics and one small exchange (``TensorShard.statistics``)."""
+        if self.tp is not None:
+            return self.tp.statistics(flat, vocab=self.model.config.vocab_size, temperature=temperature,
+                                 excluded_ids=self.excluded, **noise)
+        return confidence_stats(flat, temperature=temperature, excluded_ids=self.excluded, scratch=scratch, **noise)
 
     def noise(self, rows: Tensor | None = None, steps: Tensor | int | None = None) -> RowNoise:
         """The random stream of the states in ``rows`` (default: the canvas rows) that took
@@ -329,7 +335,7 @@ def _filter_logits(logits: Tensor, top_k: int | None, top_p: float | None) -> Te
         kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and top_p < 1:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
         probs = sorted_logits.softmax(-1)
         drop_sorted = probs.cumsum(-1) - probs > top_p  # keep the token that crosses p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)

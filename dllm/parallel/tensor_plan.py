@@ -194,20 +194,19 @@ class TensorShard:
                               seed=seed, counter=counter, offset=offset, global_max=shift)
         return combine_shard_stats(self.all_gather(partial))
 
-    def check_decode(self, state) -> None:
-        """Refuse what does not yet run on vocabulary-sharded logits (a clear error, not wrong tokens)."""
-        cfg = state.config
-        unsupported = []
-        if cfg.top_k is not None or cfg.top_p is not None:
-            unsupported.append("top_k / top_p filtering")
-        if state.logprobs is not None:
-            unsupported.append("logprobs")
-        if state.runner.keep_last:
-            unsupported.append(f"the {cfg.stopper!r} stopper (it reads whole-answer statistics)")
-        if cfg.cache == "adaptive":
-            unsupported.append("the adaptive cache")
-        if unsupported:
-            raise ValueError("tensor parallelism does not support " + ", ".join(unsupported) + " yet")
+    def filter_logits(self, logits: Tensor, top_k: int | None, top_p: float | None) -> Tensor:
+        """This rank's shard of one process's top-k / nucleus filtering of the whole rows, from
+        small exchanges (``dllm.parallel.vocab_shard``)."""
+        from dllm.parallel.vocab_shard import filter_shard_logits
+
+        return filter_shard_logits(self, logits, top_k, top_p)
+
+    def logprobs(self, logits: Tensor, token: Tensor, top: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Log-probabilities of ``token`` (R,) under the whole rows' softmax and the rows' ``top``
+        alternatives (logprobs, ids), from (R, V / size) shard logits (``dllm.parallel.vocab_shard``)."""
+        from dllm.parallel.vocab_shard import shard_logprobs
+
+        return shard_logprobs(self, logits, token, top)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Tensor and expert parallelism under torchrun (gloo, CPU): the same tokens and logits as one
-process, sizes that do not fit refused before loading, a failing rank ends the job.
+process (every cache, top-k / top-p sampling, logprobs, the answer-wide stoppers), sizes that do
+not fit refused before loading, a failing rank ends the job.
 
 One torchrun job at 2 ranks runs every decode and logits case (``tp_worker.py``), one at 4
 ranks the logits cases whose sizes divide by 4; one process computes the references here."""
@@ -10,20 +11,25 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import dllm
 from dllm import GenerationConfig
+from dllm.engine import _filter_logits
 from dllm.memory import plan_memory
 from dllm.kernels.confidence_stats import confidence_stats_torch
 from dllm.kernels.shard_stats import combine_shard_stats_torch, shard_stats_torch
 from dllm.models.loading import read_config
 from dllm.models.tiny import write_tiny_checkpoint
 from dllm.parallel.tensor_plan import TensorPlanError, check_plan
+from dllm.parallel.vocab_shard import filter_shard_logits, shard_logprobs
+from tests.parallel.tp_worker import decode_logprobs
 
 WORKER = Path(__file__).with_name("tp_worker.py")
 BUNDLED = ["dllm-waitingline-llada", "dllm-waitingline-dream", "dllm-waitingline-bd"]
@@ -33,7 +39,25 @@ DECODES = [(name, {"cache": cache}) for name in BUNDLED for cache in ("none", "p
 DECODES += [("dllm-waitingline-llada", {"temperature": 0.8, "seed": 7}),
             ("dllm-waitingline-bd", {"temperature": 0.8, "seed": 7, "cache": "dual"}),
             ("dllm-waitingline-llada", {"policy": "threshold", "strategy": "freedave", "cache": "dual"}),
-            ("dllm-waitingline-bd", {"policy": "threshold", "strategy": "lopa", "cache": "prefix"})]
+            ("dllm-waitingline-bd", {"policy": "threshold", "strategy": "lopa", "cache": "prefix"}),
+            # the adaptive cache: its attention-chosen partial refresh, and refreshes on drift from layer 0
+            ("dllm-waitingline-llada", {"cache": "adaptive"}),
+            ("dllm-waitingline-dream", {"cache": "adaptive",
+                                        "cache_args": {"drift": 0.02, "scope": "all", "ratio": 0.5, "from_layer": 0}}),
+            # top-k / nucleus filtering of sampled tokens, found from small exchanges
+            ("dllm-waitingline-llada", {"temperature": 0.8, "seed": 3, "top_k": 3}),
+            ("dllm-waitingline-llada", {"temperature": 0.8, "seed": 3, "top_p": 0.5}),
+            ("dllm-waitingline-dream", {"temperature": 1.5, "seed": 3, "top_k": 20, "top_p": 0.8, "cache": "dual"}),
+            # answer-wide stoppers (whole-answer statistics from the shards), each exiting early
+            ("dllm-waitingline-llada", {"stopper": "sched"}),
+            ("dllm-waitingline-dream", {"stopper": "prophet", "cache": "dual"}),
+            ("dllm-waitingline-llada", {"stopper": "eotp", "policy": "threshold", "policy_args": {"tau": 0.9},
+                                        "stop_at_eos": True, "cache": "dual"}),
+            ("dllm-waitingline-dream", {"stopper": "eotp", "stop_at_eos": True, "cache": "adaptive"})]
+# (the Dream model's saturated confidences tie to an ulp at some steps, so low-confidence order
+# could follow the forward's rounding there; left to right, each token's forward is fixed)
+LOGPROBS = [("dllm-waitingline-llada", {"cache": "dual", "temperature": 0.8, "seed": 5}),
+            ("dllm-waitingline-dream", {"cache": "prefix", "policy": "sequential"})]
 # tiny random checkpoints: K/V heads fewer than 4 ranks (replicated), fused q/k/v, experts
 TINY = [("llada", {}), ("dream", {"n_kv_heads": 2}), ("llada2_moe", {"n_kv_heads": 1}), ("llada_moe", {}),
         ("sdar", {"n_kv_heads": 2})]
@@ -68,8 +92,8 @@ def tp2(tiny, tmp_path_factory):
     spec += [{"model": str(tiny["llada2_moe"][0]), "kind": "generate", "prompts": PROMPTS,
               "config": {**GEN, "cache": "prefix"}}]
     spec += _spec_logits(tiny)
-    spec += [{"model": "dllm-waitingline-llada", "kind": "generate", "prompts": PROMPTS[:1], "expect_error": True,
-              "config": {**GEN, "temperature": 0.8, "top_k": 5}}]
+    spec += [{"model": name, "kind": "logprobs", "prompts": PROMPTS, "top": 3, "config": {**GEN, **opt}}
+             for name, opt in LOGPROBS]
     (root / "spec.json").write_text(json.dumps(spec))
     done = _torchrun([str(WORKER), str(root / "spec.json"), str(root / "out.json")], 2)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -87,14 +111,18 @@ def _one_process(case):
         ids = torch.tensor(case["ids"])
         with torch.no_grad():
             return model.model(ids, torch.arange(ids.shape[1])[None].expand_as(ids))
-    return model.generate(case["prompts"], GenerationConfig(**case["config"])).token_ids
+    if case["kind"] == "logprobs":
+        return decode_logprobs(model, case["prompts"], GenerationConfig(**case["config"]), case["top"])
+    return model.generate(case["prompts"], GenerationConfig(**case["config"]))
 
 
 @pytest.mark.parametrize("i", range(len(DECODES) + 1),
                          ids=[f"{n}-{'-'.join(f'{k}={v}' for k, v in o.items())}" for n, o in DECODES] + ["tiny-moe"])
 def test_tp2_decodes_the_tokens_of_one_process(tp2, i):
     spec, out = tp2
-    assert out[i]["token_ids"] == _one_process(spec[i])
+    single = _one_process(spec[i])
+    assert out[i]["token_ids"] == single.token_ids
+    assert out[i]["nfe"] == [s["nfe"] for s in single.stats]  # early exits and truncations too
     assert any(len(set(ids)) > 2 for ids in out[i]["token_ids"])  # answers, not one repeated token
     reduced, gathered, _, gathers = out[i]["comm"]
     assert reduced > 0 and gathers > 0  # partial statistics exchanged, ...
@@ -110,7 +138,8 @@ def test_tp2_decodes_the_tokens_of_one_process(tp2, i):
 
 def test_tp2_logits_of_every_family_match_one_process(tp2, tiny):
     spec, out = tp2
-    for case, got in zip(spec[len(DECODES) + 1:-1], out[len(DECODES) + 1:-1]):
+    logits = slice(len(DECODES) + 1, len(DECODES) + 1 + len(tiny))
+    for case, got in zip(spec[logits], out[logits]):
         ref = _one_process(case)
         assert torch.allclose(torch.tensor(got["logits"]), ref, atol=1e-4, rtol=1e-4), case["model"]
         # one all-reduce of (B, T, d_model) float32 for the embedding, and two a layer (attention
@@ -121,9 +150,29 @@ def test_tp2_logits_of_every_family_match_one_process(tp2, tiny):
         assert got["params"] < 0.6 * whole  # no rank holds the whole model
 
 
-def test_what_sharded_logits_cannot_serve_yet_is_refused(tp2):
-    """top-k / top-p need the whole row's order: refused with a message, never wrong tokens."""
-    assert "tensor parallelism does not support top_k / top_p filtering yet" in tp2[1][-1]["error"]
+def test_the_answer_wide_stoppers_exit_early_under_tp2(tp2):
+    """The stopper cases really stop or truncate before the step budget (16 forwards a row)."""
+    spec, out = tp2
+    for case, got in zip(spec[: len(DECODES)], out[: len(DECODES)]):
+        if case["config"].get("stopper"):
+            assert min(got["nfe"]) < GEN["steps"], case["config"]
+
+
+@pytest.mark.parametrize("i", range(len(LOGPROBS)), ids=[f"{n}-{o}" for n, o in LOGPROBS])
+def test_tp2_logprobs_are_those_of_one_process(tp2, i):
+    """Each committed token's logprob and its top-3 alternatives from shard partials (log-sum-exp
+    combine, top-n gather): one process's tokens and ids, its values as closely as the sharded
+    forward's logits match (1e-4)."""
+    spec, out = tp2
+    at = len(spec) - len(LOGPROBS) + i
+    got, single = out[at], _one_process(spec[at])
+    assert got["token_ids"] == single["token_ids"]
+    assert got["order"] == single["order"]  # each token committed by the same forward
+    assert got["top_ids"] == single["top_ids"]
+    for name in ("logprob", "top_logprob"):
+        a, b = torch.tensor(got[name]), torch.tensor(single[name])
+        assert torch.equal(a.isnan(), b.isnan()) and not a.isnan().all(), name
+        assert torch.allclose(a.nan_to_num(), b.nan_to_num(), atol=1e-4, rtol=1e-4), name
 
 
 def test_tp4_logits_match_one_process(tiny, tmp_path):
@@ -156,6 +205,83 @@ def test_shard_statistics_combine_to_the_whole_vocabulary(size, temperature):
     assert torch.equal(got.token, ref.token)
     for name, a, b in zip(ref._fields[1:], got[1:], ref[1:]):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), name
+
+
+class _ThreadShard:
+    """A TensorShard stand-in for one rank of ``size`` threads: its collectives meet the others'."""
+
+    def __init__(self, rank: int, size: int, slots: list, barrier: threading.Barrier) -> None:
+        self.rank, self.size, self._slots, self._barrier = rank, size, slots, barrier
+
+    def _meet(self, x):
+        self._slots[self.rank] = x.clone()
+        self._barrier.wait()
+        parts = list(self._slots)
+        self._barrier.wait()
+        return parts
+
+    def all_reduce(self, x, op=None):
+        parts = self._meet(x)
+        return x.copy_(torch.stack(parts).amax(0) if op == dist.ReduceOp.MAX else torch.stack(parts).sum(0))
+
+    def all_gather(self, x):
+        return torch.stack(self._meet(x))
+
+
+def _on_ranks(size, fn):
+    """fn(shard) on ``size`` threads, one rank each; their results in rank order."""
+    slots, barrier, out, errors = [None] * size, threading.Barrier(size), [None] * size, []
+
+    def body(rank):
+        try:
+            out[rank] = fn(_ThreadShard(rank, size, slots, barrier))
+        except Exception as err:  # noqa: BLE001  re-raised below
+            errors.append(err)
+            barrier.abort()
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
+def test_shard_filtering_keeps_exactly_what_one_process_keeps(size):
+    """top-k from the ranks' own k best; the nucleus from the threshold search: the same kept set
+    as one process's _filter_logits, ties (lowest id first) and -inf entries included."""
+    g = torch.Generator().manual_seed(size)
+    R, V = 9, 96
+    n = V // size
+    for trial in range(24):
+        x = torch.randn(R, V, generator=g) * [0.05, 1.0, 4.0, 20.0][trial % 4]
+        if trial % 3 == 0:
+            x = (x * 2).round() / 2  # many ties, across shards
+        x[0, 3] = float("-inf")
+        for k, p in [(None, 0.9), (5, None), (10, 0.5), (None, 0.2), (50, 0.95), (None, 0.999)]:
+            ref = _filter_logits(x, k, p)
+            got = torch.cat(_on_ranks(size, lambda tp: filter_shard_logits(tp, x[:, tp.rank * n:(tp.rank + 1) * n],
+                                                                           k, p)), dim=-1)
+            assert torch.equal(got, ref), (trial, k, p)
+
+
+@pytest.mark.parametrize("size", [1, 2, 4])
+def test_shard_logprobs_are_the_whole_rows(size):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 96, generator=g) * 3
+    x[0, 10] = x[0, 80] = 30.0  # a tie across shards: the lower id first
+    token = torch.tensor([80, 5, 95, 48, 0, 47])
+    n = 96 // size
+    chosen, values, ids = _on_ranks(size, lambda tp: shard_logprobs(tp, x[:, tp.rank * n:(tp.rank + 1) * n],
+                                                                    token, 4))[0]
+    logp = x.log_softmax(-1)
+    assert torch.allclose(chosen, logp.gather(1, token[:, None])[:, 0], atol=1e-5)
+    ref_values, ref_ids = logp.topk(4)
+    assert torch.allclose(values, ref_values, atol=1e-5)
+    assert torch.equal(ids[1:], ref_ids[1:]) and ids[0, :2].tolist() == [10, 80]
 
 
 def test_sizes_that_do_not_divide_are_refused_before_loading(tiny, monkeypatch):

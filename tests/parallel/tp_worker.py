@@ -3,8 +3,8 @@
 tokens to the JSON file given, for the test to compare with one process's.
 
 Usage: python -m torch.distributed.run --nproc_per_node N tests/parallel/tp_worker.py SPEC OUT
-SPEC: a JSON list of {"model": dir, "kind": "logits" | "generate", "config": {...},
-"prompts": [...] (generate) / "ids": [[...]] (logits)}.
+SPEC: a JSON list of {"model": dir, "kind": "logits" | "generate" | "logprobs", "config": {...},
+"prompts": [...] (generate, logprobs) / "ids": [[...]] (logits), "top": n (logprobs)}.
 """
 from __future__ import annotations
 
@@ -13,6 +13,23 @@ import os
 import sys
 
 import torch
+
+
+def decode_logprobs(model, prompts: list[str], config, top: int) -> dict:
+    """Decode ``prompts`` recording each committed token's logprob and ``top`` alternatives, as
+    the server does (``CommitLogprobs`` on the decode state); the same call in one process and
+    on every rank."""
+    from dllm.engine import Decoding, RowStart
+    from dllm.logprobs import CommitLogprobs
+
+    rows = [RowStart(prefix=model.encode(p), gen_length=config.gen_length, seed=config.seed) for p in prompts]
+    decoding = Decoding(model.model, rows, config)
+    state = decoding.state
+    state.logprobs = CommitLogprobs(*state.order.shape, top=top, device=state.order.device)
+    result = decoding.run()
+    lp = state.logprobs
+    return {"token_ids": result.answer.tolist(), "order": result.order.tolist(), "logprob": lp.logprob.tolist(),
+            "top_ids": lp.top_ids.tolist(), "top_logprob": lp.top_logprob.tolist()}
 
 
 def run(spec: list[dict], out: str) -> None:
@@ -37,6 +54,8 @@ def run(spec: list[dict], out: str) -> None:
                 comm = [tp.bytes_reduced - before[0], tp.reduces - before[2]]  # the forward's own
                 full = torch.cat(list(tp.all_gather(shard.contiguous())), dim=-1)  # for the test only
                 results.append({"logits": full.tolist(), "forward_comm": comm})
+            elif case["kind"] == "logprobs":
+                results.append(decode_logprobs(model, case["prompts"], GenerationConfig(**case["config"]), case["top"]))
             else:
                 cfg = GenerationConfig(**case["config"])
                 if case.get("expect_error"):
