@@ -24,6 +24,8 @@ and their K/V appended; blocks in flight are recomputed every round and never ke
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -33,11 +35,17 @@ from dllm.samplers.base import RuleInput
 
 
 class AppendCache:
-    """D2F's K/V cache: [0, exact_end) final; a forward runs from there to the window's end."""
+    """D2F's K/V cache: [0, exact_end) final; a forward runs from there to the window's end.
+
+    Candidate forwards (LoPA's branches, on a row-selected copy) also leave the blocks before the
+    window final in every candidate, so their K/V goes back to each row present among the
+    candidates and ``exact_end`` moves for candidate forwards; a canvas forward starts from
+    ``canvas_end``, how far every row's K/V is known final (a branch-parallel rank sees only its
+    own rows' candidates)."""
 
     def __init__(self) -> None:
         self.kv: KVBuffers | None = None
-        self.exact_end = 0
+        self.exact_end = self.canvas_end = 0
         self.peak_bytes = 0
 
     def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
@@ -47,14 +55,40 @@ class AppendCache:
         kv = self.kv if rows is None else self.kv.select(rows)
         self.peak_bytes = max(self.peak_bytes, self.kv.nbytes + (kv.nbytes if rows is not None else 0))
         shift = int(runner.shift_logits)
-        start = min(self.exact_end, bs - shift)
+        start = min(self.exact_end if rows is not None else self.canvas_end, bs - shift)
         end = runner.model_blocks(bs, be)[1]
         first = bs - shift - start
         logits = runner.forward(tokens[:, start:end], start, cache=kv, rows=rows, count=count,
                                 logits_for=(first, first + be - bs))
-        if rows is None:  # every row's blocks before bs are final: their K/V just written is exact
-            self.exact_end = runner.model_blocks(bs, be)[0]
+        final = runner.model_blocks(bs, be)[0]  # every row's blocks before bs are final
+        if rows is None:
+            self.exact_end = self.canvas_end = final
+        elif final > start:
+            self._write_back(kv, rows, start, final)
+            self.exact_end = final
         return logits
+
+    def _write_back(self, kv: KVBuffers, rows: Tensor, start: int, end: int) -> None:
+        """K/V of [start, end) from each row's first candidate into the row (rows with no
+        candidate keep theirs; no host read)."""
+        B, C = self.kv.layers[0][0].shape[0], rows.shape[0]
+        first = torch.full((B,), C, dtype=torch.long, device=rows.device)
+        first.scatter_reduce_(0, rows, torch.arange(C, device=rows.device), "amin")
+        present = (first < C)[:, None, None, None]
+        pick = first.clamp_max(C - 1)
+        for (k, v), (ck, cv) in zip(self.kv.layers, kv.layers):
+            for main, copy in ((k, ck), (v, cv)):
+                part = main[:, :, start:end]
+                part.copy_(torch.where(present, copy[pick][:, :, start:end], part))
+
+
+@dataclass(frozen=True)
+class Grown:
+    """Candidate states after each added its own block (``Pipelined.grow``)."""
+
+    added: Tensor  # (C,) blocks in each candidate's pipeline
+    window_mask: Tensor  # (C, W) each candidate's blocks in flight over the widest window
+    be: int  # end of that window: one block past the round's, where the answer has one
 
 
 class PipelineRule:
@@ -101,7 +135,9 @@ class Pipelined:
         self.num_blocks = config.gen_length // block_length
         self.added = torch.zeros(B, dtype=torch.long, device=state.tokens.device)  # blocks in each row's pipeline
         self.full = torch.zeros(B, self.num_blocks, dtype=torch.bool, device=state.tokens.device)
-        self.lo = 0  # first block of the window this round
+        self.lo = self.hi = 0  # the round's window [lo, hi) in blocks
+        if hasattr(inner, "pipeline"):  # LoPA: its candidates add their own blocks (grow)
+            inner.pipeline = self
         state.rule = PipelineRule(state.rule, self)
         if config.cache != "none":
             state.cache = AppendCache()
@@ -111,25 +147,36 @@ class Pipelined:
         """(B, K) whether each block of this round's window is fully active."""
         return self._full_window
 
-    def _blocks(self, state) -> tuple[Tensor, Tensor]:
-        """(B, num_blocks) masks left per block, and whether the answer holds an end-of-text."""
+    def _blocks(self, state, tokens: Tensor | None = None, rows: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(N, num_blocks) masks left per block of ``tokens`` (default: the canvas), and whether
+        each answer holds an end-of-text; ``rows``: the canvas row of each (for its prompt tail)."""
         P = state.canvas.prompt_width
-        answer = state.tokens[:, P: P + self.num_blocks * self.size]
+        tokens = state.tokens if tokens is None else tokens
+        answer = tokens[:, P: P + self.num_blocks * self.size]
         masks = (answer == state.mask_id).reshape(answer.shape[0], self.num_blocks, self.size).sum(-1)
         eos = torch.isin(answer, state.eos)
         if state.lead_mask is not None:
-            eos &= ~state.lead_mask[:, : answer.shape[1]]
+            lead = state.lead_mask if rows is None else state.lead_mask[rows]
+            eos &= ~lead[:, : answer.shape[1]]
         return masks, eos.any(-1)
 
+    def _added(self, state, masks: Tensor, eos: Tensor, added: Tensor, active: Tensor) -> Tensor:
+        """Blocks in each pipeline after this round's add: one more where the last block added has
+        decoded ``block_add_threshold`` (the prompt counts as decoded), none after an end-of-text."""
+        share = 1 - masks.float() / self.size  # decoded share of each block
+        last = share.gather(1, (added - 1).clamp_min(0)[:, None])[:, 0]
+        last = torch.where(added == 0, torch.ones_like(last), last)  # the prompt is decoded
+        stop = eos & state.config.stop_at_eos  # D2F adds no block after an end-of-text
+        return added + (active & (added < self.num_blocks) & ~stop & (last >= self.add)).long()
+
     def _advance(self, state) -> tuple[int, int]:
-        """Add blocks, mark fully active ones and return the round's block range [lo, hi)."""
+        """Add blocks (unless the strategy's candidates add their own, ``grows_blocks``), mark
+        fully active ones and return the round's block range [lo, hi)."""
         masks, eos = self._blocks(state)
         share = 1 - masks.float() / self.size  # decoded share of each block
         active = state.runner.active
-        last = share.gather(1, (self.added - 1).clamp_min(0)[:, None])[:, 0]
-        last = torch.where(self.added == 0, torch.ones_like(last), last)  # the prompt is decoded
-        stop = eos & state.config.stop_at_eos  # D2F adds no block after an end-of-text
-        self.added += (active & (self.added < self.num_blocks) & ~stop & (last >= self.add)).long()
+        if not getattr(self.inner, "grows_blocks", False):
+            self.added = self._added(state, masks, eos, self.added, active)
         before = torch.cat([torch.ones_like(share[:, :1]), share[:, :-1]], 1)  # the predecessor's share
         self.full = before >= self.decoded
         index = torch.arange(self.num_blocks, device=masks.device)
@@ -141,7 +188,19 @@ class Pipelined:
         if lo >= hi:
             raise RuntimeError("pipelined decode: a row still moves but has no block in flight")
         self.in_flight = (index[lo:hi] < self.added[:, None])
+        self.lo, self.hi = lo, hi
         return lo, hi
+
+    def grow(self, state, tokens: Tensor, rows: Tensor) -> Grown:
+        """Candidate states (C, L) of canvas ``rows`` (C,) each add their own block, as LoPA's
+        released loop adds one per branch before its forward: their pipelines, and their blocks in
+        flight over the round's window widened by one block (no host read)."""
+        masks, eos = self._blocks(state, tokens, rows)
+        added = self._added(state, masks, eos, self.added[rows], state.runner.active[rows])
+        hi = min(self.hi + 1, self.num_blocks)
+        index = torch.arange(self.lo, hi, device=tokens.device)
+        flight = (index < added[:, None]).repeat_interleave(self.size, 1)
+        return Grown(added=added, window_mask=flight, be=state.canvas.prompt_width + hi * self.size)
 
     def step(self, state):
         P, G = state.canvas.prompt_width, state.config.gen_length

@@ -30,16 +30,21 @@ def d2f_student(path, family: str, block_size: int = 4):
     return dllm.load(path, device="cpu", dtype="float32").model
 
 
+def bd_with_d2f_mask(path):
+    """The trained block-diffusion model read with D2F's mask (the prompt one block): confident
+    predictions for the pipelined mode's tests."""
+    shutil.copytree(resolve_model_path("dllm-waitingline-bd"), path)
+    config = json.loads((path / "config.json").read_text())
+    config["dllm_block_origin"] = "prompt"
+    (path / "config.json").write_text(json.dumps(config))
+    return dllm.load(path, device="cpu", dtype="float32")
+
+
 @pytest.fixture(scope="module")
 def students(tmp_path_factory):
     root = tmp_path_factory.mktemp("d2f")
     out = {f: d2f_student(root / f, f) for f in ("llada", "dream")}
-    bd = root / "bd"  # the trained block-diffusion model read with D2F's mask (confident predictions)
-    shutil.copytree(resolve_model_path("dllm-waitingline-bd"), bd)
-    config = json.loads((bd / "config.json").read_text())
-    config["dllm_block_origin"] = "prompt"
-    (bd / "config.json").write_text(json.dumps(config))
-    out["bd"] = dllm.load(bd, device="cpu", dtype="float32")
+    out["bd"] = bd_with_d2f_mask(root / "bd")
     return out
 
 

@@ -13,6 +13,9 @@ takes them all.
 ``low_confidence`` with ``tau`` also commits every eligible position whose probability is
 strictly above ``tau``: LLaDA2.0's rule (take all of those when there are at least the quota,
 else the quota's most probable, which includes them), and SDAR's ``low_confidence_dynamic``.
+``rank="neg_entropy"`` takes the positions above tau when they are at least the quota, else the
+quota's lowest-entropy positions: LoPA's released D2F loop with ``sampling_strategy=neg_entropy``,
+whose fully active blocks fall back to their highest-confidence position in that measure.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from torch import Tensor
 from dllm.samplers.base import RuleInput, register_rule, topk_mask
 
 SCHEDULES = ("masks", "block")
+RANKS = ("prob", "neg_entropy")
 
 
 def transfer_count(block_masks: Tensor, num_steps: int, step: int | Tensor) -> Tensor:
@@ -68,20 +72,27 @@ class LowConfidence(ScheduledTopK):
     probable than tau."""
 
     tau: float | None = None
+    rank: Literal["prob", "neg_entropy"] = "prob"  # what the quota's positions are chosen by
 
     def __post_init__(self) -> None:
         ScheduledTopK.__post_init__(self)
         if self.tau is not None and not 0 <= self.tau <= 1:
             raise ValueError(f"low_confidence tau must be a probability in [0, 1], got {self.tau}")
+        if self.rank not in RANKS:
+            raise ValueError(f"low_confidence rank must be one of {RANKS}, got {self.rank!r}")
 
     def score(self, inp: RuleInput) -> Tensor:
-        return inp.stats.prob
+        return inp.stats.prob if self.rank == "prob" else -inp.stats.entropy
 
     def __call__(self, inp: RuleInput) -> Tensor:
         commit = ScheduledTopK.__call__(self, inp)
-        if self.tau is not None:
-            commit |= inp.eligible & (inp.stats.prob > self.tau)
-        return commit
+        if self.tau is None:
+            return commit
+        above = inp.eligible & (inp.stats.prob > self.tau)
+        if self.rank == "prob":  # the quota's most probable include every position above tau
+            return commit | above
+        enough = above.sum(-1, keepdim=True) >= scheduled_count(inp, self.schedule)[:, None]
+        return torch.where(enough, above, commit)  # the quota by entropy only when tau falls short
 
     def passes(self, inp: RuleInput) -> Tensor:
         """The positions strictly above tau alone, no quota (a pipeline's semi-active block)."""
