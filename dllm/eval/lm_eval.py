@@ -60,12 +60,13 @@ class DllmLM(LM):
         self._device = torch.device(device)
         self.dllm = dllm.load(self.options.pretrained, device=device, dtype=self.options.dtype,
                               prepack=self.options.prepack, revision=self.options.revision,
-                              quantize=self.options.quantize, tensor_parallel=tp)
+                              quantize=self.options.quantize, tensor_parallel=tp, adapter=self.options.adapter)
         self.model, self.tokenizer = self.dllm.model, self.dllm.tokenizer
         run = {"model": str(self.dllm.path), "dtype": self.options.dtype, "config": _config_dict(self.config),
                "mc_num": self.options.mc_num, "greedy_check": self.options.greedy_check,
                **({"prepack": True} if self.options.prepack else {}),  # default runs keep their records
-               **({"quantize": self.options.quantize} if self.options.quantize else {})}
+               **({"quantize": self.options.quantize} if self.options.quantize else {}),
+               **({"adapter": self.options.adapter} if self.options.adapter else {})}
         self.records = RequestRecords(self.options.save_dir, self._rank, fingerprint(run), writes=writes)
         if tp > 1:  # every rank has read the records before any writes: a copy's ranks skip alike
             torch.distributed.barrier()

@@ -39,6 +39,8 @@ class EvalOptions:
     max_batch_size: lm-eval's ceiling for ``batch_size=auto``, which dllm refuses; unused.
     tensor_parallel: split the model over this many torchrun ranks (as dllm.load); a job of more
       ranks holds one copy per this many, and lm-eval shards the documents over the copies.
+    adapter: a PEFT LoRA adapter directory merged into ``pretrained`` at load (as dllm.load), e.g.
+      a D2F student's; the records of a run with one never answer a run without it.
     """
 
     pretrained: str | None = None
@@ -54,6 +56,7 @@ class EvalOptions:
     add_bos_token: bool = False
     max_batch_size: int | None = None
     tensor_parallel: int = 1
+    adapter: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.batch_size, str) and self.batch_size.startswith("auto"):

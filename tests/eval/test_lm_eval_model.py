@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from lm_eval.api.instance import Instance
 
 import dllm
@@ -161,3 +162,17 @@ def test_new_families_take_lm_eval_unchanged(tmp_path, family):
     batched = _lm(path, batch_size=3, **args).generate_until(requests, disable_tqdm=True)
     single = _lm(path, batch_size=1, **args).generate_until(requests, disable_tqdm=True)
     assert batched == single
+
+
+def test_adapter_model_arg_merges_the_lora_adapter(tiny_dirs, tmp_path):
+    """adapter=DIR loads as dllm.load(base, adapter=DIR): the merged weights, and its own records."""
+    from tests.models.test_adapters import read_checkpoint, write_adapter
+
+    write_adapter(tmp_path / "lora", read_checkpoint(tiny_dirs["llada"]), ["q_proj", "v_proj"])
+    lm = _lm(tiny_dirs["llada"], adapter=str(tmp_path / "lora"))
+    want = dllm.load(tiny_dirs["llada"], device="cpu", dtype="float32", adapter=tmp_path / "lora")
+    got, ref = lm.model.state_dict(), want.model.state_dict()
+    assert all(torch.equal(got[k], ref[k]) for k in ref)
+    plain = _lm(tiny_dirs["llada"])
+    assert not torch.equal(plain.model.state_dict()["layers.0.attn.q_proj.weight"], got["layers.0.attn.q_proj.weight"])
+    assert lm.records.fingerprint != plain.records.fingerprint

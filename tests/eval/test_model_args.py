@@ -21,6 +21,8 @@ def test_fields_bare_options_and_prefixed_options_reach_the_config():
     assert same.policy_args == {"tau": 0.8}
     _, nested = parse_model_args({"policy": "threshold", "policy_args": {"tau": 0.8}})  # lm-eval's JSON form
     assert nested.policy_args == {"tau": 0.8}
+    with_adapter, _ = parse_model_args({"pretrained": "BASE", "adapter": "LORA"})  # a D2F student
+    assert (with_adapter.pretrained, with_adapter.adapter) == ("BASE", "LORA")
 
 
 def test_every_generation_config_field_is_a_model_arg():
