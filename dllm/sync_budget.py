@@ -7,6 +7,8 @@ stalls the launch queue until the device catches up. The loop is written to stay
 * per round (one ``strategy.step``): the loop's "does any row still move?" read, plus, for
   candidate strategies (FreeDave, LoPA), their "does the base step leave work, so is a forward
   needed at all?" read;
+* the pipelined mode (D2F, dllm/pipeline.py): one more per round, the window's block range over
+  the batch (LoPA there folds "how far do the candidates' own blocks reach" into its forward read);
 * per decision window: the read that ends its loop and the "is any row still active?" read;
 * with EoTP truncating rows: one more per forward (the furthest end over active rows, read
   before the next forward after a truncation): at most one per round plus one per window (the
@@ -19,12 +21,15 @@ stalls the launch queue until the device catches up. The loop is written to stay
 from __future__ import annotations
 
 READS_PER_ROUND = {"plain": 1, "freedave": 2, "lopa": 2}
+READS_PER_ROUND_PIPELINED = 1  # the blocks in flight over the batch: [lo, hi)
 READS_PER_WINDOW = 2
 READS_PER_FORWARD_TRUNCATED = 1  # EoTP: the furthest end over active rows, before the next forward
 READS_PER_DECODE = 1  # the result: each row's last committing forward (its own latency)
 
 
-def read_budget(strategy: str, rounds: int, windows: int, truncating: bool = False) -> int:
+def read_budget(strategy: str, rounds: int, windows: int, truncating: bool = False,
+                pipelined: bool = False) -> int:
     """Host reads a decode of ``rounds`` strategy steps over ``windows`` windows may make."""
     truncated = READS_PER_FORWARD_TRUNCATED * (rounds + windows) if truncating else 0
-    return READS_PER_ROUND[strategy] * rounds + READS_PER_WINDOW * windows + truncated + READS_PER_DECODE
+    per_round = READS_PER_ROUND[strategy] + (READS_PER_ROUND_PIPELINED if pipelined else 0)
+    return per_round * rounds + READS_PER_WINDOW * windows + truncated + READS_PER_DECODE

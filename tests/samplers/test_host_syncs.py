@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+import dllm
 import dllm.engine as engine
 import dllm.runner as runner
 from dllm import GenerationConfig
@@ -61,3 +62,25 @@ def test_host_reads_within_budget(tiny_models, monkeypatch, strategy, decoding, 
     rounds = made[0].rounds
     budget = read_budget(strategy, rounds, config.num_windows, truncating=decoding == "eotp")
     assert syncs.total <= budget, f"{syncs.total} host syncs over {rounds} rounds > budget {budget}: {dict(syncs.by_name)}"
+
+
+@pytest.mark.parametrize("cache", ["none", "dual"])
+@pytest.mark.parametrize("strategy", ["plain", "lopa"])
+def test_pipelined_host_reads_within_budget(monkeypatch, strategy, cache):
+    """The pipelined mode (D2F) adds one read per round: the blocks in flight over the batch."""
+    from dllm.models.bundled import resolve_model_path
+    from dllm.pipeline import Pipelined
+
+    monkeypatch.setattr(runner, "head_rows_pay_off", lambda device: False)
+    rounds = []
+    step = Pipelined.step
+    monkeypatch.setattr(Pipelined, "step", lambda self, state: rounds.append(1) or step(self, state))
+    lm = dllm.load(resolve_model_path("dllm-waitingline-bd"), device="cpu", dtype="float32")
+    config = GenerationConfig(gen_length=32, block_length=8, policy="low_confidence", policy_args={"tau": 0.9},
+                              block_add_threshold=0.1, decoded_token_threshold=0.95, cache=cache,
+                              strategy=strategy, strategy_args=STRATEGY_ARGS[strategy])
+    prompts = [lm.encode("Sort these names: Bob Smith, Alice Jones."), lm.encode("Reverse: Eve Black.")]
+    with HostSyncCounter() as syncs:
+        decode(lm.model, prompts, config)
+    budget = read_budget(strategy, len(rounds), config.num_windows, pipelined=True)
+    assert syncs.total <= budget, f"{syncs.total} host syncs over {len(rounds)} rounds > budget {budget}: {dict(syncs.by_name)}"
