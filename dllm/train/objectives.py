@@ -10,6 +10,16 @@
   batch with complementary masks (each token of the block masked in exactly one copy), so no
   token of the drawn block goes unscored. Under block-causal attention later blocks are
   invisible to the drawn one; they carry no loss.
+* ``d2f`` (Discrete Diffusion Forcing, Wang et al. 2025; its released training code,
+  ``D2F-train/utils/util.py`` ``forward_process_length`` / ``generate_monotonic_pmasks`` and
+  ``utils/loss.py``): every answer block of ``bd_size`` (counted from the answer start) is noised
+  at once, each at its own rate, and the rates never decrease along the answer: the first
+  block's is drawn in [0.2, 0.7), each later one adds a share of what is left up to 0.7, so a
+  block is trained to denoise from earlier blocks that are themselves partly masked (less than
+  it), the state the pipelined decode (dllm/pipeline.py) feeds it. The prompt is never masked.
+  Attention is block-causal with the whole prompt as one block (block origin "prompt", D2F's
+  ``build_custom_float_attention_mask``); the loss is the cross-entropy of each masked token
+  divided by its block's rate, averaged over the masked tokens.
 """
 from __future__ import annotations
 
@@ -56,3 +66,32 @@ def block_diffusion_masks(answer: Tensor, answer_start: int, bd_size: int, gen: 
     in_block = (col[None, :] >= lo[:, None]) & (col[None, :] < (lo + bd_size)[:, None])
     first = llada_masks(in_block, gen)
     return torch.cat([first, in_block & ~first])
+
+
+# D2F's per-block mask rates (generate_monotonic_pmasks): the first block's in
+# [D2F_FIRST_LOW, D2F_FIRST_LOW + D2F_FIRST_SPAN), later ones climbing to at most D2F_LAST.
+D2F_FIRST_LOW, D2F_FIRST_SPAN, D2F_LAST = 0.2, 0.5, 0.7
+
+
+def d2f_block_rates(n_blocks: Tensor, gen: torch.Generator) -> Tensor:
+    """(B, N) mask rate of each row's answer blocks, N = the most blocks of a row: non-decreasing
+    along a row; block k > 0 adds u_k (0.7 - p_0) / (n - 1) with u_k ~ U(0, 1) and n the row's own
+    block count (D2F scales by the batch's, and trains one row a batch), so a row's last block
+    stays at or below 0.7. Entries past a row's own blocks are unused."""
+    B, N = n_blocks.shape[0], int(n_blocks.max())
+    first = D2F_FIRST_LOW + D2F_FIRST_SPAN * torch.rand(B, 1, generator=gen)
+    room = (D2F_LAST - first) / (n_blocks[:, None] - 1).clamp_min(1)
+    steps = torch.rand(B, N - 1, generator=gen) * room
+    return torch.cat([first, first + steps.cumsum(-1)], dim=1)
+
+
+def d2f_masks(answer: Tensor, answer_start: int, bd_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """(masked, rate), both (B, L), for rows whose answers start at column ``answer_start``:
+    every answer token masked i.i.d. at its block's rate (``d2f_block_rates``; a last partial
+    block counts as a block); ``rate`` is 0 off the answer, the loss weight's denominator on it."""
+    B, L = answer.shape
+    lengths = answer.sum(-1)
+    rates = d2f_block_rates((lengths + bd_size - 1).div(bd_size, rounding_mode="floor").clamp_min(1), gen)
+    block = ((torch.arange(L) - answer_start).clamp_min(0) // bd_size).clamp_max(rates.shape[1] - 1)
+    rate = rates[:, block] * answer
+    return answer & (torch.rand(B, L, generator=gen) < rate), rate

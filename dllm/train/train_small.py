@@ -9,7 +9,9 @@ masked. ``--family dream`` adds Dream's logit shift; ``--family fast_dllm_v2`` t
 block-causal model with block-diffusion masking (dllm/train/objectives.py); ``--family
 llada2_moe`` the same objective on LLaDA2's layout (blocks of 32, MoE layers after the first,
 top-k routing kept balanced by LLaDA2's selection-only ``expert_bias``, updated after each
-step from the experts' loads, as in auxiliary-loss-free balancing). Seeded and
+step from the experts' loads, as in auxiliary-loss-free balancing). ``--objective d2f`` trains
+any of them as a D2F student instead (every answer block noised, later blocks more; block-causal
+with the prompt as one block; loss weighted by 1 / rate), for the pipelined decode. Seeded and
 reproducible; evaluates on a held-out split of freshly generated samples and writes a loadable
 checkpoint directory at every evaluation, and the best one so far by held-out mean to ``best/``.
 """
@@ -44,12 +46,12 @@ from dllm.models.tiny_formats import llada2_config
 from dllm.models.tokenizer import load_tokenizer
 from dllm.models.transformer import DiffusionTransformer
 from dllm.models.visibility import KeyVisibility
-from dllm.models.config import BLOCK_ORIGIN_KEY
+from dllm.models.config import ATTENTION_KEY, BLOCK_ORIGIN_KEY, BLOCK_SIZE_KEY, block_causal_override
 from dllm.models.visibility import block_causal_spans
 from dllm.train.canvas_mix import CanvasMix
 from dllm.train.corpus import TRAIN_TASKS, TaskCorpus
 from dllm.train.init_from import init_from_checkpoint
-from dllm.train.objectives import block_diffusion_masks, llada_masks, name_part_masks
+from dllm.train.objectives import block_diffusion_masks, d2f_masks, llada_masks, name_part_masks
 from dllm.train.save import save_checkpoint
 
 # Special tokens per layout, in vocabulary order (this order fixes the shipped tokenizer's ids);
@@ -247,27 +249,59 @@ def make_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Genera
     return noisy, positions, KeyVisibility(valid=valid), ids, masked
 
 
-def make_block_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, mask_id: int,
-                     bd_size: int, mix: CanvasMix | None = None, mix_rng: random.Random | None = None):
-    """Block-diffusion rows: prompts left-padded to one width P so every answer starts at P and
-    the block partition is the engine's (blocks counted from P); shorter answers are right-padded
-    with invisible keys. Each row twice, with complementary masks over one drawn block."""
-    rows = draw_rows(tokenizer, corpus, batch_size, mix, mix_rng, multiple=bd_size)
+def answer_aligned(tokenizer, rows: list[tuple[list[int], list[int]]]) -> tuple[Tensor, Tensor, Tensor, int]:
+    """(ids, valid, answer, P): prompts left-padded to one width P so every answer starts at P and
+    the block partition is the engine's (blocks counted from P); shorter answers right-padded with
+    invisible keys."""
     P = max(len(p) for p, _ in rows)
     width = P + max(len(a) for _, a in rows)
-    ids = torch.full((batch_size, width), tokenizer.eos_token_id, dtype=torch.long)
-    valid = torch.zeros((batch_size, width), dtype=torch.bool)
-    answer = torch.zeros((batch_size, width), dtype=torch.bool)
+    ids = torch.full((len(rows), width), tokenizer.eos_token_id, dtype=torch.long)
+    valid = torch.zeros((len(rows), width), dtype=torch.bool)
+    answer = torch.zeros((len(rows), width), dtype=torch.bool)
     for r, (p, a) in enumerate(rows):
         ids[r, P - len(p): P + len(a)] = torch.tensor(p + a)
         valid[r, P - len(p): P + len(a)] = True
         answer[r, P: P + len(a)] = True
+    return ids, valid, answer, P
+
+
+def make_block_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, mask_id: int,
+                     bd_size: int, mix: CanvasMix | None = None, mix_rng: random.Random | None = None):
+    """Block-diffusion rows (``answer_aligned``), each twice, with complementary masks over one
+    drawn block."""
+    rows = draw_rows(tokenizer, corpus, batch_size, mix, mix_rng, multiple=bd_size)
+    ids, valid, answer, P = answer_aligned(tokenizer, rows)
+    width = ids.shape[1]
     masked = block_diffusion_masks(answer, P, bd_size, gen)
     ids, valid = ids.repeat(2, 1), valid.repeat(2, 1)
     noisy = ids.masked_fill(masked, mask_id)
     positions = (valid.long().cumsum(-1) - 1).clamp_min(0)
     spans = block_causal_spans(0, width, width, prompt_width=P, block_size=bd_size)
     return noisy, positions, KeyVisibility(valid=valid, spans=spans), ids, masked
+
+
+def make_d2f_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, mask_id: int,
+                   bd_size: int, mix: CanvasMix | None = None, mix_rng: random.Random | None = None):
+    """D2F rows (``answer_aligned``): every answer block masked at its own rate, rising along the
+    answer (``d2f_masks``), under block-causal attention with the prompt as one block; the last
+    item is each position's rate, the loss weight's denominator."""
+    rows = draw_rows(tokenizer, corpus, batch_size, mix, mix_rng, multiple=bd_size)
+    ids, valid, answer, P = answer_aligned(tokenizer, rows)
+    masked, rate = d2f_masks(answer, P, bd_size, gen)
+    noisy = ids.masked_fill(masked, mask_id)
+    positions = (valid.long().cumsum(-1) - 1).clamp_min(0)
+    spans = block_causal_spans(0, ids.shape[1], ids.shape[1], prompt_width=P, block_size=bd_size, prompt_block=True)
+    return noisy, positions, KeyVisibility(valid=valid, spans=spans), ids, masked, rate
+
+
+def d2f_config(raw: dict, bd_size: int) -> dict:
+    """config.json of a D2F student: block-causal with the prompt as one block (origin "prompt");
+    a bidirectional family (LLaDA, Dream) says so with dllm_attention / dllm_block_size, as a
+    D2F LoRA merged into its base would; a block-causal family keeps its own block size."""
+    raw = {**raw, BLOCK_ORIGIN_KEY: "prompt"}
+    if raw["model_type"].lower() in ("llada", "dream"):
+        raw.update({ATTENTION_KEY: "block_causal", BLOCK_SIZE_KEY: bd_size})
+    return raw
 
 
 class ExpertLoads:
@@ -426,6 +460,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="the drawn canvas length's range (a row never gets less than its answer + 1)")
     ap.add_argument("--one-shot", type=float, default=0.0, metavar="RATE",
                     help="share of batches in the benchmark's one-shot format (one generated example first)")
+    ap.add_argument("--objective", choices=("family", "d2f"), default="family",
+                    help="family: the layout's own objective (LLaDA SFT for llada / dream, block diffusion for "
+                         "fast_dllm_v2 / llada2_moe); d2f: Discrete Diffusion Forcing (dllm/train/objectives.py "
+                         "d2f_masks), a block-causal student of --bd-size blocks (a block-causal layout's own size) "
+                         "with the prompt as one block, decoded by the pipelined mode")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
     try:
@@ -442,8 +481,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--name-part-masking {args.name_part_masking}: a share of rows, between 0 and 1")
     if not 0.0 <= args.fixed_pairs <= 1.0:
         ap.error(f"--fixed-pairs {args.fixed_pairs}: a share of examples, between 0 and 1")
-    if args.name_part_masking and args.family in ("fast_dllm_v2", "llada2_moe"):
-        ap.error("--name-part-masking applies to the llada / dream objectives; fast_dllm_v2 masks one block per row")
+    if args.name_part_masking and (args.family in ("fast_dllm_v2", "llada2_moe") or args.objective == "d2f"):
+        ap.error("--name-part-masking applies to the llada / dream objectives; the block objectives (fast_dllm_v2, "
+                 "llada2_moe, --objective d2f) mask by block")
     if args.init and (args.tokenizer or args.init_weights):
         ap.error("--init already brings its checkpoint's tokenizer and weights; drop --tokenizer / --init-weights")
     if args.threads:
@@ -461,12 +501,17 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer = load_tokenizer(out)
         model = load_model(args.init, dtype=torch.float32).requires_grad_(True)
         raw = json.loads((args.init / "config.json").read_text())
+        if args.objective == "d2f" and (model.attention != "block_causal" or model.config.block_origin != "prompt"):
+            ap.error(f"--objective d2f --init {args.init}: not a D2F student (block-causal, block origin "
+                     "'prompt'); start one from it with --init-weights DIR --tokenizer DIR")
     else:
         tokenizer = (reuse_tokenizer(args.tokenizer, out) if args.tokenizer
                      else build_tokenizer(corpus, out, args.vocab_size, TOKENIZER_LAYOUT[args.family]))
         raw = model_config(tokenizer, args)
+        if args.objective == "d2f":
+            raw = d2f_config(raw, args.bd_size)
         raw[PROMPT_SHOTS_KEY] = 0  # trained on zero-shot prompts: `dllm bench parallelbench` follows it
-        model = DiffusionTransformer(family_for(raw["model_type"]).parse_config(raw))
+        model = DiffusionTransformer(block_causal_override(raw, family_for(raw["model_type"]).parse_config(raw)))
         for name, p in model.named_parameters():
             if p.dim() == 2:
                 torch.nn.init.normal_(p, std=0.02 if name != "embed.weight" else 1.0 / math.sqrt(args.d_model))
@@ -502,7 +547,11 @@ def main(argv: list[str] | None = None) -> None:
     last_step = args.stop_after or args.steps
     bar = tqdm(range(1, last_step + 1), desc=f"train {n_params / 1e6:.2f}M", dynamic_ncols=True)
     for step in bar:
-        if model.attention == "block_causal":  # the pair of complementary rows counts as two
+        rate = None
+        if args.objective == "d2f":
+            noisy, positions, attn, target, masked, rate = make_d2f_batch(
+                tokenizer, corpus, args.batch_size, gen, raw["mask_token_id"], model.config.block_size, mix, mix_rng)
+        elif model.attention == "block_causal":  # the pair of complementary rows counts as two
             noisy, positions, attn, target, masked = make_block_batch(
                 tokenizer, corpus, args.batch_size // 2, gen, raw["mask_token_id"], model.config.block_size,
                 mix, mix_rng)
@@ -512,7 +561,11 @@ def main(argv: list[str] | None = None) -> None:
         logits = model(noisy, positions, attn)
         if model.config.shift_logits:  # Dream: position i - 1 predicts token i
             logits, target, masked = logits[:, :-1], target[:, 1:], masked[:, 1:]
-        loss = F.cross_entropy(logits[masked], target[masked])
+            rate = rate[:, 1:] if rate is not None else None
+        if rate is None:
+            loss = F.cross_entropy(logits[masked], target[masked])
+        else:  # D2F: each masked token's loss over its block's rate
+            loss = (F.cross_entropy(logits[masked], target[masked], reduction="none") / rate[masked]).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
