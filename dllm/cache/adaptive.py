@@ -2,8 +2,25 @@
 
 Inside a block the dual cache reuses the K/V of every position outside the window as the
 block-start refresh left it; on a bidirectional model those K/V go stale as the window is
-committed. This mode keeps the dual window forward and tests, inside that same forward, how
-far the context moved (the test of Elastic-Cache, arXiv 2510.14973, on hidden states):
+committed. This mode keeps the dual window forward and refreshes, inside that same forward, the
+part of the context that matters. Two ways to choose it (``select``):
+
+* "read" (the default, ``dllm/cache/read_refresh.py``): measured at run time where the error is.
+  On the bundled models the dual cache's loss is the context's last-layer K/V, the prompt's
+  (``bench/kv_drift_probe.py``, docs/ARCHITECTURE.md), and which prompt positions the window
+  needs fresh differs between checkpoints. So each forward scores every reused key by the
+  attention the window's still-masked queries put on it at the last layer, and refreshes the
+  fewest keys covering ``cover`` of that mass: those tokens redo layers ``from_layer`` (default
+  1) to n - 2 from their inputs cached at the block start, and the window's last layer reads
+  their new K/V. The refreshed K/V live for that forward only (the buffers keep the block
+  start's), so a forward depends on the block start and the canvas alone: FreeDave stays
+  lossless and batch == single. The drift test below gates it (``drift``, default 0: always).
+* "window": the first version, below (``scope``, ``ratio``, ``from_layer`` default: the middle
+  layer). It chose the context that attends most to the window at the middle layer; that held on
+  the first weights and not on the v2 ones, whose prompt bookkeeping drifts from layer 1 and is
+  not what attends to the window (docs/ARCHITECTURE.md).
+
+The "window" forward, with the test of Elastic-Cache (arXiv 2510.14973) on hidden states:
 
 * drift test: at each layer from ``from_layer`` on, the window positions whose token did not
   change since their hidden state was cached (the still-masked ones) compare their fresh layer
@@ -33,7 +50,8 @@ Tensor parallelism: the layer inputs (the residual stream) are whole on every ra
 each all-reduce, so the drift test decides alike on every rank with no exchange of its own; the
 partial layers embed and project through the model's all-reducing ``embed_tokens`` /
 ``Attention.project``, and the attention mass the token choice reads is all-reduced over the
-ranks' heads (one (B, N) sum a refreshing layer), so every rank picks the same tokens.
+ranks' heads (one (B, N) sum a refreshing layer; "read": one (B, S) sum a forward), so every
+rank picks the same tokens.
 """
 from __future__ import annotations
 
@@ -46,10 +64,13 @@ from torch import Tensor
 from dllm.cache.base import register_cache
 from dllm.cache.block import BlockCache
 from dllm.cache.kv import KVBuffers
+from dllm.cache.read_refresh import full_refresh, read_forward
 from dllm.models.layers import attend, rope_cos_sin
 from dllm.runner import LastForward, ModelRunner
 
 SCOPES = ("all", "prefix", "prompt", "response")
+SELECTS = ("read", "window")
+READ_FROM = 1  # select="read": the chosen tokens redo from layer 1 (layer 0's input is their embedding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,20 +81,31 @@ class AdaptiveOptions:
     scope: the context a drift refresh may recompute: "all" (canvas), "prefix" (everything
       before the block's end; the masked suffix keeps its K/V), "prompt", "response" (answer);
     ratio: fraction of the scope's tokens recomputed: those that attend most to the window;
-    prompt_every / response_every: periodic full / answer refresh every N steps (None = off)."""
+    prompt_every / response_every: periodic full / answer refresh every N steps (None = off);
+    select: "read" (default, ``read_refresh.py``): refresh the reused tokens the window's masked
+      queries read at the last layer, the fewest covering ``cover`` of that attention mass, from
+      ``from_layer`` (default 1, at most n_layers - 2) up; scope and ratio are then unused.
+      "window": the first forward (scope, ratio: the tokens that attend most to the window);
+    cover: share (0, 1] of the window's last-layer attention on reused keys that "read" refreshes."""
 
     drift: float = 0.0
-    from_layer: int | None = None
+    from_layer: int | None = None  # None: 1 for select="read", the middle layer for "window"
     scope: str = "prefix"
     ratio: float = 0.25
     prompt_every: int | None = None
     response_every: int | None = None
+    select: str = "read"
+    cover: float = 0.9
 
     def check(self, n_layers: int | None = None) -> None:
         if not (isinstance(self.drift, (int, float)) and self.drift >= 0) or math.isnan(self.drift):
             raise ValueError(f"drift must be a number >= 0 (0 refreshes always, inf never), got {self.drift!r}")
         if not (isinstance(self.ratio, (int, float)) and 0 < self.ratio <= 1):
             raise ValueError(f"ratio must be a fraction in (0, 1] of the scope's tokens, got {self.ratio!r}")
+        if self.select not in SELECTS:
+            raise ValueError(f"select must be one of {SELECTS}, got {self.select!r}")
+        if not (isinstance(self.cover, (int, float)) and 0 < self.cover <= 1):
+            raise ValueError(f"cover must be a share in (0, 1] of the window's attention, got {self.cover!r}")
         if self.scope not in SCOPES:
             raise ValueError(f"scope must be one of {SCOPES}, got {self.scope!r}")
         for name in ("prompt_every", "response_every"):
@@ -137,6 +169,9 @@ class AdaptiveCache:
         trigger = torch.full((B,), never, dtype=torch.long, device=tokens.device)
         o, P, end = self.options, runner.canvas.prompt_width, runner.live_end
         scope = {"all": [(0, end)], "prefix": [(0, be)], "prompt": [(0, P)], "response": [(P, end)]}[o.scope]
+        if o.select == "read" and not (o.response_every and step % o.response_every == 0 and rows is None):
+            return self._read(runner, tokens, buffers, rows, q_lo, be, count,
+                              full=rows is None and (step == 0 or bool(o.prompt_every and step % o.prompt_every == 0)))
         if rows is not None:  # candidates come after the canvas' forward of this step: no periodic refresh
             return self._forward(runner, tokens, buffers, rows, scope, q_lo, be, trigger, count)
         if step == 0 or (o.prompt_every and step % o.prompt_every == 0):
@@ -146,6 +181,26 @@ class AdaptiveCache:
             trigger.zero_()
             return self._forward(runner, tokens, buffers, rows, [(P, end)], q_lo, be, trigger, count, select=False)
         return self._forward(runner, tokens, buffers, rows, scope, q_lo, be, trigger, count)
+
+    def _read(self, runner: ModelRunner, tokens: Tensor, buffers: tuple, rows: Tensor | None, q_lo: int, be: int,
+              count: Tensor | None, full: bool) -> Tensor:
+        """select="read": the block-start (or periodic) full refresh, else the window forward that
+        refreshes the reused tokens the window reads (``read_refresh.py``). Returns its logits."""
+        model, o = runner.model, self.options
+        kv, hidden, seen = buffers
+        n = model.config.n_layers
+        start = max(0, min(READ_FROM if o.from_layer is None else o.from_layer, n - 2))
+        if full:
+            logits, charged = full_refresh(runner, tokens, kv, hidden, rows, q_lo, be, count)
+            seen[:, : runner.live_end] = tokens[:, : runner.live_end]
+        else:
+            unchanged = seen[:, q_lo:be] == tokens[:, q_lo:be]
+            gate = lambda fresh, cached: self._drift(fresh, cached, unchanged) >= o.drift  # noqa: E731
+            logits, charged = read_forward(runner, tokens, kv, hidden, rows, q_lo, be, count, start=start,
+                                           cover=o.cover, gate=gate)
+        if runner.keep_last:  # candidate-state forwards do not describe the canvas
+            runner.last = None if rows is not None else LastForward(logits, q_lo, charged)
+        return logits[:, : be - q_lo - int(runner.shift_logits)]
 
     def _forward(self, runner: ModelRunner, tokens: Tensor, buffers: tuple, rows: Tensor | None,
                  spans: list[tuple[int, int]], q_lo: int, be: int, trigger: Tensor, count: Tensor | None,

@@ -11,12 +11,14 @@ from dllm.models.tiny import write_tiny_checkpoint
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]
 BLOCK = [dict(cache="prefix"), dict(cache="dual"), dict(cache="adaptive"),
-         dict(cache="adaptive", cache_args={"drift": 0.02, "scope": "all", "ratio": 0.5, "from_layer": 0})]
+         dict(cache="adaptive", cache_args={"drift": 0.02, "from_layer": 0, "cover": 0.5}),
+         dict(cache="adaptive", cache_args={"select": "window", "drift": 0.02, "scope": "all", "ratio": 0.5,
+                                            "from_layer": 0})]
 SUB_BLOCK = [dict(cache="dual", sub_block_length=4), dict(cache="prefix", sub_block_length=4)]
 CACHED = BLOCK + SUB_BLOCK
 # cache_args that refresh everything at every step: the uncached decode, token for token
 EVERY_STEP = {"prefix": {"refresh_every": 1}, "dual": {"refresh_every": 1},
-              "adaptive": {"drift": 0.0, "from_layer": 0, "scope": "all", "ratio": 1.0}}
+              "adaptive": {"select": "window", "drift": 0.0, "from_layer": 0, "scope": "all", "ratio": 1.0}}
 
 
 def _every_step(options: dict) -> dict:
@@ -88,13 +90,14 @@ def test_refresh_every_step_equals_no_cache(tiny_models, family, options, prompt
     assert cached.answer.tolist() == plain.answer.tolist()
 
 
+@pytest.mark.parametrize("select", ["read", "window"])
 @pytest.mark.parametrize("family", ["llada", "dream"])
 @pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["batch1", "batch4"])
-def test_adaptive_without_refresh_equals_dual(tiny_models, family, prompts):
+def test_adaptive_without_refresh_equals_dual(tiny_models, family, prompts, select):
     """drift=inf: the drift test never fires, so only the block-start refresh is left."""
     model = tiny_models[family].model
     dual = _answers(model, prompts, cache="dual", policy="threshold", policy_args={"tau": 0.3})
-    adaptive = _answers(model, prompts, cache="adaptive", cache_args={"drift": float("inf")},
+    adaptive = _answers(model, prompts, cache="adaptive", cache_args={"drift": float("inf"), "select": select},
                         policy="threshold", policy_args={"tau": 0.3})
     assert adaptive.answer.tolist() == dual.answer.tolist()
     assert adaptive.token_forwards.tolist() == dual.token_forwards.tolist()
@@ -104,7 +107,8 @@ def test_adaptive_without_refresh_equals_dual(tiny_models, family, prompts):
 def test_adaptive_charges_the_tokens_it_recomputes(tiny_models, family):
     """Refreshing more of the context costs more token-forwards, and never more than uncached."""
     model = tiny_models[family].model
-    cost = lambda **args: _answers(model, PROMPTS[1:2], cache="adaptive", cache_args=args).token_forwards[0]  # noqa: E731
+    cost = lambda **args: _answers(model, PROMPTS[1:2], cache="adaptive",  # noqa: E731
+                                   cache_args={"select": "window", **args}).token_forwards[0]
     never, quarter, half = cost(drift=float("inf")), cost(ratio=0.25), cost(ratio=0.5)
     middle, every = cost(ratio=1.0, scope="all"), cost(ratio=1.0, scope="all", from_layer=0)
     plain = _answers(model, PROMPTS[1:2]).token_forwards[0]
@@ -114,7 +118,8 @@ def test_adaptive_charges_the_tokens_it_recomputes(tiny_models, family):
 @pytest.mark.parametrize("args, message", [
     ({"ratio": 0}, "ratio must be a fraction"), ({"scope": "suffix"}, "scope must be one of"),
     ({"drift": -1}, "drift must be a number"), ({"from_layer": 9}, "choose from_layer < 2"),
-    ({"response_every": 0}, "response_every must be a positive"),
+    ({"response_every": 0}, "response_every must be a positive"), ({"select": "all"}, "select must be one of"),
+    ({"cover": 0}, "cover must be a share"), ({"cover": 1.5}, "cover must be a share"),
 ])
 def test_adaptive_rejects_bad_options(tiny_models, args, message):
     with pytest.raises(ValueError, match=message):

@@ -40,10 +40,10 @@ DECODES += [("dllm-waitingline-llada", {"temperature": 0.8, "seed": 7}),
             ("dllm-waitingline-bd", {"temperature": 0.8, "seed": 7, "cache": "dual"}),
             ("dllm-waitingline-llada", {"policy": "threshold", "strategy": "freedave", "cache": "dual"}),
             ("dllm-waitingline-bd", {"policy": "threshold", "strategy": "lopa", "cache": "prefix"}),
-            # the adaptive cache: its attention-chosen partial refresh, and refreshes on drift from layer 0
+            # the adaptive cache: its read refresh (default), and the window choice's refreshes on drift from layer 0
             ("dllm-waitingline-llada", {"cache": "adaptive"}),
-            ("dllm-waitingline-dream", {"cache": "adaptive",
-                                        "cache_args": {"drift": 0.02, "scope": "all", "ratio": 0.5, "from_layer": 0}}),
+            ("dllm-waitingline-dream", {"cache": "adaptive", "cache_args": {"select": "window", "drift": 0.02,
+                                                                "scope": "all", "ratio": 0.5, "from_layer": 0}}),
             # top-k / nucleus filtering of sampled tokens, found from small exchanges
             ("dllm-waitingline-llada", {"temperature": 0.8, "seed": 3, "top_k": 3}),
             ("dllm-waitingline-llada", {"temperature": 0.8, "seed": 3, "top_p": 0.5}),

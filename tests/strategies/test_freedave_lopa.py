@@ -7,10 +7,11 @@ from dllm import GenerationConfig
 from dllm.engine import decode
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]
-# adaptive with ratio 1: each step recomputes the whole scope from the block-start inputs, so a
-# draft evaluated on the block-start cache sees what the plain decode would (FreeDave lossless)
+# adaptive, select="window" with ratio 1: each step recomputes the whole scope from the
+# block-start inputs, so a draft evaluated on the block-start cache sees what the plain decode
+# would (FreeDave lossless)
 CACHES = [dict(cache="none"), dict(cache="prefix"), dict(cache="dual"),
-          dict(cache="adaptive", cache_args={"ratio": 1.0})]
+          dict(cache="adaptive", cache_args={"select": "window", "ratio": 1.0})]
 
 
 def _cfg(**kw):
