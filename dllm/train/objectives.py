@@ -19,13 +19,17 @@
   it), the state the pipelined decode (dllm/pipeline.py) feeds it. The prompt is never masked.
   Attention is block-causal with the whole prompt as one block (block origin "prompt", D2F's
   ``build_custom_float_attention_mask``); the loss is the cross-entropy of each masked token
-  divided by its block's rate, averaged over the masked tokens.
+  divided by its block's rate, averaged over the masked tokens (``d2f_loss``). Its target is the
+  data's token (D2F's code with ``self_align`` off) or, given a teacher, the teacher's
+  distribution at that position with every key visible (``self_align`` on, as its released
+  configs train: the bidirectional base distilled into the block-causal student).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -95,3 +99,10 @@ def d2f_masks(answer: Tensor, answer_start: int, bd_size: int, gen: torch.Genera
     block = ((torch.arange(L) - answer_start).clamp_min(0) // bd_size).clamp_max(rates.shape[1] - 1)
     rate = rates[:, block] * answer
     return answer & (torch.rand(B, L, generator=gen) < rate), rate
+
+
+def d2f_loss(logits: Tensor, target: Tensor, masked: Tensor, rate: Tensor, teacher: Tensor | None = None) -> Tensor:
+    """Mean over masked positions of cross-entropy / rate: against ``target`` (B, L) token ids, or
+    against softmax(``teacher``) (B, L, V), the teacher's logits at the same positions."""
+    goal = target[masked] if teacher is None else teacher[masked].float().softmax(-1)
+    return (F.cross_entropy(logits[masked], goal, reduction="none") / rate[masked]).mean()

@@ -51,7 +51,7 @@ from dllm.models.visibility import block_causal_spans
 from dllm.train.canvas_mix import CanvasMix
 from dllm.train.corpus import TRAIN_TASKS, TaskCorpus
 from dllm.train.init_from import init_from_checkpoint
-from dllm.train.objectives import block_diffusion_masks, d2f_masks, llada_masks, name_part_masks
+from dllm.train.objectives import block_diffusion_masks, d2f_loss, d2f_masks, llada_masks, name_part_masks
 from dllm.train.save import save_checkpoint
 
 # Special tokens per layout, in vocabulary order (this order fixes the shipped tokenizer's ids);
@@ -304,6 +304,18 @@ def d2f_config(raw: dict, bd_size: int) -> dict:
     return raw
 
 
+def load_teacher(path: Path, student) -> DiffusionTransformer:
+    """A frozen teacher for ``--d2f-teacher``, refused unless its predictions line up with the
+    student's: the same vocabulary size and the same logit shift."""
+    teacher = load_model(path, dtype=torch.float32).eval().requires_grad_(False)
+    mine, theirs = student.config, teacher.config
+    if (theirs.vocab_size, theirs.shift_logits) != (mine.vocab_size, mine.shift_logits):
+        raise SystemExit(f"--d2f-teacher {path}: vocabulary {theirs.vocab_size}, logit shift {theirs.shift_logits}; "
+                         f"the student has {mine.vocab_size}, {mine.shift_logits}: pick a teacher of the same "
+                         "tokenizer and layout (e.g. a Dream-layout teacher for a Dream-layout student)")
+    return teacher
+
+
 class ExpertLoads:
     """Counts the (token, slot) choices of every MoE layer's router during training and moves
     LLaDA2's selection-only ``expert_bias`` toward balance after each step: + rate for experts
@@ -465,6 +477,10 @@ def main(argv: list[str] | None = None) -> None:
                          "fast_dllm_v2 / llada2_moe); d2f: Discrete Diffusion Forcing (dllm/train/objectives.py "
                          "d2f_masks), a block-causal student of --bd-size blocks (a block-causal layout's own size) "
                          "with the prompt as one block, decoded by the pipelined mode")
+    ap.add_argument("--d2f-teacher", type=Path, default=None, metavar="DIR",
+                    help="--objective d2f: distil this checkpoint (same vocabulary and logit shift) instead of "
+                         "learning the data's tokens: its distribution over each masked position, read with every "
+                         "key visible (D2F's self_align, its released configs: the bidirectional base as teacher)")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
     try:
@@ -484,6 +500,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.name_part_masking and (args.family in ("fast_dllm_v2", "llada2_moe") or args.objective == "d2f"):
         ap.error("--name-part-masking applies to the llada / dream objectives; the block objectives (fast_dllm_v2, "
                  "llada2_moe, --objective d2f) mask by block")
+    if args.d2f_teacher and args.objective != "d2f":
+        ap.error("--d2f-teacher distils into a D2F student; add --objective d2f")
     if args.init and (args.tokenizer or args.init_weights):
         ap.error("--init already brings its checkpoint's tokenizer and weights; drop --tokenizer / --init-weights")
     if args.threads:
@@ -528,6 +546,7 @@ def main(argv: list[str] | None = None) -> None:
     for i in args.freeze_layers:
         model.layers[i].requires_grad_(False)
     name_parts = name_part_option(tokenizer, corpus, args.name_part_masking, args.name_part_classes)
+    teacher = load_teacher(args.d2f_teacher, model) if args.d2f_teacher else None
     n_params = sum(p.numel() for p in model.parameters())
     heldout_corpus = TaskCorpus(data_dir, seed=args.seed + 10_000)
     heldout = [heldout_corpus.sample(task, shots=int(bool(mix.one_shot_share)))
@@ -559,13 +578,18 @@ def main(argv: list[str] | None = None) -> None:
             noisy, positions, attn, target, masked = make_batch(tokenizer, corpus, args.batch_size, gen,
                                                                 raw["mask_token_id"], name_parts, mix, mix_rng)
         logits = model(noisy, positions, attn)
+        taught = None
+        if teacher is not None:  # every key visible to the teacher (D2F: its base without the student's mask)
+            with torch.no_grad():
+                taught = teacher(noisy, positions, KeyVisibility(valid=attn.valid))
         if model.config.shift_logits:  # Dream: position i - 1 predicts token i
             logits, target, masked = logits[:, :-1], target[:, 1:], masked[:, 1:]
             rate = rate[:, 1:] if rate is not None else None
+            taught = taught[:, :-1] if taught is not None else None
         if rate is None:
             loss = F.cross_entropy(logits[masked], target[masked])
         else:  # D2F: each masked token's loss over its block's rate
-            loss = (F.cross_entropy(logits[masked], target[masked], reduction="none") / rate[masked]).mean()
+            loss = d2f_loss(logits, target, masked, rate, taught)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -108,3 +108,33 @@ def test_d2f_keeps_a_block_causal_familys_block_size_and_refuses_a_non_student_i
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "no"), "--init", str(base), *common])
     assert "not a D2F student" in capsys.readouterr().err
+
+
+def test_d2f_loss_weights_each_masked_token_by_its_rate_and_a_sure_teacher_is_the_data():
+    from dllm.train.objectives import d2f_loss
+
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.randn(3, 10, 7, generator=gen)
+    target = torch.randint(7, (3, 10), generator=gen)
+    masked = torch.rand(3, 10, generator=gen) < 0.5
+    rate = torch.rand(3, 10, generator=gen) * 0.5 + 0.2
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, 7), target.reshape(-1), reduction="none").reshape(3, 10)
+    expected = (ce[masked] / rate[masked]).mean()
+    assert torch.allclose(d2f_loss(logits, target, masked, rate), expected)
+    sure = torch.nn.functional.one_hot(target, 7).float() * 1e4
+    assert torch.allclose(d2f_loss(logits, target, masked, rate, sure), expected)
+
+
+def test_a_teacher_distils_into_a_student_of_its_layout_only(tmp_path, capsys):
+    data = require_data()
+    base = default_model_path()  # LLaDA layout: no logit shift
+    common = ["--data", str(data), "--objective", "d2f", "--steps", "1", "--batch-size", "2", "--eval-every", "1",
+              "--heldout-per-task", "1", "--tasks", "waiting_line/copy", "--threads", "1", "--tokenizer", str(base),
+              "--init-weights", str(base), "--d2f-teacher", str(base)]
+    main(["--out", str(tmp_path / "llada"), "--family", "llada", *common])
+    assert dllm.load(tmp_path / "llada").model.attention == "block_causal"
+    with pytest.raises(SystemExit, match="logit shift"):
+        main(["--out", str(tmp_path / "dream"), "--family", "dream", *common])
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "no"), *common[:2], *common[4:]])
+    assert "add --objective d2f" in capsys.readouterr().err
