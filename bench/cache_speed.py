@@ -28,7 +28,7 @@ SHAPE = dict(d_model=768, n_layers=12, n_heads=12, mlp_hidden=2048, vocab_size=3
 MODES = {"none": {}, "prefix": {"cache": "prefix"}, "dual": {"cache": "dual"},
          "dual + sub-block 8": {"cache": "dual", "sub_block_length": 8},
          "adaptive": {"cache": "adaptive"},
-         "adaptive ratio 0.5": {"cache": "adaptive", "cache_args": {"ratio": 0.5}}}
+         "adaptive (window choice)": {"cache": "adaptive", "cache_args": {"select": "window"}}}
 DEFAULT_MODES = ["none", "prefix", "dual", "dual + sub-block 8"]
 
 

@@ -3,6 +3,9 @@
     python bench/kv_drift_probe.py dllm/assets/models/dllm-waitingline-llada [MORE ...] \
         --samples 8 --fresh-seed 2000000 --out bench/results/kv_drift_probe
 
+A model given as ``DIR@REV`` is the checkpoint directory as git commit REV holds it (earlier
+weights of a bundled model, e.g. ``dllm/assets/models/dllm-waitingline-llada@625a32c``).
+
 Decodes fresh waiting-line samples (threshold 0.9, block 8, zero-shot) with the dual cache and,
 at every step after a block start, recomputes the whole canvas uncached (the K/V the dual
 cache would have after a refresh) and compares, per layer and per position class (prompt,
@@ -24,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import tempfile
 from pathlib import Path
 
 import torch
@@ -219,7 +224,24 @@ class Probe:
         return out
 
 
-def probe_model(path: str, tasks: list[str], samples: int, seed: int, data_dir: Path) -> dict:
+def checkout(spec: str, into: Path) -> str:
+    """``DIR@REV``: the directory's files at git commit REV, written under ``into``; else ``spec``."""
+    if "@" not in spec:
+        return spec
+    folder, rev = spec.rsplit("@", 1)
+    listing = subprocess.run(["git", "ls-tree", f"{rev}:{folder}"], check=True, capture_output=True,
+                             text=True).stdout.splitlines()
+    names = [line.split("\t", 1)[1] for line in listing if line.split()[1] == "blob"]  # files, not folders
+    target = into / f"{Path(folder).name}@{rev}"
+    target.mkdir(parents=True)
+    for name in names:
+        blob = subprocess.run(["git", "show", f"{rev}:{folder}/{name}"], check=True, capture_output=True).stdout
+        (target / name).write_bytes(blob)
+    return str(target)
+
+
+def probe_model(spec: str, tasks: list[str], samples: int, seed: int, data_dir: Path, scratch: Path) -> dict:
+    path = checkout(spec, scratch)
     lm = load(path)
     model = lm.model
     probe = Probe(model.config.n_layers)
@@ -232,7 +254,7 @@ def probe_model(path: str, tasks: list[str], samples: int, seed: int, data_dir: 
             batch = fresh_samples(data_dir, task, samples, seed)
             ids = [lm.encode(build_messages(specs[task], s, 0)) for s in batch]
             lm.generate_ids(ids, config)
-    return {"model": Path(path).name, **probe.report()}
+    return {"model": Path(spec).name, **probe.report()}
 
 
 class ProbeCache(BlockCache):
@@ -289,7 +311,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="output stem (.json and .md)")
     args = ap.parse_args()
     data_dir = args.data or default_data_dir()
-    results = [probe_model(m, args.tasks, args.samples, args.fresh_seed, data_dir) for m in args.models]
+    with tempfile.TemporaryDirectory() as scratch:
+        results = [probe_model(m, args.tasks, args.samples, args.fresh_seed, data_dir, Path(scratch))
+                   for m in args.models]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"command": "python bench/kv_drift_probe.py " + " ".join(args.models) + f" --samples {args.samples} "
             f"--fresh-seed {args.fresh_seed}", "tasks": args.tasks}

@@ -4,7 +4,7 @@
 
 - ``policies_caches.json``: top-k 1/2/4/8 tokens per step, threshold 0.7-0.95, factor, EB,
   SchED on threshold 0.9, Learn2PD (+ EoTP), FreeDave, FreeDave++ and LoPA, each with no
-  cache, the prefix cache and the dual cache, 8-token blocks;
+  cache, the prefix cache, the dual cache and the adaptive cache (its defaults), 8-token blocks;
 - ``policies_subblock.json``: the same policies with the dual cache over 4-token sub-blocks
   (block diffusion models decode sub-blocks natively), top-k 8 left out: a step cannot cross a
   4-token sub-block, and Learn2PD deciding over 4-position windows with its own filter
@@ -26,7 +26,8 @@ from pathlib import Path
 
 BLOCK = 8
 FILTER = "{model}/learn2pd-block{width}"
-CACHES = {"none": {"cache": "none"}, "prefix": {"cache": "prefix"}, "dual": {"cache": "dual"}}
+CACHES = {"none": {"cache": "none"}, "prefix": {"cache": "prefix"}, "dual": {"cache": "dual"},
+          "adaptive": {"cache": "adaptive"}}
 SUB_BLOCK_LENGTH = 4
 SUB_BLOCK = {"dual+sub4": {"cache": "dual", "sub_block_length": SUB_BLOCK_LENGTH}}
 SCHED = {

@@ -5,7 +5,7 @@
 #   MODEL=dllm/assets/models/dllm-waitingline-bd NAME=bd SUB_BLOCK=1 OUT=bench/results bash bench/policy_sweeps.sh
 #
 # Writes $OUT/pb_${NAME}_policies (default OUT: runs): top-k 1-8, threshold 0.7-0.95, factor, EB,
-# SchED, Learn2PD (+ EoTP), FreeDave, FreeDave++ and LoPA, each with no cache, prefix and dual
+# SchED, Learn2PD (+ EoTP), FreeDave, FreeDave++ and LoPA, each with no cache, prefix, dual and adaptive
 # cache (bench/runs/policies_caches.json); SUB_BLOCK=1 adds the dual cache over 4-token
 # sub-blocks (policies_subblock.json), DREAM_RULES=1 Dream's own rules (dream_rules_caches.json).
 # Zero-shot, 8-token blocks, the eleven training tasks, STRATIFIED (default 20) stratified
