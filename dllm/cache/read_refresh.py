@@ -34,7 +34,7 @@ from torch import Tensor
 
 from dllm.models.layers import attend, rope_cos_sin
 from dllm.models.visibility import KeyVisibility
-from dllm.runner import ModelRunner
+from dllm.runner import ModelRunner, head_rows_pay_off
 
 
 def full_refresh(runner: ModelRunner, tokens: Tensor, kv, hidden: Tensor, rows: Tensor | None,
@@ -91,11 +91,29 @@ def read_forward(runner: ModelRunner, tokens: Tensor, kv, hidden: Tensor, rows: 
             moving, k_r, v_r = _refresh_tokens(model, kv, hidden, slots, take, positions, visible, start)
             k_buf, v_buf = k_buf.index_copy(0, moving, k_r), v_buf.index_copy(0, moving, v_r)  # this forward's
             chosen = take.sum(-1)
-    x = x + last.attn.project(attend(q, k_buf, v_buf, visible).reshape(B, W, -1))
-    x = x + last.mlp(last.mlp_norm(x))
+    heads = attend(q, k_buf, v_buf, visible).reshape(B, W, -1)
     cost = W * n + chosen * (n - start) if isinstance(chosen, Tensor) else torch.full((B,), W * n, device=device)
     charged = runner.charge(torch.div(cost + n - 1, n, rounding_mode="floor").long(), rows, count)
-    return model.lm_head(model.norm(x)), charged
+    need = _read_rows(runner, rows, B, W)
+    if need is None:
+        x = x + last.attn.project(heads)
+        return model.lm_head(model.norm(x + last.mlp(last.mlp_norm(x)))), charged
+    x = x[need] + last.attn.project(heads[need])  # only the outputs the step reads (as the model's head_rows)
+    logits = x.new_zeros(B, W, model.lm_head.out_features)
+    logits[need] = model.lm_head(model.norm(x + last.mlp(last.mlp_norm(x))))
+    return logits, charged
+
+
+def _read_rows(runner: ModelRunner, rows: Tensor | None, B: int, W: int) -> Tensor | None:
+    """(B, W) bool: the window queries whose logits the step reads, when skipping the others pays
+    (the runner's ``head_rows`` rule: CPU, canvas forwards, no answer-wide stopper); else None."""
+    need = runner.head_rows
+    shift = int(runner.shift_logits)
+    if need is None or rows is not None or runner.keep_last or not head_rows_pay_off(need.device):
+        return None
+    if need.shape != (B, W - shift):
+        return None
+    return torch.cat([need, need.new_zeros(B, shift)], dim=1) if shift else need
 
 
 def _read_mass(attn, q: Tensor, k_buf: Tensor, visible, deciding: Tensor) -> Tensor:
