@@ -86,7 +86,8 @@ class AdaptiveOptions:
       queries read at the last layer, the fewest covering ``cover`` of that attention mass, from
       ``from_layer`` (default 1, at most n_layers - 2) up; scope and ratio are then unused.
       "window": the first forward (scope, ratio: the tokens that attend most to the window);
-    cover: share (0, 1] of the window's last-layer attention on reused keys that "read" refreshes."""
+    cover: share (0, 1] of the window's last-layer attention on reused keys that "read" refreshes;
+    most: at most this share (0, 1] of the reused tokens a step ("read"; a cost bound)."""
 
     drift: float = 0.0
     from_layer: int | None = None  # None: 1 for select="read", the middle layer for "window"
@@ -96,6 +97,7 @@ class AdaptiveOptions:
     response_every: int | None = None
     select: str = "read"
     cover: float = 0.9
+    most: float = 0.5
 
     def check(self, n_layers: int | None = None) -> None:
         if not (isinstance(self.drift, (int, float)) and self.drift >= 0) or math.isnan(self.drift):
@@ -106,6 +108,8 @@ class AdaptiveOptions:
             raise ValueError(f"select must be one of {SELECTS}, got {self.select!r}")
         if not (isinstance(self.cover, (int, float)) and 0 < self.cover <= 1):
             raise ValueError(f"cover must be a share in (0, 1] of the window's attention, got {self.cover!r}")
+        if not (isinstance(self.most, (int, float)) and 0 < self.most <= 1):
+            raise ValueError(f"most must be a share in (0, 1] of the reused tokens, got {self.most!r}")
         if self.scope not in SCOPES:
             raise ValueError(f"scope must be one of {SCOPES}, got {self.scope!r}")
         for name in ("prompt_every", "response_every"):
@@ -197,7 +201,7 @@ class AdaptiveCache:
             unchanged = seen[:, q_lo:be] == tokens[:, q_lo:be]
             gate = lambda fresh, cached: self._drift(fresh, cached, unchanged) >= o.drift  # noqa: E731
             logits, charged = read_forward(runner, tokens, kv, hidden, rows, q_lo, be, count, start=start,
-                                           cover=o.cover, gate=gate)
+                                           cover=o.cover, most=o.most, gate=gate)
         if runner.keep_last:  # candidate-state forwards do not describe the canvas
             runner.last = None if rows is not None else LastForward(logits, q_lo, charged)
         return logits[:, : be - q_lo - int(runner.shift_logits)]

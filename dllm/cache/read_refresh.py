@@ -13,7 +13,9 @@ One forward, per row:
 1. the window runs layers ``0 .. n-2`` against the cache, as the dual cache's window forward;
 2. at the last layer its queries score every reused key (the heads' mean attention from the
    masked queries); the refreshed set is the smallest one covering ``cover`` of that mass
-   (few tokens where the reading is concentrated, more where it is spread);
+   (few tokens where the reading is concentrated, more where it is spread), capped at ``most``
+   of the reused tokens (a cost bound: where the reading is flat, on random weights say,
+   covering it would take nearly every token and cost an uncached forward);
 3. those tokens redo layers ``a .. n-2`` from their layer-``a`` inputs cached at the block start
    (their layer-``a`` K/V are unchanged, so layer ``a`` computes queries only), with new K/V from
    layer ``a + 1`` on, the last layer's included;
@@ -54,7 +56,7 @@ def full_refresh(runner: ModelRunner, tokens: Tensor, kv, hidden: Tensor, rows: 
 
 
 def read_forward(runner: ModelRunner, tokens: Tensor, kv, hidden: Tensor, rows: Tensor | None, q_lo: int,
-                 be: int, count: Tensor | None, *, start: int, cover: float,
+                 be: int, count: Tensor | None, *, start: int, cover: float, most: float,
                  gate: Callable[[Tensor, Tensor], Tensor]) -> tuple[Tensor, Tensor]:
     """Window logits (B, be - q_lo, V) and the rows charged. ``start``: the layer a the chosen
     tokens redo from; ``gate(fresh, cached)``: (B,) bool, the rows whose window input at layer a
@@ -86,7 +88,7 @@ def read_forward(runner: ModelRunner, tokens: Tensor, kv, hidden: Tensor, rows: 
         reused[:, runner.live_end:] = False
         if visible.valid is not None:
             reused &= visible.valid
-        slots, take = _covering(read, reused, cover)
+        slots, take = _covering(read, reused, cover, most)
         if slots is not None:
             moving, k_r, v_r = _refresh_tokens(model, kv, hidden, slots, take, positions, visible, start)
             k_buf, v_buf = k_buf.index_copy(0, moving, k_r), v_buf.index_copy(0, moving, v_r)  # this forward's
@@ -129,14 +131,16 @@ def _read_mass(attn, q: Tensor, k_buf: Tensor, visible, deciding: Tensor) -> Ten
     return attn.tp.all_reduce(mass.sum(1)) / (attn.n_heads * attn.tp.size)
 
 
-def _covering(mass: Tensor, candidates: Tensor, cover: float) -> tuple[Tensor | None, Tensor]:
-    """Per row, the fewest candidates whose mass reaches ``cover`` of the row's candidate mass:
+def _covering(mass: Tensor, candidates: Tensor, cover: float, most: float) -> tuple[Tensor | None, Tensor]:
+    """Per row, the fewest candidates whose mass reaches ``cover`` of the row's candidate mass, at
+    most ``most`` of the candidates (the best-read ones):
     (B, K) canvas positions (K: the batch's largest such set; each row's first ones, by mass,
     then fillers) and (B, K) bool, True on the row's own choices. (None, _) when nobody refreshes."""
     mass = mass.masked_fill(~candidates, 0.0)
     ordered, order = mass.sort(dim=-1, descending=True, stable=True)
     before = ordered.cumsum(-1) - ordered  # mass of the better-read candidates
     take = (before < cover * mass.sum(-1, keepdim=True)) & (ordered > 0)
+    take &= torch.arange(take.shape[1], device=take.device) < torch.ceil(candidates.sum(-1, keepdim=True) * most)
     K = int(take.sum(-1).max())
     if K == 0:
         return None, take

@@ -120,6 +120,7 @@ def test_adaptive_charges_the_tokens_it_recomputes(tiny_models, family):
     ({"drift": -1}, "drift must be a number"), ({"from_layer": 9}, "choose from_layer < 2"),
     ({"response_every": 0}, "response_every must be a positive"), ({"select": "all"}, "select must be one of"),
     ({"cover": 0}, "cover must be a share"), ({"cover": 1.5}, "cover must be a share"),
+    ({"most": 0}, "most must be a share"),
 ])
 def test_adaptive_rejects_bad_options(tiny_models, args, message):
     with pytest.raises(ValueError, match=message):
