@@ -11,6 +11,9 @@
   (``{model}/learn2pd-block4``, ``dllm train-filter --block-length 4``);
 - ``dream_rules_caches.json``: Dream's own rules (maskgit_plus, topk_margin, entropy) at 1 and 2
   tokens per step under each cache;
+- ``policies_adaptive.json``: every policy under the adaptive cache alone, plus top-k 1 and
+  threshold 0.9 without a cache and under the dual cache as references: the adaptive rows of a
+  grid measured before they existed (``--out`` a folder of its own);
 - ``caches_speed.json``: top-k 1, threshold 0.9 and LoPA (2 branches) under each cache, a grid
   small enough to run in one sitting, so that its tokens/s compare across caches (the big grids
   are resumed across sittings at other machine loads).
@@ -38,6 +41,7 @@ SCHED = {
 
 
 SPEED_POLICIES = ("topk1", "threshold0.9", "lopa_k2")
+REFERENCES = ("topk1", "threshold0.9")  # policies_adaptive.json: their none and dual rows
 
 
 def _run(name: str, line: str, tokens_per_step: int | None = None, **options) -> dict:
@@ -92,6 +96,9 @@ def main() -> None:
              "policies_subblock.json": with_caches([r for r in policies(SUB_BLOCK_LENGTH)
                                                     if r.get("tokens_per_step", 1) <= SUB_BLOCK_LENGTH], SUB_BLOCK),
              "dream_rules_caches.json": with_caches(dream_rules(), CACHES),
+             "policies_adaptive.json": with_caches([r for r in policies() if r["name"] in REFERENCES],
+                                                   {k: CACHES[k] for k in ("none", "dual")})
+                                       + with_caches(policies(), {"adaptive": CACHES["adaptive"]}),
              "caches_speed.json": with_caches([r for r in policies() if r["name"] in SPEED_POLICIES], CACHES)}
     for name, runs in grids.items():
         (here / name).write_text(json.dumps(runs, indent=1) + "\n")
