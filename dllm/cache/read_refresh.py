@@ -1,12 +1,12 @@
 """The adaptive cache's default forward: refresh the reused tokens the window reads.
 
 Why: the dual cache's loss sits in the deepest layers' K/V of the context, the prompt above all
-(``bench/kv_drift_probe.py``; docs/ARCHITECTURE.md, "Adaptive KV-cache refresh"): the model
-keeps bookkeeping about the answer in prompt positions, and the window reads it at the last
-layer. Which positions matter depends on the weights: on one checkpoint the context that attends
-most to the window is what the window reads, on another it is not. So the tokens are chosen by
-what is measured in this forward, at the layer where the error is: the attention the window's
-still-masked queries put on each reused key of the last layer.
+(``bench/kv_drift_probe.py``; docs/ARCHITECTURE.md, caches, "Why the first version stopped
+working"): the model keeps bookkeeping about the answer in prompt positions, and the window
+reads it at the last layer. Which positions matter depends on the weights: on one checkpoint
+the context that attends most to the window is what the window reads, on another it is not. So
+the tokens are chosen by what is measured in this forward, at the layer where the error is: the
+attention the window's still-masked queries put on each reused key of the last layer.
 
 One forward, per row:
 
