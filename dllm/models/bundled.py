@@ -1,9 +1,9 @@
 """Models that ship inside the package, found by name: ``dllm.load("dllm-waitingline-llada")``.
 
 Each is a checkpoint directory in its family's original layout under ``dllm/assets/models/``
-(dllm-waitingline-llada, -dream, -bd and the LLaDA2-layout MoE dllm-waitingline-moe),
-with a card (README.md) and, once measured, ``scores.json`` (its ParallelBench scores at one
-token per step, with the results file they were read from).
+(dllm-waitingline-llada, -dream, -bd, the LLaDA2-layout MoE dllm-waitingline-moe and -bd's D2F
+student dllm-waitingline-d2f), with a card (README.md) and, once measured, ``scores.json`` (its
+ParallelBench scores at one token per step, with the results file they were read from).
 """
 from __future__ import annotations
 
