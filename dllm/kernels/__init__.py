@@ -9,7 +9,7 @@
   dllm is imported (the Triton interpreter then runs the kernel); never a silent fallback, it
   raises when triton is missing or the interpreter is off.
 
-``CALL_COUNTS`` counts calls per kernel (``"confidence_stats"``, ``"grouped_matmul"``) and per
+``CALL_COUNTS`` counts calls per kernel (``"confidence_stats"``, ``"shard_stats"``, ...) and per
 kernel and backend (``"confidence_stats:triton"``, ``"grouped_matmul:torch"``, ...), so tests can
 check which ran.
 """
@@ -78,10 +78,13 @@ def confidence_stats(logits: Tensor, *, scratch: StatsScratch | None = None, **k
 
 
 def shard_stats(logits: Tensor, **kwargs) -> Tensor:
-    """(R, V_r) vocabulary-shard logits -> (R, 8) partial statistics
-    (``dllm.kernels.shard_stats.shard_stats_torch``; the torch reference on every device)."""
+    """(R, V_r) vocabulary-shard logits -> (R, 8) partial statistics through the selected backend
+    (keyword arguments those of ``dllm.kernels.shard_stats.shard_stats_torch``)."""
+    backend = kernel_backend(logits.device)
     CALL_COUNTS["shard_stats"] += 1
-    CALL_COUNTS["shard_stats:torch"] += 1
+    CALL_COUNTS[f"shard_stats:{backend}"] += 1
+    if backend == "triton":
+        return _ss.shard_stats_triton(logits, **kwargs)
     return _ss.shard_stats_torch(logits, **kwargs)
 
 

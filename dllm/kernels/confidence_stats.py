@@ -261,6 +261,54 @@ if triton is not None:
         return ((bits >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
 
     @triton.jit
+    def _row_key(seed_ptr, counter_ptr, row):
+        """A row's noise key from its seed (folded to 32 bits) and counter, as ``row_keys_torch``."""
+        c = tl.load(counter_ptr + row)
+        hi = ((c >> 32) & 0xFFFFFFFF).to(tl.uint32)
+        c32 = (c & 0xFFFFFFFF).to(tl.uint32) ^ _lowbias32(hi)
+        seed_u = (tl.load(seed_ptr + row) & 0xFFFFFFFF).to(tl.uint32)
+        return _lowbias32(seed_u ^ _lowbias32(c32 ^ 0x9E3779B9))
+
+    @triton.jit
+    def _load_chunk(base, cols, V, excluded_ptr, N_EX: tl.constexpr):
+        """A chunk of one row as float32, -inf past V and at the N_EX excluded columns."""
+        x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        for j in tl.static_range(N_EX):
+            x = tl.where(cols == tl.load(excluded_ptr + j), float("-inf"), x)
+        return x
+
+    @triton.jit
+    def _merge_best(k_val, k_arg, start, best_score, best_idx):
+        """The running (best score, its column) merged with a chunk's best (its value and lane);
+        strict '>' so that earlier chunks win ties (the first index, as argmax)."""
+        better = k_val > best_score
+        return tl.where(better, k_val, best_score), tl.where(better, start + k_arg, best_idx)
+
+    @triton.jit
+    def _softmax_chunk(x, lane, m, second, s, t):
+        """One chunk of the online softmax: the running (m, second, s, t) updated by the chunk
+        x (see ``_confidence_stats_kernel``), the chunk's max and its first lane, and the mask of
+        its finite entries."""
+        neg_inf = float("-inf")
+        c_max, c_arg = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=True)
+        c_second = tl.max(tl.where(lane == c_arg, neg_inf, x), axis=0)
+        # (m_ref: m_new, or 0 while the row has seen only -inf, so no -inf - -inf is formed)
+        m_new = tl.maximum(m, c_max)
+        m_ref = tl.where(m_new == neg_inf, 0.0, m_new)
+        alpha = tl.exp(m - m_ref)
+        shift = tl.where(m == neg_inf, 0.0, m - m_ref)
+        t = alpha * (t + shift * s)
+        s = alpha * s
+        finite = x > neg_inf
+        d = tl.where(finite, x - m_ref, 0.0)
+        e = tl.where(finite, tl.exp(d), 0.0)
+        s += tl.sum(e, axis=0)
+        t += tl.sum(e * d, axis=0)
+        # top-2 of {m, second} and {c_max, c_second}
+        second = tl.maximum(tl.minimum(m, c_max), tl.maximum(second, c_second))
+        return m_new, second, s, t, c_max, c_arg, finite
+
+    @triton.jit
     def _confidence_stats_kernel(
         logits_ptr, stride_row, V, excluded_ptr, temperature, seed_ptr, counter_ptr,
         token_ptr, prob_ptr, margin_prob_ptr, margin_logit_ptr, entropy_ptr,
@@ -278,12 +326,8 @@ if triton is not None:
         base = logits_ptr + row.to(tl.int64) * stride_row
         neg_inf = float("-inf")
         lane = tl.arange(0, BLOCK_V)
-        if NOISE:  # per-row seed (folded to 32 bits) and counter, as ``row_keys_torch``
-            c = tl.load(counter_ptr + row)
-            hi = ((c >> 32) & 0xFFFFFFFF).to(tl.uint32)
-            c32 = (c & 0xFFFFFFFF).to(tl.uint32) ^ _lowbias32(hi)
-            seed_u = (tl.load(seed_ptr + row) & 0xFFFFFFFF).to(tl.uint32)
-            key = _lowbias32(seed_u ^ _lowbias32(c32 ^ 0x9E3779B9))
+        if NOISE:
+            key = _row_key(seed_ptr, counter_ptr, row)
         m = tl.full([], neg_inf, tl.float32)
         second = tl.full([], neg_inf, tl.float32)
         s = tl.full([], 0.0, tl.float32)
@@ -292,27 +336,8 @@ if triton is not None:
         best_idx = tl.full([], 0, tl.int32)
         for start in range(0, V, BLOCK_V):
             cols = start + lane
-            x = tl.load(base + cols, mask=cols < V, other=neg_inf).to(tl.float32)
-            for j in tl.static_range(N_EX):
-                x = tl.where(cols == tl.load(excluded_ptr + j), neg_inf, x)
-            c_max, c_arg = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=True)
-            c_second = tl.max(tl.where(lane == c_arg, neg_inf, x), axis=0)
-            # online softmax and entropy numerator
-            # (m_ref: m_new, or 0 while the row has seen only -inf, so no -inf - -inf is formed)
-            m_new = tl.maximum(m, c_max)
-            m_ref = tl.where(m_new == neg_inf, 0.0, m_new)
-            alpha = tl.exp(m - m_ref)
-            shift = tl.where(m == neg_inf, 0.0, m - m_ref)
-            t = alpha * (t + shift * s)
-            s = alpha * s
-            finite = x > neg_inf
-            d = tl.where(finite, x - m_ref, 0.0)
-            e = tl.where(finite, tl.exp(d), 0.0)
-            s += tl.sum(e, axis=0)
-            t += tl.sum(e * d, axis=0)
-            # top-2 of {m, second} and {c_max, c_second}
-            second = tl.maximum(tl.minimum(m, c_max), tl.maximum(second, c_second))
-            m = m_new
+            x = _load_chunk(base, cols, V, excluded_ptr, N_EX)
+            m, second, s, t, c_max, c_arg, finite = _softmax_chunk(x, lane, m, second, s, t)
             # chosen token
             if NOISE:
                 g = -tl.log(-tl.log(_hash_uniform(key, cols)))
@@ -321,9 +346,7 @@ if triton is not None:
             else:
                 k_val = c_max
                 k_arg = c_arg
-            better = k_val > best_score
-            best_idx = tl.where(better, start + k_arg, best_idx)
-            best_score = tl.where(better, k_val, best_score)
+            best_score, best_idx = _merge_best(k_val, k_arg, start, best_score, best_idx)
         x_tok = tl.load(base + best_idx).to(tl.float32)
         tl.store(token_ptr + row, best_idx.to(tl.int64))
         tl.store(prob_ptr + row, tl.exp(x_tok - m) / s)
@@ -355,6 +378,33 @@ def _default_block_v(V: int, interpreted: bool) -> int:
     return min(16384 if interpreted else 4096, triton.next_power_of_2(V))
 
 
+def kernel_inputs(name: str, logits: Tensor, excluded_ids: Tensor | None,
+                  vocab_start: int = 0) -> tuple[Tensor, Tensor, int, bool]:
+    """The launchers' shared checks: (logits with unit column stride, the excluded ids as int32
+    columns (id - vocab_start, clamped to [-1, V]: outside the row never matches; a placeholder
+    when none), their count, whether interpreted). Raises where the kernel cannot run."""
+    if _confidence_stats_kernel is None:
+        raise RuntimeError(f"{name}_triton needs triton; pip install triton or use DLLM_KERNELS=torch")
+    interpreted = triton_interpreted()
+    if logits.device.type != "cuda" and not interpreted:
+        raise RuntimeError(
+            f"the Triton kernel got a {logits.device.type} tensor: set TRITON_INTERPRET=1 before importing "
+            "dllm to run it on CPU, or use DLLM_KERNELS=torch")
+    V = logits.shape[1]
+    if V == 0:
+        raise ValueError(f"{name} needs a non-empty vocabulary")
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    n_ex = 0 if excluded_ids is None else excluded_ids.numel()
+    if n_ex > MAX_EXCLUDED:
+        raise ValueError(f"the kernel takes at most {MAX_EXCLUDED} excluded ids, got {n_ex}")
+    if n_ex:
+        ex = (excluded_ids.to(logits.device, torch.int64).reshape(-1) - vocab_start).clamp(-1, V).to(torch.int32)
+    else:
+        ex = torch.zeros(1, dtype=torch.int32, device=logits.device)  # never read (N_EX = 0)
+    return logits, ex, n_ex, interpreted
+
+
 def confidence_stats_triton(logits: Tensor, *, temperature: float = 0.0, seed: int | Tensor | None = None,
                             offset: int = 0, counter: Tensor | None = None,
                             excluded_ids: Tensor | None = None, block_v: int | None = None) -> TokenStats:
@@ -364,30 +414,13 @@ def confidence_stats_triton(logits: Tensor, *, temperature: float = 0.0, seed: i
     A row stride is supported; a non-unit column stride is copied to contiguous first.
     excluded_ids: at most MAX_EXCLUDED ids in [0, V) (not range-checked: that would synchronise).
     """
-    if _confidence_stats_kernel is None:
-        raise RuntimeError("confidence_stats_triton needs triton; pip install triton or use DLLM_KERNELS=torch")
     if logits.dim() != 2:
         raise ValueError(f"confidence_stats expects (rows, vocab) logits, got shape {tuple(logits.shape)}")
     if logits.dtype not in FLOAT_DTYPES:
         raise ValueError(f"confidence_stats expects float32/bfloat16/float16 logits, got {logits.dtype}")
-    interpreted = triton_interpreted()
-    if logits.device.type != "cuda" and not interpreted:
-        raise RuntimeError(
-            f"the Triton kernel got a {logits.device.type} tensor: set TRITON_INTERPRET=1 before importing "
-            "dllm to run it on CPU, or use DLLM_KERNELS=torch")
+    logits, ex, n_ex, interpreted = kernel_inputs("confidence_stats", logits, excluded_ids)
     R, V = logits.shape
-    if V == 0:
-        raise ValueError("confidence_stats needs a non-empty vocabulary")
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
     dev = logits.device
-    n_ex = 0 if excluded_ids is None else excluded_ids.numel()
-    if n_ex > MAX_EXCLUDED:
-        raise ValueError(f"the kernel takes at most {MAX_EXCLUDED} excluded ids, got {n_ex}")
-    if n_ex:
-        ex = excluded_ids.to(dev, torch.int32).reshape(-1)  # (n_ex,)
-    else:
-        ex = torch.zeros(1, dtype=torch.int32, device=dev)  # never read (N_EX = 0)
     token = torch.empty(R, dtype=torch.int64, device=dev)
     prob, margin_prob, margin_logit, entropy = (torch.empty(R, dtype=torch.float32, device=dev) for _ in range(4))
     if R == 0:
