@@ -53,7 +53,7 @@ DECODES += [("dllm-waitingline-llada", {"temperature": 0.8, "seed": 7}),
             ("dllm-waitingline-dream", {"stopper": "prophet", "cache": "dual"}),
             ("dllm-waitingline-llada", {"stopper": "eotp", "policy": "threshold", "policy_args": {"tau": 0.9},
                                         "stop_at_eos": True, "cache": "dual"}),
-            ("dllm-waitingline-dream", {"stopper": "eotp", "stop_at_eos": True, "cache": "adaptive"})]
+            ("dllm-waitingline-dream", {"stopper": "prophet", "cache": "adaptive"})]
 # (the Dream model's saturated confidences tie to an ulp at some steps, so low-confidence order
 # could follow the forward's rounding there; left to right, each token's forward is fixed)
 LOGPROBS = [("dllm-waitingline-llada", {"cache": "dual", "temperature": 0.8, "seed": 5}),
