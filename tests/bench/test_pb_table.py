@@ -41,7 +41,7 @@ def test_by_cache_table_splits_every_grid_run_into_policy_and_cache():
     body = [line.split(" | ") for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
     pairs = {(cells[0].lstrip("| "), cells[1]) for cells in body}
     policies = {r["name"] for r in grid.policies()}
-    assert pairs == {(p, c) for p in policies for c in ("none", "prefix", "dual", "dual+sub4")}
+    assert pairs == {(p, c) for p in policies for c in ("none", "prefix", "dual", "adaptive", "dual+sub4")}
 
 
 def test_fresh_table_puts_fresh_next_to_official_with_the_difference():
