@@ -44,6 +44,7 @@ def build_runs(args: argparse.Namespace):
     from dllm.bench.results_store import _display_path
     from dllm.models.bundled import resolve_model_path
 
+    gen_length = getattr(args, "gen_length", None)  # grids built in code pass a Namespace without it
     if args.runs:
         try:
             entries = json.loads(Path(args.runs).read_text())
@@ -51,7 +52,7 @@ def build_runs(args: argparse.Namespace):
         except (OSError, json.JSONDecodeError, TypeError) as err:
             raise ValueError(f"--runs {args.runs}: {err}; it must be a JSON list of "
                              "{name, line, options, tokens_per_step, gen_length}") from err
-        if getattr(args, "gen_length", None) is not None:
+        if gen_length is not None:
             raise ValueError("--gen-length applies to --policy runs; a --runs file sets each run's gen_length")
         if "{model}" in json.dumps(entries):
             model = resolve_model_path(getattr(args, "model", None), getattr(args, "revision", None))
@@ -70,7 +71,6 @@ def build_runs(args: argparse.Namespace):
         tps_values = args.tokens_per_step or [None]
         for tps in tps_values:
             name = label if tps is None else f"{label} k={tps}"
-            gen_length = getattr(args, "gen_length", None)
             name += "" if gen_length is None else f" gen={gen_length}"
             runs.append(Run(name=name.replace(" ", "_"), line=label, options=options, tokens_per_step=tps,
                             gen_length=gen_length))
