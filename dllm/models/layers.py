@@ -164,6 +164,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None) -> Te
                                              attn_mask=mask, enable_gqa=gqa)
         return out.transpose(1, 2)
 
+    if visible.allowed is not None:  # training's dense rule: one call with a (B | 1, 1, T, S) mask
+        mask = visible.allowed[None, None] if visible.valid is None else (
+            visible.allowed[None, None] & visible.valid[:, None, None, :])
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        return out.transpose(1, 2)
     segments = visible.segments(T, k.shape[2])
     if len(segments) == 1:
         return sdpa(q, segments[0][2])

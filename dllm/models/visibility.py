@@ -9,6 +9,10 @@ CPU), which is what stops long canvases. The two rules the runtime needs have a 
 * block-causal attention: queries of one model block see the keys of that block and earlier
   ones, i.e. a key *length* per query block. ``spans`` lists (query start, query end, key end)
   for the forward's queries and the attention runs one call per span on the key prefix.
+
+Training alone needs a rule that is not a key prefix: block diffusion's two-copy layout (a clean
+copy of the answer beside its noisy copies, each noisy block seeing the clean blocks before it
+and itself; ``block_diffusion_copies``) passes a dense (T, S) ``allowed`` matrix, small there.
 """
 from __future__ import annotations
 
@@ -21,10 +25,17 @@ from torch import Tensor
 class KeyVisibility:
     """valid: (B, S) bool, False for keys that are not real tokens; None = every key is real.
     spans: block-causal rule as ((q_lo, q_hi, key_end), ...) over the forward's query indices:
-    queries [q_lo, q_hi) see keys [0, key_end) only; None = every query sees every key."""
+    queries [q_lo, q_hi) see keys [0, key_end) only; None = every query sees every key.
+    allowed: (T, S) bool, True where a query may see a key (training's two-copy layout; decoding
+    never builds one); combined with ``valid``, and exclusive with ``spans``."""
 
     valid: Tensor | None = None
     spans: tuple[tuple[int, int, int], ...] | None = None
+    allowed: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.allowed is not None and self.spans is not None:
+            raise ValueError("KeyVisibility takes spans or an allowed matrix, not both")
 
     def segments(self, q_len: int, key_len: int) -> tuple[tuple[int, int, int], ...]:
         """(q_lo, q_hi, key_end) pieces covering the queries: one piece without spans."""

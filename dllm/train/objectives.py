@@ -10,6 +10,13 @@
   batch with complementary masks (each token of the block masked in exactly one copy), so no
   token of the drawn block goes unscored. Under block-causal attention later blocks are
   invisible to the drawn one; they carry no loss.
+* ``block_diffusion_copies`` (Fast-dLLM v2's and BD3-LM's released training, their "vectorized"
+  layout): every answer block is trained in one forward. A row is laid out as its clean prompt +
+  answer, then two noisy copies of the answer with complementary masks (each block at its own
+  rate), at the clean answer's positions; a noisy block sees the clean blocks before it and
+  itself, the clean copy is block-causal. Each noisy block's logits are those of a forward of
+  clean earlier blocks + that noisy block, so a step scores every answer token once, where the
+  one-block sampler scores one block of each row.
 * ``d2f`` (Discrete Diffusion Forcing, Wang et al. 2025; its released training code,
   ``D2F-train/utils/util.py`` ``forward_process_length`` / ``generate_monotonic_pmasks`` and
   ``utils/loss.py``): every answer block of ``bd_size`` (counted from the answer start) is noised
@@ -31,6 +38,8 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from dllm.models.visibility import KeyVisibility, block_causal_spans
 
 
 def llada_masks(answer: Tensor, gen: torch.Generator) -> Tensor:
@@ -70,6 +79,45 @@ def block_diffusion_masks(answer: Tensor, answer_start: int, bd_size: int, gen: 
     in_block = (col[None, :] >= lo[:, None]) & (col[None, :] < (lo + bd_size)[:, None])
     first = llada_masks(in_block, gen)
     return torch.cat([first, in_block & ~first])
+
+
+def block_diffusion_copies(ids: Tensor, valid: Tensor, answer: Tensor, answer_start: int, bd_size: int,
+                           mask_id: int, gen: torch.Generator, shift: bool
+                           ) -> tuple[Tensor, Tensor, KeyVisibility, Tensor, Tensor, Tensor]:
+    """The two-copy block-diffusion batch for rows (B, W) whose answers start at ``answer_start``
+    (P) and run to W in whole blocks: (tokens, positions, visibility, target, masked, read), each
+    (B, W + 2A) with A = W - P but ``read`` (W + 2A,): the column whose logits predict each
+    column's token (its own; with ``shift``, Dream's logit shift, the one before, which for the
+    first token of a noisy block is the clean token before that block, as when it is decoded)."""
+    B, W = ids.shape
+    P, A = answer_start, W - answer_start
+    if A % bd_size:
+        raise ValueError(f"answer width {A} is not a multiple of bd_size {bd_size}")
+    span = answer[:, P:]
+    n_blocks = A // bd_size
+    t = torch.rand(B, n_blocks, generator=gen).repeat_interleave(bd_size, dim=1)
+    first = span & (torch.rand(B, A, generator=gen) < (1 - 1e-3) * t + 1e-3)
+    copies = (first, span & ~first)
+    tokens = torch.cat([ids] + [ids[:, P:].masked_fill(m, mask_id) for m in copies], dim=1)
+    target = torch.cat([ids] + [ids[:, P:]] * len(copies), dim=1)
+    masked = torch.cat([torch.zeros_like(valid)] + list(copies), dim=1)
+    positions = (valid.long().cumsum(-1) - 1).clamp_min(0)
+    positions = torch.cat([positions] + [positions[:, P:]] * len(copies), dim=1)
+    keys = torch.cat([valid] + [valid[:, P:]] * len(copies), dim=1)
+    T = W + len(copies) * A
+    allowed = torch.zeros(T, T, dtype=torch.bool)
+    for lo, hi, key_end in block_causal_spans(0, W, W, prompt_width=P, block_size=bd_size):
+        allowed[lo:hi, :key_end] = True
+    read = torch.arange(T)
+    for c in range(len(copies)):
+        for b in range(n_blocks):
+            lo = W + c * A + b * bd_size
+            allowed[lo:lo + bd_size, :P + b * bd_size] = True
+            allowed[lo:lo + bd_size, lo:lo + bd_size] = True
+            if shift:
+                read[lo:lo + bd_size] = torch.arange(lo - 1, lo + bd_size - 1)
+                read[lo] = P + b * bd_size - 1
+    return tokens, positions, KeyVisibility(valid=keys, allowed=allowed), target, masked, read
 
 
 # D2F's per-block mask rates (generate_monotonic_pmasks): the first block's in

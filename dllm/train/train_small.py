@@ -51,7 +51,7 @@ from dllm.models.visibility import block_causal_spans
 from dllm.train.canvas_mix import CanvasMix
 from dllm.train.corpus import TRAIN_TASKS, TaskCorpus
 from dllm.train.init_from import init_from_checkpoint
-from dllm.train.objectives import block_diffusion_masks, d2f_loss, d2f_masks, llada_masks, name_part_masks
+from dllm.train.objectives import block_diffusion_copies, block_diffusion_masks, d2f_loss, d2f_masks, llada_masks, name_part_masks
 from dllm.train.save import save_checkpoint
 
 # Special tokens per layout, in vocabulary order (this order fixes the shipped tokenizer's ids);
@@ -280,6 +280,16 @@ def make_block_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.
     return noisy, positions, KeyVisibility(valid=valid, spans=spans), ids, masked
 
 
+def make_block_copies_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, mask_id: int,
+                            bd_size: int, shift: bool, mix: CanvasMix | None = None,
+                            mix_rng: random.Random | None = None):
+    """Block-diffusion rows (``answer_aligned``) in the two-copy layout (``block_diffusion_copies``):
+    every answer block scored in one step; the last item is the column read for each column."""
+    rows = draw_rows(tokenizer, corpus, batch_size, mix, mix_rng, multiple=bd_size)
+    ids, valid, answer, P = answer_aligned(tokenizer, rows)
+    return block_diffusion_copies(ids, valid, answer, P, bd_size, mask_id, gen, shift)
+
+
 def make_d2f_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, mask_id: int,
                    bd_size: int, mix: CanvasMix | None = None, mix_rng: random.Random | None = None):
     """D2F rows (``answer_aligned``): every answer block masked at its own rate, rising along the
@@ -472,9 +482,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="the drawn canvas length's range (a row never gets less than its answer + 1)")
     ap.add_argument("--one-shot", type=float, default=0.0, metavar="RATE",
                     help="share of batches in the benchmark's one-shot format (one generated example first)")
-    ap.add_argument("--objective", choices=("family", "d2f"), default="family",
-                    help="family: the layout's own objective (LLaDA SFT for llada / dream, block diffusion for "
-                         "fast_dllm_v2 / llada2_moe); d2f: Discrete Diffusion Forcing (dllm/train/objectives.py "
+    ap.add_argument("--objective", choices=("family", "block_copies", "d2f"), default="family",
+                    help="family: the layout's own objective (LLaDA SFT for llada / dream, block diffusion over one "
+                         "drawn block per row for fast_dllm_v2 / llada2_moe); block_copies: block diffusion over "
+                         "every block at once, the clean answer beside two complementary noisy copies (Fast-dLLM "
+                         "v2 / BD3-LM training; block-causal families); d2f: Discrete Diffusion Forcing (dllm/train/objectives.py "
                          "d2f_masks), a block-causal student of --bd-size blocks (a block-causal layout's own size) "
                          "with the prompt as one block, decoded by the pipelined mode")
     ap.add_argument("--d2f-teacher", type=Path, default=None, metavar="DIR",
@@ -500,6 +512,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.name_part_masking and (args.family in ("fast_dllm_v2", "llada2_moe") or args.objective == "d2f"):
         ap.error("--name-part-masking applies to the llada / dream objectives; the block objectives (fast_dllm_v2, "
                  "llada2_moe, --objective d2f) mask by block")
+    if args.objective == "block_copies" and args.family not in ("fast_dllm_v2", "llada2_moe") and not args.init:
+        ap.error(f"--objective block_copies trains a block-causal layout; --family {args.family} is bidirectional "
+                 "(use fast_dllm_v2 or llada2_moe, or --objective d2f for a block-causal student of it)")
     if args.d2f_teacher and args.objective != "d2f":
         ap.error("--d2f-teacher distils into a D2F student; add --objective d2f")
     if args.init and (args.tokenizer or args.init_weights):
@@ -522,6 +537,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.objective == "d2f" and (model.attention != "block_causal" or model.config.block_origin != "prompt"):
             ap.error(f"--objective d2f --init {args.init}: not a D2F student (block-causal, block origin "
                      "'prompt'); start one from it with --init-weights DIR --tokenizer DIR")
+        if args.objective == "block_copies" and model.attention != "block_causal":
+            ap.error(f"--objective block_copies --init {args.init}: a bidirectional checkpoint; block diffusion "
+                     "trains a block-causal one (fast_dllm_v2, llada2_moe)")
     else:
         tokenizer = (reuse_tokenizer(args.tokenizer, out) if args.tokenizer
                      else build_tokenizer(corpus, out, args.vocab_size, TOKENIZER_LAYOUT[args.family]))
@@ -566,8 +584,12 @@ def main(argv: list[str] | None = None) -> None:
     last_step = args.stop_after or args.steps
     bar = tqdm(range(1, last_step + 1), desc=f"train {n_params / 1e6:.2f}M", dynamic_ncols=True)
     for step in bar:
-        rate = None
-        if args.objective == "d2f":
+        rate = read = None
+        if args.objective == "block_copies":
+            noisy, positions, attn, target, masked, read = make_block_copies_batch(
+                tokenizer, corpus, args.batch_size // 2, gen, raw["mask_token_id"], model.config.block_size,
+                model.config.shift_logits, mix, mix_rng)
+        elif args.objective == "d2f":
             noisy, positions, attn, target, masked, rate = make_d2f_batch(
                 tokenizer, corpus, args.batch_size, gen, raw["mask_token_id"], model.config.block_size, mix, mix_rng)
         elif model.attention == "block_causal":  # the pair of complementary rows counts as two
@@ -582,7 +604,9 @@ def main(argv: list[str] | None = None) -> None:
         if teacher is not None:  # every key visible to the teacher (D2F: its base without the student's mask)
             with torch.no_grad():
                 taught = teacher(noisy, positions, KeyVisibility(valid=attn.valid))
-        if model.config.shift_logits:  # Dream: position i - 1 predicts token i
+        if read is not None:  # the two-copy layout names the column each prediction is read from
+            logits = logits[:, read]
+        elif model.config.shift_logits:  # Dream: position i - 1 predicts token i
             logits, target, masked = logits[:, :-1], target[:, 1:], masked[:, 1:]
             rate = rate[:, 1:] if rate is not None else None
             taught = taught[:, :-1] if taught is not None else None
