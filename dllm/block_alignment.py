@@ -30,6 +30,33 @@ class AlignedRows:
     wanted: list[int]  # answer positions each row asked for
 
 
+def model_block_windows(model, config: GenerationConfig) -> GenerationConfig:
+    """The decode config a block-causal model runs: decision windows that never cross one of its
+    blocks.
+
+    No position of a block-causal model sees a later model block, and a later block reads the
+    earlier ones as they stand, so a window spanning a block boundary would commit tokens of the
+    later block while the end of the earlier one is still masks, an order no released decoder
+    uses (Fast-dLLM v2 decodes its bd_size blocks and their sub-blocks, LLaDA2 and SDAR build the
+    mask from the decode block). A window that does not divide the model's block becomes their
+    greatest common divisor (a multiple of the block: the block itself), as block_length, or as
+    sub_block_length when that was set; the answer length and the steps per token stay. Windows
+    start on block boundaries (the engine counts both from the answer start, aligned rows for
+    blocks counted from position 0). Bidirectional models and the pipelined mode (which moves
+    model blocks itself) are unchanged."""
+    size = model.config.block_size
+    if model.attention != "block_causal" or config.block_add_threshold is not None or size % config.window_length == 0:
+        return config
+    field = "sub_block_length" if config.sub_block_length is not None else "block_length"
+    window = math.gcd(config.window_length, size)
+    windows = config.gen_length // window
+    if config.steps % windows:
+        raise ValueError(f"steps={config.steps}: this block-causal model decodes its blocks of {size} one after "
+                         f"the other, in {windows} windows of {window} here ({field} {config.window_length} crosses "
+                         f"its blocks); use a multiple of {windows}, e.g. steps={windows * max(1, config.steps // windows)}")
+    return dataclasses.replace(config, **{field: window})
+
+
 def alignment_unit(model, config: GenerationConfig) -> int:
     """Positions a row's engine prompt must be a multiple of: 0 when the model's blocks start at
     the answer (bidirectional models; block-causal ones trained that way)."""

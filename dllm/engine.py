@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dllm.block_alignment import align_rows, alignment_unit, tail_tokens
+from dllm.block_alignment import align_rows, alignment_unit, model_block_windows, tail_tokens
 from dllm.cache import make_cache
 from dllm.canvas import Canvas, build_canvas
 from dllm.config import GenerationConfig
@@ -408,6 +408,7 @@ class Decoding:
 
     @torch.inference_mode()
     def __init__(self, model, rows: list[RowStart], config: GenerationConfig) -> None:
+        config = model_block_windows(model, config)
         check_rows(rows, config, model.config.max_sequence_length)
         check_seeds([r.seed for r in rows], len(rows))
         original = rows

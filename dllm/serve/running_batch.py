@@ -19,6 +19,7 @@ from typing import Callable
 
 import torch
 
+from dllm.block_alignment import model_block_windows
 from dllm.cache.prompt_store import PromptKVStore, attach as attach_prompt_store
 from dllm.config import GenerationConfig
 from dllm.engine import Decoding, RowStart
@@ -74,7 +75,8 @@ class RunningBatch:
 
     def __init__(self, model, rows: list[RowProgress], config: GenerationConfig, key: str, joinable: bool,
                  prompt_store: PromptKVStore | None = None) -> None:
-        self.model, self.config, self.key, self.joinable = model, config, key, joinable
+        # the blocks its Decoding runs (a block-causal model's own), which _carry counts in
+        self.model, self.config, self.key, self.joinable = model, model_block_windows(model, config), key, joinable
         self.prompt_store = prompt_store  # prompt blocks shared across requests (block-causal models)
         self.mask_id, self.eos = model.mask_token_id, set(model.eos_token_ids)
         self.rows: list[RowProgress] = []

@@ -3,6 +3,8 @@ a fresh process) across canvas lengths, cache modes and strategies with candidat
 budget refuses a canvas that cannot fit before anything is allocated."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from dllm.config import GenerationConfig
@@ -37,10 +39,14 @@ def long_context(tmp_path_factory):
             for family in ("llada", "fast_dllm_v2")}
 
 
-def _config(gen_length: int, blocks: int = 2, steps_per_window: int = 2, **options) -> GenerationConfig:
-    """Few forwards, and every kind of forward (refresh, window, candidates) at least once."""
+def _config(gen_length: int, blocks: int = 2, steps_per_window: int = 2, model_block: int | None = None,
+            **options) -> GenerationConfig:
+    """Few forwards, and every kind of forward (refresh, window, candidates) at least once;
+    ``model_block``: a block-causal model's block, inside which its windows stay
+    (block_alignment.model_block_windows)."""
     block = gen_length // blocks
-    windows = gen_length // options.get("sub_block_length", block)
+    window = options.get("sub_block_length", block)
+    windows = gen_length // (math.gcd(window, model_block) if model_block else window)
     return GenerationConfig(gen_length=gen_length, block_length=block, steps=steps_per_window * windows, **options)
 
 
@@ -54,7 +60,9 @@ def measured(long_context):
     """{family: {(gen_length, setup): result}}, one fresh process per family."""
     out = {}
     for family, path in long_context.items():
-        runs = {(G, name): _config(G, **options) for G in LENGTHS for name, options in SETUPS.items()}
+        model_block = 8 if family == "fast_dllm_v2" else None  # the tiny checkpoint's bd_size
+        runs = {(G, name): _config(G, model_block=model_block, **options) for G in LENGTHS
+                for name, options in SETUPS.items()}
         if family == "llada":
             runs.update({(G, "refreshes"): _config(G, **REFRESHES) for G in LINEAR})
         results = peak_memory.measure_in_subprocess(path, PROMPTS, list(runs.values()))
@@ -65,13 +73,17 @@ def measured(long_context):
 
 @pytest.mark.parametrize("family", ["llada", "fast_dllm_v2"])
 def test_plan_bounds_measured_peak(measured, family):
+    checked = 0
     for (G, name), result in measured[family].items():
         planned, peak = result["planned_decode_bytes"], result["measured_bytes"]
         assert planned >= peak, f"gen {G}, {name}: planned {planned:,} < measured peak {peak:,}"
-        if G == LENGTHS[-1]:  # the bound follows the allocations, not a constant factor away
+        if G == LENGTHS[-1] and peak >= 1 << 20:  # the bound follows the allocations, not a constant factor away
+            # (a block-causal model's 8-token windows allocate less than a MiB: page-level noise)
             # (with the LM head on the window only, a narrow model's decode allocates little, and
             # the plan's per-thread fused-attention workspace, partly untouched pages, weighs more)
             assert planned <= 16 * peak, f"gen {G}, {name}: plan {planned / peak:.1f}x the peak"
+            checked += 1
+    assert checked or family != "llada", "the bidirectional model's wide windows allocate MiBs"
 
 
 def test_peak_grows_linearly_with_the_canvas(measured):

@@ -63,7 +63,8 @@ def test_plan_bounds_the_measured_peak_of_an_moe_decode(moe_dir):
         peak_memory.peak_rss_rise(lambda: None)
     except OSError:
         pytest.skip("peak resident memory cannot be measured here")
-    config = GenerationConfig(gen_length=512, block_length=256, steps=4)
+    # blocks of 256 decoded as the model's 16 blocks of 32, one step each (model_block_windows)
+    config = GenerationConfig(gen_length=512, block_length=256, steps=16)
     (row,) = peak_memory.measure_in_subprocess(str(moe_dir), PROMPTS, [config])
     assert 0 < row["measured_bytes"] <= row["planned_decode_bytes"], row
 
