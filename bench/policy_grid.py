@@ -14,6 +14,10 @@
 - ``policies_adaptive.json``: every policy under the adaptive cache alone, plus top-k 1 and
   threshold 0.9 without a cache and under the dual cache as references: the adaptive rows of a
   grid measured before they existed (``--out`` a folder of its own);
+- ``policies_block_causal.json``: every policy without a cache and under the adaptive cache, for
+  block-causal models (block diffusion, LLaDA2 MoE, D2F students): there every cache is exact
+  (a block sees no later block) and the adaptive cache takes the dual cache's path, so prefix and
+  dual rows would repeat its tokens;
 - ``caches_speed.json``: top-k 1, threshold 0.9 and LoPA (2 branches) under each cache, a grid
   small enough to run in one sitting, so that its tokens/s compare across caches (the big grids
   are resumed across sittings at other machine loads).
@@ -99,6 +103,7 @@ def main() -> None:
              "policies_adaptive.json": with_caches([r for r in policies() if r["name"] in REFERENCES],
                                                    {k: CACHES[k] for k in ("none", "dual")})
                                        + with_caches(policies(), {"adaptive": CACHES["adaptive"]}),
+             "policies_block_causal.json": with_caches(policies(), {k: CACHES[k] for k in ("none", "adaptive")}),
              "caches_speed.json": with_caches([r for r in policies() if r["name"] in SPEED_POLICIES], CACHES)}
     for name, runs in grids.items():
         (here / name).write_text(json.dumps(runs, indent=1) + "\n")

@@ -7,7 +7,8 @@
 # Writes $OUT/pb_${NAME}_policies (default OUT: runs): top-k 1-8, threshold 0.7-0.95, factor, EB,
 # SchED, Learn2PD (+ EoTP), FreeDave, FreeDave++ and LoPA, each with no cache, prefix, dual and adaptive
 # cache (bench/runs/policies_caches.json); SUB_BLOCK=1 adds the dual cache over 4-token
-# sub-blocks (policies_subblock.json), DREAM_RULES=1 Dream's own rules (dream_rules_caches.json).
+# sub-blocks (policies_subblock.json), DREAM_RULES=1 Dream's own rules (dream_rules_caches.json);
+# GRID=policies_block_causal runs a block-causal model's grid (no cache and adaptive: its caches are exact).
 # Zero-shot, 8-token blocks, the eleven training tasks, STRATIFIED (default 20) stratified
 # samples per task: one process of one thread, so it fits a shared 2-core machine; a rerun
 # into the same OUT resumes (finished (run, task) pairs are skipped).
@@ -24,7 +25,7 @@ TASKS=(waiting_line/copy waiting_line/reverse waiting_line/sort waiting_line/shu
        waiting_line/remove_random waiting_line/replace_index waiting_line/replace_random
        puzzle/latin_square_n4)
 widths=(8)
-grids=(policies_caches)
+grids=("${GRID:-policies_caches}")
 [ -n "${SUB_BLOCK:-}" ] && widths+=(4) && grids+=(policies_subblock)
 [ -n "${DREAM_RULES:-}" ] && grids+=(dream_rules_caches)
 for w in "${widths[@]}"; do
