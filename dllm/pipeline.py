@@ -149,7 +149,7 @@ class Pipelined:
 
     def _blocks(self, state, tokens: Tensor | None = None, rows: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(N, num_blocks) masks left per block of ``tokens`` (default: the canvas), and whether
-        each answer holds an end-of-text; ``rows``: the canvas row of each (for its prompt tail)."""
+        each block holds an end-of-text; ``rows``: the canvas row of each (for its prompt tail)."""
         P = state.canvas.prompt_width
         tokens = state.tokens if tokens is None else tokens
         answer = tokens[:, P: P + self.num_blocks * self.size]
@@ -158,12 +158,17 @@ class Pipelined:
         if state.lead_mask is not None:
             lead = state.lead_mask if rows is None else state.lead_mask[rows]
             eos &= ~lead[:, : answer.shape[1]]
-        return masks, eos.any(-1)
+        return masks, eos.reshape(answer.shape[0], self.num_blocks, self.size).any(-1)
 
     def _added(self, state, masks: Tensor, eos: Tensor, added: Tensor, active: Tensor) -> Tensor:
         """Blocks in each pipeline after this round's add: one more where the last block added has
-        decoded ``block_add_threshold`` (the prompt counts as decoded), none after an end-of-text."""
+        decoded ``block_add_threshold`` (the prompt counts as decoded), none after an end-of-text
+        in a block already added. End-of-text past an EoTP truncation, in blocks not yet added,
+        does not count: the position that predicted the end may still be masked in such a block,
+        and it must be added to be decoded."""
         share = 1 - masks.float() / self.size  # decoded share of each block
+        index = torch.arange(self.num_blocks, device=masks.device)
+        eos = (eos & (index < added[:, None])).any(-1)
         last = share.gather(1, (added - 1).clamp_min(0)[:, None])[:, 0]
         last = torch.where(added == 0, torch.ones_like(last), last)  # the prompt is decoded
         stop = eos & state.config.stop_at_eos  # D2F adds no block after an end-of-text
