@@ -20,18 +20,15 @@ def _args(model=None, shots=None):
 
 # models trained on zero-shot prompts only declare it; those trained on one-shot prompts too
 # (bench/train_any_length.sh) declare nothing and take the benchmark's own protocol
-ZERO_SHOT_ONLY = [name for name in ("dllm-waitingline-bd", "dllm-waitingline-moe")
-                  if "dllm_prompt_shots" in json.loads((resolve_model_path(name) / "config.json").read_text())]
-
-
-@pytest.mark.parametrize("name", ZERO_SHOT_ONLY)
+@pytest.mark.parametrize("name", ["dllm-waitingline-d2f"])
 def test_bundled_models_declare_the_zero_shot_prompts_they_were_trained_on(name):
     assert declared_shots(resolve_model_path(name)) == 0
     shots, line = choose_shots(_args(name))
     assert shots == 0 and line.startswith("protocol: 0-shot") and f"{PROMPT_SHOTS_KEY}=0" in line
 
 
-@pytest.mark.parametrize("name", ["dllm-waitingline-llada", "dllm-waitingline-dream"])
+@pytest.mark.parametrize("name", ["dllm-waitingline-llada", "dllm-waitingline-dream", "dllm-waitingline-bd",
+                                  "dllm-waitingline-moe"])
 def test_bundled_models_trained_one_shot_too_take_the_benchmarks_protocol(name):
     assert declared_shots(resolve_model_path(name)) is None
     shots, line = choose_shots(_args(name))
