@@ -14,8 +14,9 @@ LM head gets a torchao quantized weight in place (``torchao.quantization.quantiz
 
 Kept in the load dtype: the LM head (its logits rank the tokens every step commits, and on large
 vocabularies it is a few percent of the weights; transformers, bitsandbytes and vLLM's quantizers
-keep it too), embeddings and norms (not linears), and MoE experts (stacked parameters, not
-``nn.Linear``). The weights are quantized at load: the checkpoint on disk stays a float one.
+keep it too), the MoE routers (a few KB that pick the experts; LLaDA2 scores them in float32, and
+vLLM leaves MoE gates unquantized too), embeddings and norms (not linears), and MoE experts
+(stacked parameters, not ``nn.Linear``). The weights are quantized at load: the checkpoint on disk stays a float one.
 
 Checkpoints that are already quantized (a config.json ``quantization_config``: GPTQ, AWQ,
 compressed-tensors, fp8, bitsandbytes, ...; or tensors stored as float8 / integers) are refused
@@ -40,7 +41,7 @@ from torch import nn
 from dllm.validation import OptionTypeError
 
 QUANTIZE_CHOICES = ("int8", "float8")
-KEPT_MODULES = ("lm_head",)  # module names left in the load dtype (see the module docstring)
+KEPT_MODULES = ("lm_head", "router")  # module names left in the load dtype (see the module docstring)
 FLOAT8_CAPABILITY = (8, 9)
 FLOAT_STORAGE = {"F32", "F16", "BF16", "F64"}  # safetensors dtypes dllm reads as plain weights
 INSTALL = "pip install 'dllm[quant]' (torchao)"

@@ -74,6 +74,18 @@ def test_int8_ragged_batch_equals_single_rows(tiny_dirs, test_device, options):
     assert batch == [decode(lm.model, [p], cfg).answer[0].tolist() for p in prompts]
 
 
+def test_moe_model_int8_keeps_its_routers_and_decodes_ragged_batches_as_single_rows():
+    """The bundled LLaDA2 MoE model: its routers stay float (LLaDA2 scores them in float32), the
+    dense linears are int8, and a ragged batch gives each row its batch-1 tokens."""
+    lm = dllm.load("dllm-waitingline-moe", quantize="int8", **CPU)
+    routers = [m for name, m in lm.model.named_modules() if name.endswith(".router")]
+    assert routers and all(type(m.weight) is torch.nn.Parameter for m in routers)
+    prompts = [lm.encode(p) for p in (PROMPT, "Reverse: [\"Ann Lee\", \"Bo Kim\"]")]
+    cfg = GenerationConfig(gen_length=32, block_length=8, policy="threshold", policy_args={"tau": 0.9}, cache="dual")
+    batch = decode(lm.model, prompts, cfg).answer.tolist()
+    assert batch == [decode(lm.model, [p], cfg).answer[0].tolist() for p in prompts]
+
+
 def test_bundled_model_int8_answers_the_demo_prompt_as_float32():
     plain, quant = dllm.load(**CPU), dllm.load(quantize="int8", **CPU)
     for options in (dict(gen_length=32, steps=32),
