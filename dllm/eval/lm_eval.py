@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from typing import Any
 
@@ -124,8 +125,11 @@ class DllmLM(LM):
             gen_length = block_aligned_length(max_tokens, None)
             values["block_length"] = gen_length
             values["steps"] = max(1, round(gen_length * base.steps / base.gen_length))
-            if base.sub_block_length is not None:
-                windows = gen_length // base.sub_block_length
+            window = base.sub_block_length or gen_length
+            if self.model.attention == "block_causal":  # its windows stay inside its blocks (model_block_windows)
+                window = math.gcd(window, self.model.config.block_size)
+            if window < gen_length:  # whole steps per window, as the engine splits them
+                windows = gen_length // window
                 values["steps"] = windows * max(1, values["steps"] // windows)
         values["gen_length"] = gen_length
         for key in SAMPLING_KWARGS:

@@ -55,6 +55,20 @@ def test_max_gen_toks_sets_a_block_aligned_answer_and_until_cuts_it(tiny_dirs):
         lm.request_config({"max_gen_toks": 0})
 
 
+def test_a_block_causal_model_gets_whole_steps_per_model_block(tmp_path):
+    """Without block_length the answer is one block, which a block-causal model decodes in windows
+    inside its blocks (model_block_windows): the step budget is rounded to whole steps per
+    window, so any max_gen_toks decodes instead of failing on the step count."""
+    from dllm.models.tiny import write_tiny_checkpoint
+
+    lm = _lm(write_tiny_checkpoint(tmp_path / "bd", "fast_dllm_v2", seed=1, block_size=8), gen_length=16, steps=8)
+    for max_gen_toks, windows, steps in [(36, 9, 18), (10, 5, 5), (9, 9, 9)]:  # windows of gcd(max, 8)
+        config, _ = lm.request_config({"max_gen_toks": max_gen_toks})
+        assert (config.gen_length, config.steps) == (max_gen_toks, steps) and steps % windows == 0
+    (text,) = lm.generate_until([_gen("hello", 0, max_gen_toks=9)], disable_tqdm=True)
+    assert isinstance(text, str)
+
+
 def test_chat_template_is_the_apis(tiny_dirs):
     lm = _lm(tiny_dirs["llada"])
     messages = [{"role": "user", "content": "reverse [a, b]"}]
