@@ -44,17 +44,27 @@ def model_block_windows(model, config: GenerationConfig) -> GenerationConfig:
     start on block boundaries (the engine counts both from the answer start, aligned rows for
     blocks counted from position 0). Bidirectional models and the pipelined mode (which moves
     model blocks itself) are unchanged."""
-    size = model.config.block_size
-    if model.attention != "block_causal" or config.block_add_threshold is not None or size % config.window_length == 0:
+    window = block_causal_window(model, config.window_length)
+    if config.block_add_threshold is not None or window == config.window_length:
         return config
     field = "sub_block_length" if config.sub_block_length is not None else "block_length"
-    window = math.gcd(config.window_length, size)
     windows = config.gen_length // window
     if config.steps % windows:
-        raise ValueError(f"steps={config.steps}: this block-causal model decodes its blocks of {size} one after "
-                         f"the other, in {windows} windows of {window} here ({field} {config.window_length} crosses "
-                         f"its blocks); use a multiple of {windows}, e.g. steps={windows * max(1, config.steps // windows)}")
+        raise ValueError(f"steps={config.steps}: this block-causal model decodes its blocks of "
+                         f"{model.config.block_size} one after the other, in {windows} windows of {window} here "
+                         f"({field} {config.window_length} crosses its blocks); use a multiple of {windows}, "
+                         f"e.g. steps={windows * max(1, config.steps // windows)}")
     return dataclasses.replace(config, **{field: window})
+
+
+def block_causal_window(model, window: int) -> int:
+    """The decision window ``model`` runs for a requested ``window`` (model_block_windows): the
+    window itself unless the model is block-causal and the window does not divide its block,
+    then their greatest common divisor."""
+    size = model.config.block_size
+    if model.attention != "block_causal" or size % window == 0:
+        return window
+    return math.gcd(window, size)
 
 
 def alignment_unit(model, config: GenerationConfig) -> int:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 from typing import Any
 
@@ -33,6 +32,7 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 import dllm
+from dllm.block_alignment import block_causal_window
 from dllm.config import GenerationConfig
 from dllm.engine import check_prompts, decode
 from dllm.eval.likelihood import check_likelihood_model, mc_loglikelihood
@@ -126,8 +126,8 @@ class DllmLM(LM):
             values["block_length"] = gen_length
             values["steps"] = max(1, round(gen_length * base.steps / base.gen_length))
             window = base.sub_block_length or gen_length
-            if self.model.attention == "block_causal":  # its windows stay inside its blocks (model_block_windows)
-                window = math.gcd(window, self.model.config.block_size)
+            if base.block_add_threshold is None:  # a block-causal model's windows stay inside its blocks
+                window = block_causal_window(self.model, window)
             if window < gen_length:  # whole steps per window, as the engine splits them
                 windows = gen_length // window
                 values["steps"] = windows * max(1, values["steps"] // windows)
