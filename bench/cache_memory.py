@@ -1,4 +1,4 @@
-"""The memory plan of real model shapes (dllm.memory; shapes only, no weights).
+"""The memory plan of real model shapes (dllm.engine.memory; shapes only, no weights).
 
     python bench/cache_memory.py --out bench/results/cache_memory
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from dllm.config import GenerationConfig
-from dllm.memory import MIB, plan_memory
+from dllm.engine.config import GenerationConfig
+from dllm.engine.memory import MIB, plan_memory
 from dllm.models.config import ArchConfig
 from dllm.models.transformer import DiffusionTransformer
 

@@ -24,7 +24,7 @@ import torch
 import dllm
 from dllm import GenerationConfig
 from dllm.bench.results_store import cpu_model
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.models.tiny import write_tiny_checkpoint
 
 SHAPE = dict(d_model=768, n_layers=12, n_heads=12, mlp_hidden=2048, vocab_size=32000)

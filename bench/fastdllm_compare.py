@@ -35,7 +35,7 @@ from safetensors.torch import load_file
 from dllm import GenerationConfig, load
 from dllm.bench.forward_timer import ForwardTimer
 from dllm.bench.results_store import cpu_model
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.models.tiny import write_tiny_checkpoint
 
 SHAPES = {

@@ -15,8 +15,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from dllm.bench.random_models import build_random_model
-from dllm.config import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.config import GenerationConfig
+from dllm.engine.decoding import decode
 
 
 def bare_forward_ms(model, batch: int, tokens: int, repeats: int = 20) -> float:

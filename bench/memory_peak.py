@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 from dllm.bench.peak_memory import measure_in_subprocess
-from dllm.config import GenerationConfig
-from dllm.memory import MIB
+from dllm.engine.config import GenerationConfig
+from dllm.engine.memory import MIB
 from dllm.models.tiny import write_tiny_checkpoint
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12]]

@@ -26,7 +26,8 @@ import torch.nn.functional as F
 
 from dllm.bench.results_store import cpu_model
 from dllm.kernels import kernel_backend
-from dllm.models.moe import MoEConfig, MoEMLP
+from dllm.models.config import MoEConfig
+from dllm.models.moe import MoEMLP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernels_microbench import _time  # noqa: E402  (median seconds per call; CUDA events on GPU)

@@ -28,7 +28,7 @@ from dllm.bench.metrics import score
 from dllm.bench.parallelbench_fresh import FRESH_TASKS, fresh_samples
 from dllm.bench.results_store import cpu_model
 from dllm.data.prompts import build_messages, default_data_dir, load_samples, load_task_configs
-from dllm.memory import model_bytes
+from dllm.engine.memory import model_bytes
 from dllm.models.quantize import tensor_bytes
 
 MODES = ("float32", "int8")

@@ -23,8 +23,8 @@ import torch
 
 import dllm
 from dllm.bench.serve_load import bench_prompts, percentile
-from dllm.config import GenerationConfig
-from dllm.runner import ModelRunner
+from dllm.engine.config import GenerationConfig
+from dllm.runner.model_runner import ModelRunner
 from dllm.serve import running_batch
 from dllm.serve.protocol import SchedulerLimits, ServeRequest
 from dllm.serve.scheduler import BatchScheduler
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace, continuous: bool, lm, requests: list[ServeRequ
 
 def rows_sweep(lm, args: argparse.Namespace) -> dict:
     """Best-of-3 seconds per round of a decode of 1, 2, 4 and 8 prompts, per cache."""
-    from dllm.engine import decode
+    from dllm.engine.decoding import decode
 
     prompts = [lm.encode(p, chat=False) for p in bench_prompts(8, args.seed)]
     out = {}

@@ -41,7 +41,7 @@ def worker(model: str, out: str) -> None:
 
     import dllm
     from dllm import GenerationConfig
-    from dllm.engine import Decoding, RowStart
+    from dllm.engine.decoding import Decoding, RowStart
     from dllm.parallel.dist import leave_together, run_rank
 
     size = int(os.environ.get("WORLD_SIZE", "1"))

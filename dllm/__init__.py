@@ -4,7 +4,7 @@
     out = model.generate("...", gen_length=32, policy="low_confidence")
     out.texts, out.token_ids, out.finish_reasons, out.stats
 """
-from dllm.api import DiffusionLM, GenerationOutput, load
-from dllm.config import GenerationConfig
+from dllm.api.model import DiffusionLM, GenerationOutput, load
+from dllm.engine.config import GenerationConfig
 
 __all__ = ["DiffusionLM", "GenerationConfig", "GenerationOutput", "load"]

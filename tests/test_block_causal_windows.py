@@ -1,4 +1,4 @@
-"""A block-causal model's decision windows never cross one of its blocks (dllm/block_alignment.py
+"""A block-causal model's decision windows never cross one of its blocks (dllm/engine/block_alignment.py
 model_block_windows): a block_length spanning several model blocks gives the tokens and forwards of
 block_length = the model's block, one that would split a model block those of the greatest common
 divisor, ragged batches included."""
@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from dllm.config import GenerationConfig
-from dllm.engine import Decoding, RowStart
+from dllm.engine.config import GenerationConfig
+from dllm.engine.decoding import Decoding, RowStart
 from tests.block_causal_tiny import KINDS, PREAMBLE, TAILS, tiny_block_causal
 
 

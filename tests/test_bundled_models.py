@@ -10,7 +10,7 @@ import dllm
 from dllm import GenerationConfig
 from dllm.bench.metrics import score
 from dllm.data.prompts import build_messages, load_samples, load_task_configs
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.models.bundled import bundled_models
 from dllm.train.corpus import TaskCorpus
 from tests.pb_data import require_data

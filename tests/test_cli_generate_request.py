@@ -72,6 +72,6 @@ def test_malformed_request_values_are_usage_errors(capsys, argv):
 
 
 def test_stop_token_outside_the_vocabulary_is_refused_before_decoding(monkeypatch, capsys):
-    monkeypatch.setattr("dllm.api.decode", lambda *a, **k: pytest.fail("decoded before the check"))
+    monkeypatch.setattr("dllm.api.model.decode", lambda *a, **k: pytest.fail("decoded before the check"))
     assert main(["generate", "hi", "--stop-token-id", "1000000"]) == 2
     assert "outside the model's vocabulary" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dllm import GenerationConfig
-from dllm.engine import Decoding, RowStart, decode
+from dllm.engine.decoding import Decoding, RowStart, decode
 
 from rule_configs import EndsAt
 

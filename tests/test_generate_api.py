@@ -5,7 +5,7 @@ never hard-coded, so the tests hold for any checkpoint."""
 import pytest
 
 import dllm
-from dllm.config import block_aligned_gen_length, sample_seeds
+from dllm.engine.config import block_aligned_gen_length, sample_seeds
 
 PROMPTS = ["Copy: Ann Lee, Bo Kim", "Reverse: Cy Dunn, Di Ely, Ed Fox"]
 OPTS = dict(gen_length=32, block_length=8)
@@ -159,7 +159,7 @@ def test_bad_request_options_are_refused_before_any_model_work(lm, monkeypatch, 
     def no_decode(*args, **kw):
         raise AssertionError("the model ran before the request was checked")
 
-    monkeypatch.setattr("dllm.api.decode", no_decode)
+    monkeypatch.setattr("dllm.api.model.decode", no_decode)
     with pytest.raises(error, match=match):
         lm.generate(PROMPTS, **kwargs)
     ids = [lm.encode(p) for p in PROMPTS]

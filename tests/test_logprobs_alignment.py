@@ -1,5 +1,5 @@
 """Commit-time logprobs sit at each row's own answer positions, also when a block-causal row's
-prompt tail leads its answer region (dllm/block_alignment.py)."""
+prompt tail leads its answer region (dllm/engine/block_alignment.py)."""
 from __future__ import annotations
 
 import math
@@ -8,8 +8,8 @@ import pytest
 
 import dllm
 from dllm import GenerationConfig
-from dllm.engine import Decoding, RowStart
-from dllm.logprobs import CommitLogprobs
+from dllm.engine.decoding import Decoding, RowStart
+from dllm.engine.logprobs import CommitLogprobs
 from dllm.models.tiny import write_tiny_checkpoint
 
 PROMPTS = [[5, 17, 42], list(range(30, 43)), [7, 8, 9, 10, 11, 12, 13, 14]]  # leads 3, 5, 0

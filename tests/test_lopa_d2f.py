@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dllm.config import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.config import GenerationConfig
+from dllm.engine.decoding import decode
 from tests.oracles_lopa_d2f import lopa_d2f_generate
 from tests.test_pipeline import PROMPTS, bd_with_d2f_mask, cut, d2f_student
 

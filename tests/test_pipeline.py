@@ -12,8 +12,8 @@ import torch
 
 import dllm
 from dllm.cli.chat import _LiveLine
-from dllm.config import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.config import GenerationConfig
+from dllm.engine.decoding import decode
 from dllm.models.bundled import resolve_model_path
 from dllm.models.tiny import write_tiny_checkpoint
 from tests.oracles_d2f import d2f_generate

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import dllm.engine  # noqa: F401  registers every policy and cache
+import dllm.engine.decoding  # noqa: F401  registers every policy and cache
 from dllm.cache.base import CACHES
 from dllm.samplers.base import RULES, STOPPERS, STRATEGIES
 

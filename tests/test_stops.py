@@ -1,7 +1,7 @@
 """Stop strings and stop ids cut the final prefix at the first stop, wherever it comes from."""
 import pytest
 
-from dllm.stops import StopConditions, cut_at_stop, safe_text_length
+from dllm.api.stops import StopConditions, cut_at_stop, safe_text_length
 from dllm.validation import OptionTypeError
 
 VOCAB = {1: "a", 2: "b", 3: "c", 4: "<eos>", 5: "\n"}
@@ -48,7 +48,7 @@ def test_bad_stop_conditions_are_refused(stop, ids, error):
 
 
 def test_block_aligned_gen_length_and_sample_seeds():
-    from dllm.config import block_aligned_gen_length, sample_seeds
+    from dllm.engine.config import block_aligned_gen_length, sample_seeds
     assert block_aligned_gen_length(20, 8) == 24
     assert block_aligned_gen_length(24, 8) == 24
     assert block_aligned_gen_length(20, None) == 20

@@ -6,7 +6,7 @@ import pytest
 
 import dllm
 from dllm import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.models.tiny import write_tiny_checkpoint
 from tests.oracles_block import llada21_generate
 

@@ -6,10 +6,10 @@ import pytest
 
 import dllm
 from dllm import GenerationConfig
-from dllm.api import default_model_path
+from dllm.api.model import default_model_path
 from dllm.bench.metrics import score
 from dllm.data.prompts import load_task_configs
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.train.corpus import TaskCorpus
 from tests.pb_data import require_data
 

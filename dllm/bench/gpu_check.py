@@ -84,7 +84,7 @@ def device_name(device) -> str:
 def _resolve(args: argparse.Namespace):
     """Device, dtype and sizes from the options, every check before any model work."""
     from dllm.bench.random_models import REAL_SHAPES, TINY_SHAPES, shape_config
-    from dllm.config import GenerationConfig
+    from dllm.engine.config import GenerationConfig
     from dllm.models.placement import resolve_device, resolve_dtype
 
     device = resolve_device(args.device)

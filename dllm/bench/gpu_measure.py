@@ -1,7 +1,7 @@
 """The measurements of the GPU check on one model: forward time per cache mode against the
 roofline, engine overhead per step, tokens/s and NFE per decoding method.
 
-Each measurement is one real decode through ``dllm.engine.decode`` (the path users run) with
+Each measurement is one real decode through ``dllm.engine.decoding.decode`` (the path users run) with
 its forwards timed by ``ForwardTimer``; nothing here reimplements a step. Prompts are random
 token ids (no mask or end-of-text id), all of one length, and rows never stop early
 (``stop_at_eos=False``), so every row generates ``gen_length`` tokens and tokens/s counts them all.
@@ -18,8 +18,8 @@ import torch
 from dllm.bench.device_peaks import DevicePeak
 from dllm.bench.forward_timer import ForwardRecord, ForwardTimer
 from dllm.bench.roofline import forward_cost
-from dllm.config import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.config import GenerationConfig
+from dllm.engine.decoding import decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +115,7 @@ def run_decode(model, method: Method, shape: Shape, peak: DevicePeak, extra: dic
                tpf=shape.gen_length / nfe if nfe else None, tokens_per_s=tokens / wall if wall > 0 else None,
                overhead_s_per_step=(wall - forward_total) / max(len(records), 1),
                overhead_share=(wall - forward_total) / wall if wall > 0 else None,
-               planned_peak_bytes=result.memory["total_bytes"],  # dllm.memory's upper bound
+               planned_peak_bytes=result.memory["total_bytes"],  # dllm.engine.memory's upper bound
                peak_memory_bytes=torch.cuda.max_memory_allocated(timer.device) if cuda else None)
     # window forwards (queries < keys: a cached step) are the steady state; uncached decodes
     # have only canvas forwards. Block-start refreshes (queries == keys) are reported apart.

@@ -88,6 +88,6 @@ def markdown_report(folder: Path) -> str:
               "bandwidth) / measured. Overhead: decode wall "
               "time minus the forwards' time (CUDA events), per forward and as a share of wall time. "
               "Peak: the device's allocated high-water mark during the decode (CUDA only), next to "
-              "dllm.memory's planned upper bound. Random weights: confidences are low, so threshold "
+              "dllm.engine.memory's planned upper bound. Random weights: confidences are low, so threshold "
               "methods commit few tokens per step.", ""]
     return "\n".join(parts)

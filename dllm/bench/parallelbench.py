@@ -20,17 +20,17 @@ from typing import Any
 from torch import nn
 from tqdm import tqdm
 
-from dllm.api import DiffusionLM
+from dllm.api.model import DiffusionLM
 from dllm.bench.metrics import score
 from dllm.bench.parallelbench_fresh import FreshSamples, check_fresh_request, fresh_samples
 from dllm.bench.results_store import ReadOnlyStore, ResultStore, run_metadata
-from dllm.config import GenerationConfig
+from dllm.engine.config import GenerationConfig
 from dllm.data.prompts import TaskSpec, build_messages, load_samples, load_task_configs
-from dllm.engine import check_prompts
+from dllm.engine.decoding import check_prompts
 from dllm.models.bundled import model_label
 from dllm.models.prepack import is_prepacked
 from dllm.models.quantize import quantization_of
-from dllm.policies import check_policies
+from dllm.engine.policies import check_policies
 
 OFFLINE_TASKS = (
     "waiting_line/copy", "waiting_line/reverse", "waiting_line/sort", "waiting_line/shuffle",

@@ -1,4 +1,4 @@
-"""Measured peak memory of a decode on CPU, next to its plan (``dllm.memory``).
+"""Measured peak memory of a decode on CPU, next to its plan (``dllm.engine.memory``).
 
 The peak is the rise of the process's resident-set high-water mark (Linux ``VmHWM``, reset
 through ``/proc/self/clear_refs``) over its resident size before the decode, so it counts
@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict
 from typing import Any, Callable
 
-from dllm.config import GenerationConfig
+from dllm.engine.config import GenerationConfig
 
 ISOLATED_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
 

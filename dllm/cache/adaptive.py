@@ -66,7 +66,7 @@ from dllm.cache.block import BlockCache
 from dllm.cache.kv import KVBuffers
 from dllm.cache.read_refresh import full_refresh, read_forward
 from dllm.models.layers import attend, rope_cos_sin
-from dllm.runner import LastForward, ModelRunner
+from dllm.runner.model_runner import LastForward, ModelRunner
 
 SCOPES = ("all", "prefix", "prompt", "response")
 SELECTS = ("read", "window")
@@ -135,7 +135,7 @@ class AdaptiveCache:
         self.kv: KVBuffers | None = None
         self.hidden: Tensor | None = None  # (n_layers, B, L, d): each layer's cached input
         self.seen: Tensor | None = None  # (B, L): the token each cached position was computed for
-        self._peak = 0  # bytes held at once: buffers plus a candidate copy (dllm.memory plans them)
+        self._peak = 0  # bytes held at once: buffers plus a candidate copy (dllm.engine.memory plans them)
         self.refreshes = 0  # rows x forwards that recomputed their context (diagnostics)
 
     @property

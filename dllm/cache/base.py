@@ -12,7 +12,7 @@ from typing import Callable, Protocol
 
 from torch import Tensor
 
-from dllm.runner import ModelRunner
+from dllm.runner.model_runner import ModelRunner
 
 
 class CacheMode(Protocol):

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from dllm.cache.base import register_cache
 from dllm.cache.kv import KVBuffers
-from dllm.runner import ModelRunner
+from dllm.runner.model_runner import ModelRunner
 
 
 FIRST_TOKEN = ("rule", "argmax")

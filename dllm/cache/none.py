@@ -6,7 +6,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from dllm.cache.base import register_cache
-from dllm.runner import ModelRunner
+from dllm.runner.model_runner import ModelRunner
 
 
 @register_cache("none")

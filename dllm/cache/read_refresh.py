@@ -36,7 +36,7 @@ from torch import Tensor
 
 from dllm.models.layers import attend, rope_cos_sin
 from dllm.models.visibility import KeyVisibility
-from dllm.runner import ModelRunner, head_rows_pay_off
+from dllm.runner.model_runner import ModelRunner, head_rows_pay_off
 
 
 def full_refresh(runner: ModelRunner, tokens: Tensor, kv, hidden: Tensor, rows: Tensor | None,

@@ -17,8 +17,8 @@ from typing import Any, Callable, TextIO
 
 from dllm.cli.options import parse_kv
 from dllm.cli.output import LOGGER_NAME
-from dllm.config import GenerationConfig
-from dllm.request import merge_config
+from dllm.engine.config import GenerationConfig
+from dllm.api.request import merge_config
 
 log = logging.getLogger(LOGGER_NAME)
 

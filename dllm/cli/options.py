@@ -10,7 +10,7 @@ import json
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from dllm.api import DiffusionLM
+    from dllm.api.model import DiffusionLM
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -124,8 +124,8 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
 def generation_config(args: argparse.Namespace):
     """The GenerationConfig of the decoding options, with its rule, strategy and stopper built
     once, so a bad name or option is an error before any model is loaded."""
-    from dllm.config import GenerationConfig
-    from dllm.policies import check_policies
+    from dllm.engine.config import GenerationConfig
+    from dllm.engine.policies import check_policies
 
     config = GenerationConfig(
         gen_length=answer_length(args), block_length=args.block_length, steps=args.steps,
@@ -209,7 +209,7 @@ class _RecordGiven(argparse.Action):
 def answer_length(args: argparse.Namespace) -> int:
     """The canvas' answer length: ``--gen-length``, or the smallest whole number of blocks that
     holds ``--max-tokens`` (not both)."""
-    from dllm.config import block_aligned_gen_length
+    from dllm.engine.config import block_aligned_gen_length
 
     max_tokens = getattr(args, "max_tokens", None)
     if max_tokens is None:
@@ -236,7 +236,7 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
 
 def output_request(args: argparse.Namespace, vocab_size: int | None = None):
     """The OutputRequest of the request options (checked again against the model's vocabulary)."""
-    from dllm.request import OutputRequest
+    from dllm.api.request import OutputRequest
 
     return OutputRequest.parse(stop=args.stop, stop_token_ids=args.stop_token_id, max_tokens=args.max_tokens,
                                n=args.n, echo=args.echo, vocab_size=vocab_size)

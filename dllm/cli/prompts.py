@@ -73,7 +73,7 @@ def _jsonl_prompt(source: str, n: int, line: str) -> Any:
 def check_prompt_lengths(model, prompts: list[PromptLine], config, chat: bool | None) -> list[list[int]]:
     """Token ids of every prompt, each checked against the model's context before any decoding;
     an error names the prompt's line in its file."""
-    from dllm.engine import check_prompts
+    from dllm.engine.decoding import check_prompts
 
     ids = []
     for p in prompts:

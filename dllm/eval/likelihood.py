@@ -26,8 +26,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from dllm.canvas import build_canvas
-from dllm.runner import ModelRunner
+from dllm.runner.canvas import build_canvas
+from dllm.runner.model_runner import ModelRunner
 
 
 @dataclass(kw_only=True, slots=True)

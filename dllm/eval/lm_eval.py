@@ -32,9 +32,9 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 import dllm
-from dllm.block_alignment import block_causal_window
-from dllm.config import GenerationConfig
-from dllm.engine import check_prompts, decode
+from dllm.engine.block_alignment import block_causal_window
+from dllm.engine.config import GenerationConfig
+from dllm.engine.decoding import check_prompts, decode
 from dllm.eval.likelihood import check_likelihood_model, mc_loglikelihood
 from dllm.eval.model_args import parse_model_args
 from dllm.eval.records import RequestRecords, fingerprint

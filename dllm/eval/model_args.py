@@ -13,8 +13,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from dllm.config import GenerationConfig
-from dllm.policies import check_policies
+from dllm.engine.config import GenerationConfig
+from dllm.engine.policies import check_policies
 from dllm.samplers import RULES, STOPPERS, STRATEGIES
 from dllm.validation import check_value, field_types
 

@@ -1,11 +1,11 @@
 """What lm-eval's generation kwargs mean for a diffusion decode, through the runtime's own
-stop conditions (``dllm.stops``) and length mapping (``dllm.config``)."""
+stop conditions (``dllm.api.stops``) and length mapping (``dllm.engine.config``)."""
 from __future__ import annotations
 
 from typing import Sequence
 
-from dllm.config import block_aligned_gen_length
-from dllm.stops import StopConditions, first_stop_string
+from dllm.engine.config import block_aligned_gen_length
+from dllm.api.stops import StopConditions, first_stop_string
 
 
 def cut_at_stop(text: str, until: str | Sequence[str] | None) -> str:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dllm.models.moe import MoEConfig
 from dllm.validation import check_value, field_types
 
 ATTENTION_KINDS = ("bidirectional", "block_causal")
@@ -18,6 +17,41 @@ BLOCK_ORIGIN_KEY = "dllm_block_origin"
 # A checkpoint of a bidirectional family (LLaDA, Dream) decoded block-causally (a D2F student):
 # config.json says so with these keys; ``block_causal_override`` applies them.
 ATTENTION_KEY, BLOCK_SIZE_KEY = "dllm_attention", "dllm_block_size"
+
+SCORES = ("softmax", "sigmoid")  # MoE router scores: OLMoE / LLaDA-MoE, LLaDA2
+
+
+@dataclass(frozen=True, slots=True)
+class MoEConfig:
+    """Routing and expert sizes of one MoE layer (the family parses its config.json into this)."""
+
+    n_experts: int
+    top_k: int
+    expert_hidden: int  # moe_intermediate_size
+    score: str = "softmax"  # "softmax" (OLMoE / LLaDA-MoE) or "sigmoid" (LLaDA2)
+    norm_topk: bool = False  # renormalise the chosen weights to sum 1
+    routed_scale: float = 1.0  # routed_scaling_factor
+    n_group: int = 1
+    topk_group: int = 1
+    expert_bias: bool = False  # a selection-only bias (LLaDA2 `expert_bias`)
+    shared_hidden: int = 0  # hidden size of the shared expert(s) MLP; 0 = none
+
+    def __post_init__(self) -> None:
+        if self.score not in SCORES:
+            raise ValueError(f"MoE score={self.score!r}; expected one of {SCORES}")
+        for name in ("n_experts", "top_k", "expert_hidden", "n_group", "topk_group"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"MoE {name} must be positive, got {getattr(self, name)}")
+        if self.shared_hidden < 0:
+            raise ValueError(f"MoE shared_hidden must be >= 0, got {self.shared_hidden}")
+        if self.n_experts % self.n_group:
+            raise ValueError(f"MoE n_experts={self.n_experts} is not a multiple of n_group={self.n_group}")
+        if self.topk_group > self.n_group:
+            raise ValueError(f"MoE topk_group={self.topk_group} exceeds n_group={self.n_group}")
+        eligible = self.topk_group * (self.n_experts // self.n_group)
+        if self.top_k > eligible:
+            raise ValueError(f"MoE top_k={self.top_k} exceeds the {eligible} experts of the "
+                             f"topk_group={self.topk_group} groups a token may use")
 
 
 @dataclass(kw_only=True, slots=True)

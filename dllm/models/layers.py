@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dllm.models.config import ArchConfig
 from dllm.models.visibility import KeyVisibility
 
-if TYPE_CHECKING:  # config.py imports moe.py, which imports this module
-    from dllm.models.config import ArchConfig
+if TYPE_CHECKING:
     from dllm.parallel.tensor_plan import TensorShard
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from dllm.models.config import ArchConfig, block_origin_of
-from dllm.models.moe import MoEConfig
+from dllm.models.config import MoEConfig
 from dllm.models.sources import Source, mlp_sources, one, rows_of
 
 MODEL_TYPES = ("llada2_moe", "llada21_moe")  # the second: ZHZisZZ/dllm's copy of 2.1's config

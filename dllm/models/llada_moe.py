@@ -20,7 +20,7 @@ from typing import Any
 
 from dllm.models import dream
 from dllm.models.config import ArchConfig
-from dllm.models.moe import MoEConfig
+from dllm.models.config import MoEConfig
 from dllm.models.sources import Source, mlp_sources, one
 
 MODEL_TYPES = ("llada", "lladamoe")

@@ -36,46 +36,13 @@ from torch import Tensor, nn
 
 from dllm.kernels import grouped_matmul
 from dllm.kernels.grouped_matmul import MIN_GEMM_ROWS
+from dllm.models.config import MoEConfig
 from dllm.models.layers import SwiGLU
 
 if TYPE_CHECKING:
     from dllm.parallel.tensor_plan import TensorShard
 
-SCORES = ("softmax", "sigmoid")
 RENORM_EPS = 1e-20  # LLaDA2's guard on the renormalising sum (below float32's resolution at 1)
-
-
-@dataclass(frozen=True, slots=True)
-class MoEConfig:
-    """Routing and expert sizes of one MoE layer (the family parses its config.json into this)."""
-
-    n_experts: int
-    top_k: int
-    expert_hidden: int  # moe_intermediate_size
-    score: str = "softmax"  # "softmax" (OLMoE / LLaDA-MoE) or "sigmoid" (LLaDA2)
-    norm_topk: bool = False  # renormalise the chosen weights to sum 1
-    routed_scale: float = 1.0  # routed_scaling_factor
-    n_group: int = 1
-    topk_group: int = 1
-    expert_bias: bool = False  # a selection-only bias (LLaDA2 `expert_bias`)
-    shared_hidden: int = 0  # hidden size of the shared expert(s) MLP; 0 = none
-
-    def __post_init__(self) -> None:
-        if self.score not in SCORES:
-            raise ValueError(f"MoE score={self.score!r}; expected one of {SCORES}")
-        for name in ("n_experts", "top_k", "expert_hidden", "n_group", "topk_group"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"MoE {name} must be positive, got {getattr(self, name)}")
-        if self.shared_hidden < 0:
-            raise ValueError(f"MoE shared_hidden must be >= 0, got {self.shared_hidden}")
-        if self.n_experts % self.n_group:
-            raise ValueError(f"MoE n_experts={self.n_experts} is not a multiple of n_group={self.n_group}")
-        if self.topk_group > self.n_group:
-            raise ValueError(f"MoE topk_group={self.topk_group} exceeds n_group={self.n_group}")
-        eligible = self.topk_group * (self.n_experts // self.n_group)
-        if self.top_k > eligible:
-            raise ValueError(f"MoE top_k={self.top_k} exceeds the {eligible} experts of the "
-                             f"topk_group={self.topk_group} groups a token may use")
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,11 @@ import datetime
 import os
 from dataclasses import dataclass
 
+import torch
 import torch.distributed as dist
 
 from dllm.parallel.dist import DistContext, init_distributed
-from dllm.parallel.tensor_plan import TensorPlanError
+from dllm.parallel.tensor_plan import TensorPlanError, TensorShard
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,3 +112,11 @@ def _form(ctx: DistContext, size: int, timeout_s: float) -> Layout:
             mine["peer"] = group
     return Layout(rank=ctx.rank, world_size=world, tensor_size=size, tensor_group=mine["tensor"],
                   peer_group=mine["peer"])
+
+
+def join_tensor_group(size: int, device: str = "auto") -> tuple[TensorShard, torch.device]:
+    """This rank's shard of its tensor-parallel group in a torchrun job (initialising
+    torch.distributed); a job of more processes than ``size`` holds one group per ``size`` ranks
+    (composed with data or branch parallelism)."""
+    layout, ctx = join_groups(size, device)
+    return TensorShard(rank=layout.tensor_rank, size=size, group=layout.tensor_group), ctx.device

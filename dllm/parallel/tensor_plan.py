@@ -266,15 +266,5 @@ def read_local(name: str, src: Source, full: tuple[int, ...], shard: TensorShard
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def join_tensor_group(size: int, device: str = "auto") -> tuple[TensorShard, torch.device]:
-    """This rank's shard of its tensor-parallel group in a torchrun job (initialising
-    torch.distributed); a job of more processes than ``size`` holds one group per ``size`` ranks
-    (``dllm.parallel.groups``: composed with data or branch parallelism)."""
-    from dllm.parallel.groups import join_groups
-
-    layout, ctx = join_groups(size, device)
-    return TensorShard(rank=layout.tensor_rank, size=size, group=layout.tensor_group), ctx.device
-
-
-__all__ = ["PLAN", "TensorPlanError", "TensorShard", "check_plan", "join_tensor_group", "local_config",
+__all__ = ["PLAN", "TensorPlanError", "TensorShard", "check_plan", "local_config",
            "read_local", "split_of", "Piece"]

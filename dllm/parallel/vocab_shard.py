@@ -94,7 +94,7 @@ def shard_top_p(tp, logits: Tensor, p: float) -> Tensor:
 
 
 def filter_shard_logits(tp, logits: Tensor, top_k: int | None, top_p: float | None) -> Tensor:
-    """The shard of one process's ``_filter_logits`` (dllm/engine.py): top-k, then the nucleus."""
+    """The shard of one process's ``_filter_logits`` (dllm/engine/decoding.py): top-k, then the nucleus."""
     if top_k is not None:
         logits = shard_top_k(tp, logits, top_k)
     if top_p is not None and top_p < 1:

@@ -4,8 +4,8 @@ batch it runs at once (the weights once, each batch's decode memory on top), so 
 fails its memory check at decode time, which would end every row in it with an error."""
 from __future__ import annotations
 
-from dllm.config import GenerationConfig
-from dllm.memory import MIB, plan_memory
+from dllm.engine.config import GenerationConfig
+from dllm.engine.memory import MIB, plan_memory
 
 Shape = tuple[int, int]  # (prefix tokens, answer positions left), as in round_cost
 CanvasSize = tuple[int, int]  # (rows, canvas length) of a running decode

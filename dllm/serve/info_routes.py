@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from dllm.inputs import check_token_ids
+from dllm.api.inputs import check_token_ids
 from dllm.serve.body import parse_json
 from dllm.serve.limits import ServerLimits
 from dllm.serve.metrics import ServerMetrics

@@ -1,7 +1,7 @@
 """Answer tokens' log-probabilities in OpenAI's two shapes.
 
 Each entry is the log-probability of an answer token under the forward that committed it
-(``dllm.logprobs``), with the most likely tokens of that same distribution; one entry per id of
+(``dllm.engine.logprobs``), with the most likely tokens of that same distribution; one entry per id of
 the choice's ``dllm.token_ids`` (so an ending end-of-text or stop id has one too), in position
 order. Completions: ``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``; chat:
 ``{"content": [{"token", "logprob", "bytes", "top_logprobs"}]}``. A value the engine could not
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from dllm.logprobs import TokenLogprob
+from dllm.engine.logprobs import TokenLogprob
 
 Decode = Callable[[list[int]], str]
 

@@ -3,7 +3,7 @@
 The scheduler owns the model and runs the decode loop in its own thread; callers submit
 requests and receive ``RowUpdate``s through a callback (called from the scheduler's thread:
 bridge to asyncio with ``loop.call_soon_threadsafe``). Stop strings are not the scheduler's
-business: a caller reads the final prefix, applies ``dllm.stops`` and cancels the row.
+business: a caller reads the final prefix, applies ``dllm.api.stops`` and cancels the row.
 """
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from dllm.config import GenerationConfig
-from dllm.logprobs import TokenLogprob
+from dllm.engine.config import GenerationConfig
+from dllm.engine.logprobs import TokenLogprob
 
 
 @dataclass(kw_only=True, slots=True)
 class ServeRequest:
     """One row to decode: its prompt ids, its validated config and its own sampling seed
     (``n`` samples of one prompt are ``n`` requests with distinct seeds); ``top_logprobs``: None,
-    or report each final token's log-probability (``dllm.logprobs``) with this many alternatives."""
+    or report each final token's log-probability (``dllm.engine.logprobs``) with this many alternatives."""
 
     request_id: str
     prompt_ids: list[int]

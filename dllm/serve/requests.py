@@ -18,11 +18,11 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from dllm.config import GenerationConfig, block_aligned_gen_length, sample_seeds
-from dllm.inputs import check_messages, check_token_ids
+from dllm.engine.config import GenerationConfig, block_aligned_gen_length, sample_seeds
+from dllm.api.inputs import check_messages, check_token_ids
 from dllm.serve.budget import one_row_mib
 from dllm.serve.limits import ServerLimits
-from dllm.stops import StopConditions
+from dllm.api.stops import StopConditions
 
 # dllm's options a request may set as extra body fields (gen_length comes from max_tokens)
 DLLM_OPTIONS = ("policy", "policy_args", "strategy", "strategy_args", "stopper", "stopper_args",
@@ -280,7 +280,7 @@ def _config(body: dict, defaults: ServerDefaults, chat: bool) -> tuple[Generatio
         options["steps"] = None  # the server's step budget was for its default length
     try:
         config = GenerationConfig(**options)
-        from dllm.policies import check_policies
+        from dllm.engine.policies import check_policies
 
         check_policies(config)
     except (TypeError, ValueError) as err:

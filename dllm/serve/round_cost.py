@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from dllm.config import GenerationConfig
+from dllm.engine.config import GenerationConfig
 
 Shape = tuple[int, int]  # (prefix tokens: prompt + finished blocks, answer positions left)
 

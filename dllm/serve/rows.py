@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from dllm.logprobs import TokenLogprob
-from dllm.outputs import cut_answer, end_row
-from dllm.request import OutputRequest
+from dllm.engine.logprobs import TokenLogprob
+from dllm.api.outputs import cut_answer, end_row
+from dllm.api.request import OutputRequest
 from dllm.serve.protocol import RowUpdate
-from dllm.stops import FINISH_REASONS, StopConditions, StoppedText, safe_text_length
+from dllm.api.stops import FINISH_REASONS, StopConditions, StoppedText, safe_text_length
 
 
 class RowText:

@@ -19,11 +19,11 @@ from typing import Callable
 
 import torch
 
-from dllm.block_alignment import model_block_windows
+from dllm.engine.block_alignment import model_block_windows
 from dllm.cache.prompt_store import PromptKVStore, attach as attach_prompt_store
-from dllm.config import GenerationConfig
-from dllm.engine import Decoding, RowStart
-from dllm.logprobs import CommitLogprobs
+from dllm.engine.config import GenerationConfig
+from dllm.engine.decoding import Decoding, RowStart
+from dllm.engine.logprobs import CommitLogprobs
 from dllm.serve.protocol import RowUpdate, ServeRequest
 
 # fields that may differ between rows of one batch (steps may differ only with gen_length,

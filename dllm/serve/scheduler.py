@@ -21,9 +21,9 @@ import time
 from typing import Callable
 
 from dllm.cache.prompt_store import PromptKVStore
-from dllm.config import GenerationConfig
-from dllm.engine import check_seeds
-from dllm.inputs import check_token_ids
+from dllm.engine.config import GenerationConfig
+from dllm.engine.decoding import check_seeds
+from dllm.api.inputs import check_token_ids
 from dllm.serve.budget import CanvasSize, fits, rows_that_fit
 from dllm.serve.protocol import QueueFullError, RowUpdate, Scheduler, SchedulerLimits, ServeRequest
 from dllm.serve.round_cost import RoundCost, join_pays, round_tokens

@@ -21,9 +21,9 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from dllm.canvas import build_canvas
-from dllm.config import GenerationConfig
-from dllm.engine import DecodeState, decode
+from dllm.runner.canvas import build_canvas
+from dllm.engine.config import GenerationConfig
+from dllm.engine.decoding import DecodeState, decode
 from dllm.samplers.rules.learn2pd import ConfidenceFilter
 
 

@@ -23,7 +23,7 @@
   at once, each at its own rate, and the rates never decrease along the answer: the first
   block's is drawn in [0.2, 0.7), each later one adds a share of what is left up to 0.7, so a
   block is trained to denoise from earlier blocks that are themselves partly masked (less than
-  it), the state the pipelined decode (dllm/pipeline.py) feeds it. The prompt is never masked.
+  it), the state the pipelined decode (dllm/engine/pipeline.py) feeds it. The prompt is never masked.
   Attention is block-causal with the whole prompt as one block (block origin "prompt", D2F's
   ``build_custom_float_attention_mask``); the loss is the cross-entropy of each masked token
   divided by its block's rate, averaged over the masked tokens (``d2f_loss``). Its target is the

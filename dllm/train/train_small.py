@@ -34,10 +34,10 @@ from tqdm import tqdm
 
 from dllm.bench.metrics import score
 from dllm.bench.parallelbench_cli import PROMPT_SHOTS_KEY
-from dllm.config import GenerationConfig
+from dllm.engine.config import GenerationConfig
 from dllm.data.bpe import save_tokenizer_dir, train_bpe
 from dllm.data.prompts import build_messages, default_data_dir
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.models.loading import load_model
 from dllm.models.registry import family_for
 from dllm.models.moe import MoEMLP

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import dllm
-from dllm.api import default_model_path
+from dllm.api.model import default_model_path
 from dllm.bench.parallelbench import Run, run_parallelbench, summarize
 from tests.pb_data import require_data
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import dllm
-from dllm.api import default_model_path
+from dllm.api.model import default_model_path
 from dllm.bench.metrics import score
 from dllm.bench.parallelbench import Run, plan_parallelbench, run_parallelbench
 from dllm.bench.parallelbench_cli import build_runs

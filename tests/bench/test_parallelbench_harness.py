@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 import dllm
-from dllm.api import default_model_path
+from dllm.api.model import default_model_path
 from dllm.bench.parallelbench import Run, plan_parallelbench, run_parallelbench, select_samples
 from dllm.cli import main as cli_main
 from tests.pb_data import official, require_data

@@ -12,8 +12,8 @@ import pytest
 
 import dllm
 from dllm import GenerationConfig
-from dllm.api import default_model_path
-from dllm.engine import decode
+from dllm.api.model import default_model_path
+from dllm.engine.decoding import decode
 from dllm.train.corpus import TaskCorpus
 from tests.pb_data import require_data
 

@@ -6,7 +6,7 @@ import torch
 
 import dllm
 from dllm import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.models.tiny import write_tiny_checkpoint
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]
@@ -174,8 +174,8 @@ def test_window_forward_over_an_unchanged_canvas_equals_the_full_forward(tiny_mo
     """The cached window path (a non-refresh step) reads the K/V written by the refresh at the right
     positions: with nothing committed in between, its logits equal an uncached forward's."""
     from dllm.cache import make_cache
-    from dllm.canvas import build_canvas
-    from dllm.runner import ModelRunner
+    from dllm.runner.canvas import build_canvas
+    from dllm.runner.model_runner import ModelRunner
 
     model = tiny_models[family].model
     canvas = build_canvas([[5, 6, 7, 8, 9], [10, 11]], gen_length=16, mask_id=model.mask_token_id,

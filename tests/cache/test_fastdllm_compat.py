@@ -5,7 +5,7 @@ import pytest
 
 import dllm
 from dllm import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.models.tiny import write_tiny_checkpoint
 from tests.oracles import fastdllm_dream_generate, fastdllm_v2_generate
 

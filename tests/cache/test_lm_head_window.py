@@ -10,7 +10,7 @@ import torch
 
 import dllm
 from dllm import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.models.tiny import write_tiny_checkpoint
 from dllm.models.transformer import DiffusionTransformer
 

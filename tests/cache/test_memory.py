@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dllm.config import GenerationConfig
-from dllm.memory import MemoryBudgetError, kv_cache_bytes, model_bytes
+from dllm.engine.config import GenerationConfig
+from dllm.engine.memory import MemoryBudgetError, kv_cache_bytes, model_bytes
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12]]
 

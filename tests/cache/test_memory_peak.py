@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from dllm.config import GenerationConfig
-from dllm.memory import MemoryBudgetError
+from dllm.engine.config import GenerationConfig
+from dllm.engine.memory import MemoryBudgetError
 from dllm.models.tiny import write_tiny_checkpoint
 
 peak_memory = pytest.importorskip("dllm.bench.peak_memory")

@@ -11,7 +11,7 @@ import pytest
 
 from dllm import GenerationConfig
 from dllm.cache.prompt_store import PromptKVStore, attach
-from dllm.engine import Decoding, RowStart, decode
+from dllm.engine.decoding import Decoding, RowStart, decode
 from tests.block_causal_tiny import KINDS, PREAMBLE, TAILS, tiny_block_causal
 
 

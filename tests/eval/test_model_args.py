@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dllm.config import GenerationConfig
+from dllm.engine.config import GenerationConfig
 from dllm.eval.model_args import parse_model_args
 from dllm.eval.text import block_aligned_length, cut_at_stop
 

@@ -164,7 +164,8 @@ def _kernel_check(device: str) -> None:
 
 def _moe_layer_check(device: str) -> None:
     """MoEMLP on the kernel equals MoEMLP on the reference."""
-    from dllm.models.moe import MoEConfig, MoEMLP
+    from dllm.models.config import MoEConfig
+    from dllm.models.moe import MoEMLP
 
     torch.manual_seed(0)
     cfg = MoEConfig(n_experts=8, top_k=2, expert_hidden=32, score="sigmoid", norm_topk=True, routed_scale=2.5,

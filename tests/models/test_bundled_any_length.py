@@ -9,7 +9,7 @@ import random
 import pytest
 
 import dllm
-from dllm.config import GenerationConfig
+from dllm.engine.config import GenerationConfig
 from dllm.data.names import load_names
 from dllm.data.prompts import build_messages, load_task_configs
 from dllm.data.waiting_line import generate_waiting_line

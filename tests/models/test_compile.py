@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from dllm import GenerationConfig
-from dllm.compiled import compile_available
-from dllm.engine import decode
+from dllm.runner.compiled import compile_available
+from dllm.engine.decoding import decode
 
 REASON = compile_available()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"torch.compile unavailable: {REASON}")

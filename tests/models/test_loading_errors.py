@@ -193,7 +193,7 @@ def test_broken_tokenizer_files_name_the_file(tiny_dirs, tmp_path, name):
 
 def test_tokenizer_larger_than_the_vocabulary_is_refused_at_load(tiny_dirs, tmp_path):
     d = _copy(tiny_dirs["llada"], tmp_path / "m")
-    bigger = dllm.api.default_model_path()  # a tokenizer with more tokens than the tiny model's rows
+    bigger = dllm.api.model.default_model_path()  # a tokenizer with more tokens than the tiny model's rows
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(bigger / name, d / name)
     with pytest.raises(CheckpointError, match=r"has \d+ tokens but the model's vocabulary has 300 rows"):

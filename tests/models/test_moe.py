@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from dllm.kernels import CALL_COUNTS
-from dllm.models.moe import MoEConfig, MoEMLP
+from dllm.models.config import MoEConfig
+from dllm.models.moe import MoEMLP
 
 D = 64
 LLADA2 = MoEConfig(n_experts=32, top_k=4, expert_hidden=32, score="sigmoid", norm_topk=True, routed_scale=2.5,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 import dllm
-from dllm import memory
-from dllm.config import GenerationConfig
-from dllm.memory import ForwardShape, MemoryBudgetError, activation_bytes, model_bytes, moe_token_bytes
+from dllm.engine import memory
+from dllm.engine.config import GenerationConfig
+from dllm.engine.memory import ForwardShape, MemoryBudgetError, activation_bytes, model_bytes, moe_token_bytes
 from dllm.models.moe import MoEMLP
 from dllm.models.tiny import write_tiny_checkpoint
 

@@ -15,7 +15,7 @@ from torch import nn
 import dllm
 from dllm import GenerationConfig
 from dllm.cli import main
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.models.prepack import PrepackedLinear, prepack_linears, prepack_unavailable
 from dllm.validation import OptionTypeError
 
@@ -129,7 +129,7 @@ def test_cli_prepack_generates(tiny_dirs, capsys):
 
 
 def test_memory_plan_counts_the_reordered_copies(tiny_dirs):
-    from dllm.memory import model_bytes
+    from dllm.engine.memory import model_bytes
 
     plain = dllm.load(tiny_dirs["llada"], **CPU).model
     packed = dllm.load(tiny_dirs["llada"], prepack=True, **CPU).model
@@ -139,7 +139,7 @@ def test_memory_plan_counts_the_reordered_copies(tiny_dirs):
 
 def test_compiled_prepacked_forward_gives_the_eager_tokens(monkeypatch):
     """compile=True on a prepacked model (aot_eager: graph capture, no code generation)."""
-    from dllm.compiled import compile_available
+    from dllm.runner.compiled import compile_available
 
     if compile_available() is not None:
         pytest.skip(compile_available())

@@ -19,8 +19,8 @@ import dllm
 from dllm import GenerationConfig
 from dllm.cli import main
 from dllm.cli.demo import PROMPT
-from dllm.engine import decode
-from dllm.memory import MemoryBudgetError, MIB, model_bytes, plan_memory
+from dllm.engine.decoding import decode
+from dllm.engine.memory import MemoryBudgetError, MIB, model_bytes, plan_memory
 from dllm.models.quantize import KEPT_MODULES, QuantizedCheckpointError, tensor_bytes
 from dllm.validation import OptionTypeError
 

@@ -69,8 +69,8 @@ def test_spans_cover_the_queries_once_and_stop_at_block_ends():
 
 def test_runner_builds_no_mask_without_padding(tiny_models):
     """Equal-length prompts: no key mask at all (fused SDPA backends stay reachable)."""
-    from dllm.canvas import build_canvas
-    from dllm.runner import ModelRunner
+    from dllm.runner.canvas import build_canvas
+    from dllm.runner.model_runner import ModelRunner
 
     model = tiny_models["llada"].model
     canvas = build_canvas([[5, 6, 7], [8, 9, 10]], gen_length=4, mask_id=model.mask_token_id,

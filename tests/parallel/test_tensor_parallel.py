@@ -21,8 +21,8 @@ import torch.distributed as dist
 
 import dllm
 from dllm import GenerationConfig
-from dllm.engine import _filter_logits
-from dllm.memory import plan_memory
+from dllm.engine.decoding import _filter_logits
+from dllm.engine.memory import plan_memory
 from dllm.kernels.confidence_stats import confidence_stats_torch
 from dllm.kernels.shard_stats import combine_shard_stats_torch, shard_stats_torch
 from dllm.models.loading import read_config
@@ -285,12 +285,12 @@ def test_shard_logprobs_are_the_whole_rows(size):
 
 
 def test_sizes_that_do_not_divide_are_refused_before_loading(tiny, monkeypatch):
-    import dllm.api
+    import dllm.api.model
 
     def no_read(*_a, **_k):
         raise AssertionError("weights were read")
 
-    monkeypatch.setattr(dllm.api, "load_model", no_read)
+    monkeypatch.setattr(dllm.api.model, "load_model", no_read)
     with pytest.raises(TensorPlanError, match="does not divide .*vocabulary of 1286"):
         dllm.load("dllm-waitingline-llada", tensor_parallel=4)
     with pytest.raises(TensorPlanError) as err:

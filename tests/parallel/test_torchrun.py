@@ -96,7 +96,7 @@ def test_branch_parallel_splits_any_candidate_count(setup, batch, branches, temp
 @pytest.fixture(scope="module")
 def trained_setup(tmp_path_factory):
     """The bundled trained model and five generated waiting-line prompts (official templates)."""
-    from dllm.api import default_model_path
+    from dllm.api.model import default_model_path
     from dllm.train.corpus import TaskCorpus
     from tests.pb_data import require_data
 

@@ -19,8 +19,8 @@ def decode_logprobs(model, prompts: list[str], config, top: int) -> dict:
     """Decode ``prompts`` recording each committed token's logprob and ``top`` alternatives, as
     the server does (``CommitLogprobs`` on the decode state); the same call in one process and
     on every rank."""
-    from dllm.engine import Decoding, RowStart
-    from dllm.logprobs import CommitLogprobs
+    from dllm.engine.decoding import Decoding, RowStart
+    from dllm.engine.logprobs import CommitLogprobs
 
     rows = [RowStart(prefix=model.encode(p), gen_length=config.gen_length, seed=config.seed) for p in prompts]
     decoding = Decoding(model.model, rows, config)
@@ -35,7 +35,7 @@ def decode_logprobs(model, prompts: list[str], config, top: int) -> dict:
 def run(spec: list[dict], out: str) -> None:
     import dllm
     from dllm import GenerationConfig
-    from dllm.memory import plan_memory
+    from dllm.engine.memory import plan_memory
     from dllm.parallel.dist import leave_together, run_rank
 
     size = int(os.environ["WORLD_SIZE"])

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dllm import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.kernels import TokenStats
 from dllm.samplers import RuleInput, make_rule, make_stopper
 from dllm.samplers.rules.learn2pd import ConfidenceFilter

@@ -8,7 +8,7 @@ import torch
 
 from dllm import GenerationConfig
 from dllm.cache import CACHES
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.samplers.rules.learn2pd import ConfidenceFilter
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]

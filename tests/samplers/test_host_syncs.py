@@ -1,17 +1,17 @@
 """The decode loop waits for the device no more often than its documented budget
-(``dllm/sync_budget.py``): host reads and data-dependent shapes are counted on CPU for every
+(``dllm/engine/sync_budget.py``): host reads and data-dependent shapes are counted on CPU for every
 strategy, cache mode and kind of stopper, per round."""
 from __future__ import annotations
 
 import pytest
 
 import dllm
-import dllm.engine as engine
-import dllm.runner as runner
+import dllm.engine.decoding as engine
+import dllm.runner.model_runner as runner
 from dllm import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.samplers.base import STRATEGIES
-from dllm.sync_budget import READS_PER_ROUND, read_budget
+from dllm.engine.sync_budget import READS_PER_ROUND, read_budget
 from host_syncs import HostSyncCounter
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11]]  # ragged: the key-validity path runs
@@ -50,7 +50,7 @@ def test_host_reads_within_budget(tiny_models, monkeypatch, strategy, decoding, 
     if strategy == "freedave" and "stopper" in options:
         pytest.skip("freedave verifies the base rule alone (no stopper)")
     # the GPU's path: on a CPU the LM head also skips committed positions, selecting rows by a
-    # boolean mask, which would wait for a GPU (dllm/runner.py head_rows_pay_off says where)
+    # boolean mask, which would wait for a GPU (dllm/runner/model_runner.py head_rows_pay_off says where)
     monkeypatch.setattr(runner, "head_rows_pay_off", lambda device: False)
     made = []
     make = engine.make_strategy
@@ -69,7 +69,7 @@ def test_host_reads_within_budget(tiny_models, monkeypatch, strategy, decoding, 
 def test_pipelined_host_reads_within_budget(monkeypatch, strategy, cache):
     """The pipelined mode (D2F) adds one read per round: the blocks in flight over the batch."""
     from dllm.models.bundled import resolve_model_path
-    from dllm.pipeline import Pipelined
+    from dllm.engine.pipeline import Pipelined
 
     monkeypatch.setattr(runner, "head_rows_pay_off", lambda device: False)
     rounds = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dllm import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from tests.rule_configs import RULE_OPTIONS, VARIANTS, rule_config, save_filter
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dllm import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.serve.metrics import ServerMetrics
 from dllm.serve.protocol import SchedulerLimits, ServeRequest
 from dllm.serve.scheduler import BatchScheduler

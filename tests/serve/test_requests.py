@@ -6,7 +6,7 @@ import pytest
 
 import dllm
 from dllm.cli import build_parser, main
-from dllm.config import sample_seeds
+from dllm.engine.config import sample_seeds
 from dllm.serve.cli import server_defaults
 from dllm.serve.requests import RequestError, ServerDefaults, parse_request
 

@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from dllm.outputs import end_row
-from dllm.request import OutputRequest
+from dllm.api.outputs import end_row
+from dllm.api.request import OutputRequest
 from dllm.serve.protocol import RowUpdate
 from dllm.serve.rows import RowText
-from dllm.stops import StopConditions
+from dllm.api.stops import StopConditions
 
 VOCAB = ["a", "b", "ab", "ST", "OP", " ", "\u00e9", "x"]
 EOS = 99

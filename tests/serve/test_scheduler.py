@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dllm import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.serve import running_batch
 from dllm.serve.protocol import QueueFullError, SchedulerLimits, ServeRequest
 from dllm.serve.scheduler import BatchScheduler

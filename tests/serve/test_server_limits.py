@@ -190,7 +190,7 @@ def test_lone_surrogates_are_400_and_the_connection_stays_usable(served, body):
 def test_memory_budget_is_checked_per_request_at_admission(model):
     """A budget that holds one row but not two: eight such requests at once all succeed (the
     scheduler batches no more rows than fit), and a request whose one row never fits is a 400."""
-    from dllm.memory import MIB, plan_memory
+    from dllm.engine.memory import MIB, plan_memory
     from dllm.serve.requests import parse_request
 
     parsed = parse_request({"prompt": "hello there", "max_tokens": 16}, model, DEFAULTS, chat=False, served_name="m")

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 import dllm
-from dllm.config import sample_seeds
+from dllm.engine.config import sample_seeds
 from dllm.serve.app import create_app
 from dllm.serve.protocol import SchedulerLimits
 from dllm.serve.requests import ServerDefaults

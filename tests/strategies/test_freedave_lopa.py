@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from dllm import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]
 # adaptive, select="window" with ratio 1: each step recomputes the whole scope from the

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dllm import GenerationConfig
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.samplers import RULES
 from tests.rule_configs import RULE_OPTIONS, EndsAt, rule_config, save_filter
 

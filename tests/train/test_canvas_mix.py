@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from dllm.api import default_model_path
+from dllm.api.model import default_model_path
 from dllm.models.tokenizer import load_tokenizer
 from dllm.train.canvas_mix import CanvasMix
 from dllm.train.corpus import TaskCorpus

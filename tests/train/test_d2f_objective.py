@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import dllm
-from dllm.api import default_model_path
+from dllm.api.model import default_model_path
 from dllm.data.prompts import default_data_dir
 from dllm.models.tokenizer import load_tokenizer
 from dllm.train.canvas_mix import CanvasMix

@@ -7,7 +7,7 @@ import json
 import torch
 
 import dllm
-from dllm.api import default_model_path
+from dllm.api.model import default_model_path
 from dllm.models.loading import load_model
 from dllm.train.init_from import init_from_checkpoint
 from dllm.train.objectives import block_diffusion_masks

@@ -7,7 +7,7 @@ import torch
 
 from dllm import GenerationConfig
 from dllm.cli import main
-from dllm.engine import decode
+from dllm.engine.decoding import decode
 from dllm.train.learn2pd import FilterTraining, collect_traces, oracle_decode, train_filter
 from tests.pb_data import require_data
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from dllm.api import default_model_path
+from dllm.api.model import default_model_path
 from dllm.train.train_small import main
 from tests.pb_data import require_data
 

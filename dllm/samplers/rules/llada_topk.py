@@ -7,7 +7,7 @@ counted per row. ``schedule="block"`` divides the decision window's length (the 
 sub-block) instead, whatever part of it is already decided: the quota of LLaDA2.0's
 ``generate`` and SDAR's ``block_diffusion_generate``. The two differ only on a window that
 starts with decided tokens, e.g. the prompt tail leading the first block of a block-causal model
-whose blocks count from position 0 (dllm/block_alignment.py); a quota above the masks left
+whose blocks count from position 0 (dllm/engine/block_alignment.py); a quota above the masks left
 takes them all.
 
 ``low_confidence`` with ``tau`` also commits every eligible position whose probability is

@@ -54,7 +54,7 @@ class FreeDave:
 
     @property
     def candidate_rows(self) -> int:
-        """Rows one canvas row occupies in a forward: its K drafts (dllm.memory)."""
+        """Rows one canvas row occupies in a forward: its K drafts (dllm.engine.memory)."""
         return self.num_drafts
 
     def __post_init__(self) -> None:

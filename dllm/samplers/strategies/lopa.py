@@ -11,7 +11,7 @@ anchor wins ties, so LoPA leaves the rule's own trajectory only for a strictly b
 drive the next round's rule step, so a round costs one forward. The released ``branching_factor``
 f is ``branches=f`` (its competition mode spawns f lookahead branches beside the anchor).
 
-Under the pipelined mode (dllm/pipeline.py) each candidate adds its own block before the forward,
+Under the pipelined mode (dllm/engine/pipeline.py) each candidate adds its own block before the forward,
 as the released loop's per-branch preprocessing does, so the winner's statistics already cover
 the block it added and the next round reuses them (no fresh forward when the window moves).
 """
@@ -38,11 +38,11 @@ class LoPA:
     ties: str = "anchor"  # who wins a tie of scores: the anchor, or the first lookahead branch
     pending: TokenStats | None = field(default=None, repr=False)
     window: tuple[int, int] = field(default=(-1, -1), repr=False)
-    pipeline: object | None = field(default=None, repr=False)  # set by dllm.pipeline.Pipelined
+    pipeline: object | None = field(default=None, repr=False)  # set by dllm.engine.pipeline.Pipelined
 
     @property
     def candidate_rows(self) -> int:
-        """Rows one canvas row occupies in a forward: the anchor and its branches (dllm.memory)."""
+        """Rows one canvas row occupies in a forward: the anchor and its branches (dllm.engine.memory)."""
         return self.branches + 1
 
     def __post_init__(self) -> None:

@@ -9,7 +9,7 @@ from dllm.samplers.base import register_strategy
 @register_strategy("plain")
 @dataclass(kw_only=True, slots=True)
 class Plain:
-    candidate_rows = 1  # rows one canvas row occupies in a forward (dllm.memory)
+    candidate_rows = 1  # rows one canvas row occupies in a forward (dllm.engine.memory)
 
     def step(self, state) -> None:
         # rules and stoppers that read masked positions only let the LM head skip the others

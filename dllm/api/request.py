@@ -9,9 +9,9 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from dllm.config import GenerationConfig, block_aligned_gen_length, sample_seeds
-from dllm.engine import check_seeds
-from dllm.stops import StopConditions
+from dllm.engine.config import GenerationConfig, block_aligned_gen_length, sample_seeds
+from dllm.engine.decoding import check_seeds
+from dllm.api.stops import StopConditions
 from dllm.validation import OptionTypeError
 
 

@@ -24,20 +24,20 @@ class GenerationConfig:
     stop_at_eos: a row stops once every position before its first end-of-text is committed;
       the rest of its canvas is filled with end-of-text.
     memory_budget_mb: refuse (before any model work) a decode whose planned peak (weights, KV
-      cache, logits, activations, statistics; dllm.memory) exceeds this many MiB; None = no check.
+      cache, logits, activations, statistics; dllm.engine.memory) exceeds this many MiB; None = no check.
     edit_threshold: token editing (LLaDA2.1): after each step's commits, already decided answer
       positions of the window are rewritten where the forward's token differs from them and its
       probability exceeds this; None = no editing. A window then ends only after a forward that
       edits nothing with no mask left, or after ``max_post_steps`` such forwards.
     max_post_steps: forwards a window may take for editing once its masks are all decided.
-    block_add_threshold: the pipelined mode for block-causal models (D2F; ``dllm/pipeline.py``):
+    block_add_threshold: the pipelined mode for block-causal models (D2F; ``dllm/engine/pipeline.py``):
       several blocks in flight, a new one added when the last one's decoded share reaches this;
       None = one block at a time. Needs a rule with a threshold (it is D2F's skip_threshold).
     decoded_token_threshold: pipelined mode: a block is fully active (commits its best position
       when nothing passes the threshold) once its predecessor's decoded share reaches this.
     compile: run the model forward through torch.compile (CUDA: mode="reduce-overhead", i.e.
       CUDA graphs of the static-shaped window forwards; CPU: a plain compile). Same tokens as
-      eager; off by default until measured (dllm/compiled.py).
+      eager; off by default until measured (dllm/runner/compiled.py).
     """
 
     gen_length: int = 128

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from dllm.cache.kv import KVBuffers
-from dllm.runner import ModelRunner
+from dllm.runner.model_runner import ModelRunner
 from dllm.samplers.base import RuleInput
 
 

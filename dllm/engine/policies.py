@@ -2,7 +2,7 @@
 before any model work (the CLI, the server)."""
 from __future__ import annotations
 
-from dllm.config import GenerationConfig
+from dllm.engine.config import GenerationConfig
 
 
 def check_policies(config: GenerationConfig, flags: dict[str, str] | None = None) -> None:
@@ -20,7 +20,7 @@ def check_policies(config: GenerationConfig, flags: dict[str, str] | None = None
         cache_options["sub_block_length"] = config.sub_block_length
     make_cache(config.cache, **cache_options)
     if config.block_add_threshold is not None:  # the pipeline's semi-active blocks need the threshold
-        from dllm.pipeline import check_pipeline_rule
+        from dllm.engine.pipeline import check_pipeline_rule
 
         check_pipeline_rule(built[1], config.policy)
     for part in built:

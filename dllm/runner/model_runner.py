@@ -11,8 +11,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dllm.canvas import Canvas
-from dllm.compiled import call_compiled, mark_static
+from dllm.runner.canvas import Canvas
+from dllm.runner.compiled import call_compiled, mark_static
 from dllm.models.transformer import DiffusionTransformer
 from dllm.models.visibility import KeyVisibility, block_causal_spans
 

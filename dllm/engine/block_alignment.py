@@ -18,7 +18,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from dllm.config import GenerationConfig
+from dllm.engine.config import GenerationConfig
 
 
 @dataclass(frozen=True, slots=True)

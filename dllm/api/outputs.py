@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from dllm.request import OutputRequest
-from dllm.stops import StopConditions, StoppedText, cut_at_stop
+from dllm.api.request import OutputRequest
+from dllm.api.stops import StopConditions, StoppedText, cut_at_stop
 
 
 @dataclass(kw_only=True, slots=True)
@@ -19,7 +19,7 @@ class GenerationOutput:
     stats: list[dict[str, Any]] = field(default_factory=list)  # per row: nfe, tpf, token_forwards,
     # draft_rows, tokens, seconds (the row's own time, from the decode's start to its last commit)
     decode_order: list[list[int]] = field(default_factory=list)  # forward index per answer token
-    memory: dict[str, int] = field(default_factory=dict)  # dllm.memory plan + kv_cache_peak_bytes
+    memory: dict[str, int] = field(default_factory=dict)  # dllm.engine.memory plan + kv_cache_peak_bytes
 
 
 def cut_answer(ids: Sequence[int], decode: Callable[[list[int]], str], eos_ids: Sequence[int],

@@ -7,18 +7,18 @@ from typing import Any, Iterator, Sequence, Union
 
 import torch
 
-from dllm.config import GenerationConfig
-from dllm.engine import DecodeResult, Decoding, RowStart, check_prompts, decode
-from dllm.inputs import check_token_ids, prompt_batch
+from dllm.engine.config import GenerationConfig
+from dllm.engine.decoding import DecodeResult, Decoding, RowStart, check_prompts, decode
+from dllm.api.inputs import check_token_ids, prompt_batch
 from dllm.models import load_model, load_tokenizer
 from dllm.models.bundled import resolve_model_path
 from dllm.models.placement import resolve_device
 from dllm.models.quantize import check_checkpoint_unquantized, check_quantize, quantize_linears
 from dllm.models.tokenizer import check_decodable, check_tokenizer_fits
-from dllm.outputs import GenerationOutput, end_row
-from dllm.request import OutputRequest, merge_config, row_seeds
-from dllm.stops import StopConditions
-from dllm.streaming import StreamUpdate, stream_decoding
+from dllm.api.outputs import GenerationOutput, end_row
+from dllm.api.request import OutputRequest, merge_config, row_seeds
+from dllm.api.stops import StopConditions
+from dllm.api.streaming import StreamUpdate, stream_decoding
 from dllm.validation import OptionTypeError
 
 Message = dict[str, str]
@@ -180,7 +180,8 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     shard = None
     if tensor_parallel != 1:
         from dllm.models.loading import read_config
-        from dllm.parallel.tensor_plan import check_plan, join_tensor_group
+        from dllm.parallel.groups import join_tensor_group
+        from dllm.parallel.tensor_plan import check_plan
 
         check_plan(read_config(Path(path))[1], tensor_parallel)  # before the group forms or weights are read
         shard, device = join_tensor_group(tensor_parallel, str(device))

@@ -48,7 +48,7 @@ class CommitLogprobs:
     def committed(self, mask: Tensor, token: Tensor, offset: int, lead: Tensor | None = None) -> None:
         """Record ``token`` (B, W) where ``mask`` (B, W) committed, the window starting at answer
         region position ``offset``; ``lead`` (B,): prompt-tail positions leading each row's answer
-        region (dllm/block_alignment.py), so that positions are each row's own answer positions."""
+        region (dllm/engine/block_alignment.py), so that positions are each row's own answer positions."""
         width = mask.shape[1]
         if self._logits is None or self._logits.shape[1] != width:
             return

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from dllm.cache.kv import KVBuffers
-from dllm.config import GenerationConfig
+from dllm.engine.config import GenerationConfig
 from dllm.kernels import kernel_backend
 from dllm.models.moe import MoEMLP
 from dllm.models.prepack import PrepackedLinear

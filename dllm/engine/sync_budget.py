@@ -7,7 +7,7 @@ stalls the launch queue until the device catches up. The loop is written to stay
 * per round (one ``strategy.step``): the loop's "does any row still move?" read, plus, for
   candidate strategies (FreeDave, LoPA), their "does the base step leave work, so is a forward
   needed at all?" read;
-* the pipelined mode (D2F, dllm/pipeline.py): one more per round, the window's block range over
+* the pipelined mode (D2F, dllm/engine/pipeline.py): one more per round, the window's block range over
   the batch (LoPA there folds "how far do the candidates' own blocks reach" into its forward read);
 * per decision window: the read that ends its loop and the "is any row still active?" read;
 * with EoTP truncating rows: one more per forward (the furthest end over active rows, read

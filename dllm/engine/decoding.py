@@ -16,14 +16,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dllm.block_alignment import align_rows, alignment_unit, model_block_windows, tail_tokens
+from dllm.engine.block_alignment import align_rows, alignment_unit, model_block_windows, tail_tokens
 from dllm.cache import make_cache
-from dllm.canvas import Canvas, build_canvas
-from dllm.config import GenerationConfig
+from dllm.runner.canvas import Canvas, build_canvas
+from dllm.engine.config import GenerationConfig
 from dllm.kernels import StatsScratch, TokenStats, confidence_stats
-from dllm.logprobs import CommitLogprobs
-from dllm.memory import check_memory_budget, plan_memory
-from dllm.runner import ModelRunner
+from dllm.engine.logprobs import CommitLogprobs
+from dllm.engine.memory import check_memory_budget, plan_memory
+from dllm.runner.model_runner import ModelRunner
 from dllm.samplers import make_rule, make_stopper, make_strategy
 from dllm.samplers.base import RuleInput
 from dllm.samplers.noise import RowNoise
@@ -93,7 +93,7 @@ class DecodeState:
         if getattr(self.cache, "first_token", "rule") == "argmax":  # Fast-dLLM's block start
             self.rule = FirstTokenFromRefresh(self.rule, self)
         # whether a step reads statistics of eligible (masked) window positions only: then the
-        # LM head may skip the committed ones (dllm/runner.py head_rows_pay_off)
+        # LM head may skip the committed ones (dllm/runner/model_runner.py head_rows_pay_off)
         # token editing (LLaDA2.1): decided window positions may be rewritten, so the head reads
         # them too; a row whose window has no mask left takes up to max_post_steps edit forwards
         self.editing = config.edit_threshold is not None
@@ -292,7 +292,7 @@ class DecodeState:
 
     def place_leads(self, tails: list[list[int]]) -> None:
         """Write each row's prompt tail at the start of its answer region (block alignment, see
-        dllm/block_alignment.py): decided tokens that are not answer, never eligible, never an
+        dllm/engine/block_alignment.py): decided tokens that are not answer, never eligible, never an
         end of text."""
         P, device = self.canvas.prompt_width, self.tokens.device
         self.lead_mask = torch.zeros_like(self.order, dtype=torch.bool)
@@ -438,7 +438,7 @@ class Decoding:
         if any(r.gen_length < longest for r in rows):
             state.truncate(torch.tensor([canvas.prompt_width + r.gen_length for r in rows], device=device))
         if config.block_add_threshold is not None:
-            from dllm.pipeline import Pipelined
+            from dllm.engine.pipeline import Pipelined
 
             self.strategy = Pipelined(self.strategy, state, block_length)
         self.answer_width = max(aligned.wanted)  # the longest row's answer (its lead not counted)

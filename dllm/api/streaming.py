@@ -13,10 +13,10 @@ from typing import Any, Iterator
 
 import torch
 
-from dllm.engine import Decoding
-from dllm.outputs import end_row
-from dllm.request import OutputRequest
-from dllm.stops import StopConditions, cut_at_stop, safe_text_length
+from dllm.engine.decoding import Decoding
+from dllm.api.outputs import end_row
+from dllm.api.request import OutputRequest
+from dllm.api.stops import StopConditions, cut_at_stop, safe_text_length
 
 
 @dataclass(kw_only=True, slots=True)
