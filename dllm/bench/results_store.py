@@ -5,10 +5,16 @@ rerun into the same folder reuses every row whose run options, shots and sample 
 unchanged, adds the new ones, and keeps rows of runs it was not asked for, so a summary is
 never replaced by a smaller one. Every file is written to a temporary name and renamed into
 place, so an interrupted run leaves the last complete summary, never a half-written one.
+
+Per-sample records (``samples/RUN/TASK.jsonl.gz``) are gzip-compressed, with no timestamp in the
+header, so a rerun that writes the same records writes the same bytes (git stores it once);
+``read_samples`` also reads the plain ``.jsonl`` of folders written before. ``summary.json``
+keeps one row (and one run) per line: readable diffs at a third of an indented file's size.
 """
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import os
@@ -22,6 +28,7 @@ from typing import Any
 from dllm.cli.output import check_output_dir
 
 SUMMARY = "summary.json"
+SAMPLES = "samples"
 # fingerprint keys that rows written before they existed lack, and the value those rows had
 LEGACY_DEFAULTS = {"dtype": "float32", "prepack": False, "quantize": None}
 
@@ -38,15 +45,52 @@ def cpu_model() -> str:
     return platform.processor() or f"{platform.machine()} CPU"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text)
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """``atomic_write_bytes`` of UTF-8 text."""
+    atomic_write_bytes(path, text.encode())
+
+
+def samples_path(out_dir: Path, run: str, task: str) -> Path:
+    """Where the per-sample records of (run, task) are written."""
+    return out_dir / SAMPLES / run / f"{task.replace('/', '__')}.jsonl.gz"
+
+
+def read_samples(out_dir: Path, run: str, task: str) -> list[dict[str, Any]]:
+    """The per-sample records of (run, task): the compressed file, else a plain ``.jsonl`` of an
+    older folder."""
+    path = samples_path(out_dir, run, task)
+    if path.exists():
+        text = gzip.decompress(path.read_bytes()).decode()
+    else:
+        text = path.with_suffix("").read_text()  # FileNotFoundError names the plain path
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def summary_text(document: dict[str, Any]) -> str:
+    """JSON with each top-level key on its line and each element of a top-level list on its own:
+    rows and runs stay one line each in a diff."""
+    def dump(value: Any) -> str:
+        return json.dumps(value, default=str)
+
+    parts = []
+    for key, value in document.items():
+        if isinstance(value, list):
+            items = ",\n".join(f"  {dump(v)}" for v in value)
+            parts.append(f"{dump(key)}: [\n{items}\n]" if value else f"{dump(key)}: []")
+        else:
+            parts.append(f"{dump(key)}: {dump(value)}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def _normalized(value: Any) -> Any:
@@ -146,8 +190,8 @@ class ResultStore:
         self.rows = [r for r in self.rows if (r["run"], r["task"]) != (row["run"], row["task"])] + [_normalized(row)]
 
     def write_samples(self, run: str, task: str, records: list[dict[str, Any]]) -> None:
-        path = self.out_dir / "samples" / run / f"{task.replace('/', '__')}.jsonl"
-        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+        text = "".join(json.dumps(r) + "\n" for r in records)
+        atomic_write_bytes(samples_path(self.out_dir, run, task), gzip.compress(text.encode(), mtime=0))
 
     def start(self, meta: dict[str, Any]) -> None:
         """Record this invocation; ``meta`` describes the latest one, ``invocations`` all of them."""
@@ -157,7 +201,7 @@ class ResultStore:
     def write_summary(self, summary: dict[str, Any]) -> None:
         """summary.json (meta, rows, per-run means, PBx) and summary.csv, both atomically."""
         document = {"meta": self.meta, "rows": self.rows, **summary}
-        atomic_write_text(self.path, json.dumps(document, indent=1, default=str) + "\n")
+        atomic_write_text(self.path, summary_text(document))
         atomic_write_text(self.out_dir / "summary.csv", summary_csv(self.rows))
 
 

@@ -9,6 +9,7 @@ import pytest
 import dllm
 from dllm.api.model import default_model_path
 from dllm.bench.parallelbench import Run, run_parallelbench, summarize
+from dllm.bench.results_store import read_samples
 from tests.pb_data import require_data
 
 TASKS = ["waiting_line/copy", "waiting_line/shuffle"]
@@ -26,7 +27,7 @@ def test_end_to_end(tiny_dirs, tmp_path):
             Run(name="conf_k4", line="confidence top-k", options={"policy": "low_confidence"}, tokens_per_step=4)]
     summary = run_parallelbench(model, data, runs, tasks=TASKS, shots=0, limit=5, batch_size=5, out_dir=tmp_path)
     assert {e["run"] for e in summary["runs"]} == {"conf_k1", "conf_k4"}
-    samples = [json.loads(line) for line in (tmp_path / "samples" / "conf_k4" / "waiting_line__copy.jsonl").read_text().splitlines()]
+    samples = read_samples(tmp_path, "conf_k4", "waiting_line/copy")
     assert len(samples) == 5 and {"prompt", "output", "label", "score", "nfe", "tpf", "decode_order"} <= set(samples[0])
     assert all(s["nfe"] <= 8 for s in samples)  # 32 tokens at 4 per step
     rows = list(csv.DictReader((tmp_path / "summary.csv").open()))

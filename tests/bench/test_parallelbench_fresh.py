@@ -19,6 +19,7 @@ from dllm.bench.plots import describe
 from dllm.cli import main as cli_main
 from dllm.data.prompts import build_messages, load_task_configs
 from dllm.data.waiting_line import official_test_contexts
+from dllm.bench.results_store import read_samples
 from tests.pb_data import official, require_data
 
 SEED = FRESH_SEED_MIN + 7
@@ -92,7 +93,7 @@ def test_fresh_run_scores_the_generated_samples_and_records_its_source(model, tm
     rows = stored["rows"]
     assert {r["source"] for r in rows} == {fresh.label} and all(r["samples"] == 4 for r in rows)
     assert fresh.label in describe(stored)  # tables and plots say the samples were generated
-    written = [json.loads(x) for x in (tmp_path / "samples" / "k1" / "waiting_line__copy.jsonl").read_text().splitlines()]
+    written = read_samples(tmp_path, "k1", "waiting_line/copy")
     expected = fresh_samples(data, "waiting_line/copy", 4, SEED)
     assert [w["label"] for w in written] == [s["answer"] for s in expected]
     metric = load_task_configs(data)["waiting_line/copy"].metric

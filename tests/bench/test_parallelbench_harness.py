@@ -12,6 +12,7 @@ import dllm
 from dllm.api.model import default_model_path
 from dllm.bench.parallelbench import Run, plan_parallelbench, run_parallelbench, select_samples
 from dllm.cli import main as cli_main
+from dllm.bench.results_store import read_samples
 from tests.pb_data import official, require_data
 
 TASKS = ["waiting_line/copy", "puzzle/latin_square_n4"]
@@ -63,7 +64,7 @@ def test_default_shots_follow_the_benchmark_protocol(model, tmp_path):
     summary = _bench(model, tmp_path, shots=None, limit=1)
     rows = json.loads((tmp_path / "summary.json").read_text())["rows"]
     assert {r["shots"] for r in rows} == {1}  # icl_example_count of waiting-line and puzzle tasks
-    prompt = json.loads((tmp_path / "samples" / "k1" / "waiting_line__copy.jsonl").read_text().splitlines()[0])["prompt"]
+    prompt = read_samples(tmp_path, "k1", "waiting_line/copy")[0]["prompt"]
     assert [m["role"] for m in prompt] == ["user", "assistant", "user"]
     assert summary["runs"][0]["shots"] == [1]
 
@@ -163,9 +164,8 @@ def test_batch_size_does_not_change_results(model, tmp_path):
     one = _bench(model, tmp_path / "b1", batch_size=1)
     three = _bench(model, tmp_path / "b3", batch_size=3)
     for task in TASKS:
-        a = (tmp_path / "b1" / "samples" / "k1" / f"{task.replace('/', '__')}.jsonl").read_text().splitlines()
-        b = (tmp_path / "b3" / "samples" / "k1" / f"{task.replace('/', '__')}.jsonl").read_text().splitlines()
-        assert [json.loads(x)["output"] for x in a] == [json.loads(x)["output"] for x in b]
+        a, b = (read_samples(tmp_path / d, "k1", task) for d in ("b1", "b3"))
+        assert [x["output"] for x in a] == [x["output"] for x in b]
     assert one["runs"][0]["mean_score"] == three["runs"][0]["mean_score"]
 
 

@@ -14,6 +14,7 @@ import yaml
 
 import dllm
 from dllm.bench.parallelbench import Run, run_parallelbench
+from dllm.bench.results_store import read_samples
 
 TASKS = Path(__file__).resolve().parent / "tasks"
 REPO = Path(__file__).resolve().parents[2]
@@ -44,8 +45,7 @@ def test_generation_score_equals_the_parallelbench_harness(evaluated, tmp_path):
     run = Run(name="threshold", line="threshold", options={"policy": "threshold"})
     summary = run_parallelbench(dllm.load(), data, [run], tasks=["waiting_line/reverse"], shots=0, limit=None,
                                 batch_size=16, out_dir=tmp_path / "pb")
-    theirs = [json.loads(line) for line in (tmp_path / "pb" / "samples" / "threshold" / "waiting_line__reverse.jsonl")
-              .read_text().splitlines()]
+    theirs = read_samples(tmp_path / "pb", "threshold", "waiting_line/reverse")
     records = [json.loads(line) for line in (out / "dllm_requests.rank0.jsonl").read_text().splitlines()]
     ours = {r["doc_id"]: r for r in records if r["task"] == "dllm_reverse_gen"}
     assert [ours[i]["text"] for i in range(len(theirs))] == [s["output"] for s in theirs]

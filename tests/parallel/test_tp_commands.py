@@ -16,6 +16,7 @@ from dllm import GenerationConfig
 from dllm.cli.main import main
 from dllm.parallel.groups import check_layout
 from dllm.parallel.tensor_plan import TensorPlanError
+from dllm.bench.results_store import read_samples
 from tests.pb_data import require_data
 from torchrun_helpers import cpu_env, torchrun, torchrun_command
 
@@ -94,8 +95,8 @@ def test_throughput_with_a_world_the_size_does_not_divide_fails_before_loading(p
 
 
 def _pb_outputs(out) -> list[str]:
-    return [json.loads(line)["output"] for path in sorted((out / "samples").rglob("*.jsonl"))
-            for line in path.read_text().splitlines()]
+    return [r["output"] for path in sorted((out / "samples").rglob("*.jsonl.gz"))
+            for r in read_samples(out, path.parent.name, path.name.removesuffix(".jsonl.gz"))]
 
 
 def test_parallelbench_at_tp2_scores_as_one_process(tmp_path):
