@@ -16,7 +16,8 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     d = ServerLimits()
     g = p.add_argument_group("limits and access (README: Serving)")
     g.add_argument("--api-key", default=None,
-                   help=f"require 'Authorization: Bearer KEY' on every request (default: ${API_KEY_ENV}, else none)")
+                   help=f"require 'Authorization: Bearer KEY' on every request (default: ${API_KEY_ENV}, else none; "
+                        "an empty key is refused, never taken as 'no key')")
     g.add_argument("--protect-health-metrics", action="store_true",
                    help="/health, /metrics and /version need the API key too (default: open)")
     g.add_argument("--allowed-origins", type=_names, default=(), metavar="ORIGIN,...",
@@ -47,14 +48,25 @@ def server_limits(args: argparse.Namespace) -> ServerLimits:
 
 
 def access_settings(args: argparse.Namespace) -> AccessSettings:
-    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
-    key = key or None
+    key = api_key(args)
     if key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who reaches the port can use it; set --api-key "
                     "(or $%s) and put a TLS reverse proxy in front", args.host, API_KEY_ENV)
     return AccessSettings(api_key=key, protect_health_metrics=args.protect_health_metrics,
                           allowed_origins=args.allowed_origins,
                           allowed_hosts=default_allowed_hosts(args.host, args.allowed_hosts))
+
+
+def api_key(args: argparse.Namespace) -> str | None:
+    """The key from --api-key, else $DLLM_API_KEY, else None. An empty one is a ValueError: a
+    script's ``--api-key "$KEY"`` with KEY unset must not serve an open server."""
+    source, key = ("--api-key", args.api_key) if args.api_key is not None else (f"${API_KEY_ENV}",
+                                                                                 os.environ.get(API_KEY_ENV))
+    if key is not None and not key.strip():
+        raise ValueError(f"{source} is empty, which would serve without authentication; give a non-empty key "
+                         f"(e.g. $(openssl rand -hex 16)), or to serve without one leave out --api-key and unset "
+                         f"{API_KEY_ENV}")
+    return key
 
 
 def torch_threads(args: argparse.Namespace) -> int:
