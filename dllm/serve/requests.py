@@ -28,14 +28,24 @@ from dllm.api.stops import StopConditions
 DLLM_OPTIONS = ("policy", "policy_args", "strategy", "strategy_args", "stopper", "stopper_args",
                 "cache", "cache_args", "sub_block_length", "block_length", "steps", "top_k",
                 "cfg_scale", "stop_at_eos", "memory_budget_mb")
+# OpenAI fields that mean nothing for the answer (storage, billing, tracing; parallel_tool_calls
+# without tools, which are refused) and that the openai SDK's users and frameworks send:
+# accepted with any value and ignored, as vLLM does (README, "Serving")
+IGNORED_FIELDS = {"store", "metadata", "service_tier", "user", "parallel_tool_calls"}
 COMMON_FIELDS = {"model", "max_tokens", "n", "seed", "temperature", "top_p", "stop", "stop_token_ids",
-                 "stream", "stream_options", "user", "logprobs"}
+                 "stream", "stream_options", "logprobs"} | IGNORED_FIELDS
 COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo"}
 CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs"}
-# OpenAI fields dllm does not implement: accepted only at their neutral value, never ignored
+# OpenAI fields that would change the answer and that dllm does not implement: accepted only at
+# their neutral value, never ignored
 UNSUPPORTED = {"best_of": (None, 1), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
                "logit_bias": (None, {}), "suffix": (None, ""), "tools": (None, []),
-               "tool_choice": (None, "none"), "response_format": (None, {"type": "text"})}
+               "tool_choice": (None, "none"), "response_format": (None, {"type": "text"}),
+               "modalities": (None, ["text"]), "reasoning_effort": (None,), "functions": (None, []),
+               "function_call": (None, "none"), "audio": (None,), "prediction": (None,),
+               "web_search_options": (None,)}
+STREAM_OPTIONS = {"include_usage"}
+IGNORED_STREAM_OPTIONS = {"include_obfuscation"}  # random padding of chunks against side channels: none sent
 MAX_N = 64
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound for chat (completions: 5); dllm takes 20 on both
 # logprobs are recorded at commit time from the committing forward's logits: one forward per
@@ -114,8 +124,10 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     prompt_ids, prompt_texts = _chat_prompt(prompts[0], model) if chat else _completion_prompts(prompts, model)
     stream = _flag(body, "stream")
     stream_options = body.get("stream_options")
-    if stream_options is not None and (not isinstance(stream_options, dict) or set(stream_options) - {"include_usage"}):
-        raise RequestError('stream_options must be {"include_usage": true|false}', "stream_options")
+    if stream_options is not None and (not isinstance(stream_options, dict)
+                                       or set(stream_options) - STREAM_OPTIONS - IGNORED_STREAM_OPTIONS):
+        raise RequestError('stream_options must be {"include_usage": true|false} (include_obfuscation is '
+                           "accepted and ignored)", "stream_options")
     include_usage = _flag(stream_options or {}, "include_usage")
     if include_usage and not stream:
         raise RequestError("stream_options is only allowed with stream=true", "stream_options")
@@ -139,7 +151,8 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
 def _check_fields(body: dict, allowed: set[str], chat: bool) -> None:
     for key, neutral in UNSUPPORTED.items():
         if key in body and body[key] not in neutral:
-            raise RequestError(f"{key} is not supported by dllm; leave it out", key)
+            raise RequestError(f"{key} is not supported by dllm (it would change the answer, and dllm cannot "
+                               f"honour it); leave it out", key)
     unknown = sorted(set(body) - allowed - set(DLLM_OPTIONS) - set(UNSUPPORTED))
     if "gen_length" in unknown:
         raise RequestError("set the answer length with max_tokens (dllm rounds it up to whole blocks)", "gen_length")

@@ -1,0 +1,85 @@
+"""OpenAI fields that mean nothing for the answer (issue 37): ``store``, ``metadata``,
+``service_tier``, ``user``, ``parallel_tool_calls`` and ``stream_options.include_obfuscation`` are
+accepted and ignored (the openai SDK's users and frameworks send them; they used to be 400
+"unknown field"); fields that would change the answer stay refused unless neutral."""
+from __future__ import annotations
+
+import openai
+import pytest
+
+import dllm
+from dllm.serve.app import create_app
+from dllm.serve.protocol import SchedulerLimits
+from dllm.serve.requests import IGNORED_FIELDS, RequestError, ServerDefaults, parse_request
+from dllm.serve.scheduler import BatchScheduler
+from serve_helpers import running_server
+
+IGNORED = {"store": True, "metadata": {"team": "a", "run": "7"}, "service_tier": "auto", "user": "u-1",
+           "parallel_tool_calls": False}
+CHANGES_THE_ANSWER = {"tools": [{"type": "function", "function": {"name": "f"}}], "presence_penalty": 0.5,
+                      "frequency_penalty": 1.0, "best_of": 2, "response_format": {"type": "json_object"},
+                      "logit_bias": {"5": 10}, "reasoning_effort": "high", "modalities": ["text", "audio"],
+                      "tool_choice": "required", "functions": [{"name": "f"}]}
+MESSAGES = [{"role": "user", "content": "Who waits first?"}]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return dllm.load()
+
+
+def parse(model, body, chat):
+    prompt = {"messages": MESSAGES} if chat else {"prompt": "Alice waits"}
+    return parse_request({**prompt, "seed": 3, "max_tokens": 8, **body}, model, ServerDefaults(), chat=chat,
+                         served_name="m")
+
+
+def test_the_ignored_set_is_the_documented_one():
+    assert IGNORED_FIELDS == set(IGNORED)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+@pytest.mark.parametrize("field", sorted(IGNORED))
+def test_ignored_fields_leave_the_request_unchanged(model, chat, field):
+    assert parse(model, {field: IGNORED[field]}, chat) == parse(model, {}, chat)
+
+
+def test_obfuscation_option_is_ignored(model):
+    streamed = parse(model, {"stream": True, "stream_options": {"include_usage": True, "include_obfuscation": True}},
+                     chat=True)
+    assert streamed == parse(model, {"stream": True, "stream_options": {"include_usage": True}}, chat=True)
+    with pytest.raises(RequestError, match="include_usage"):
+        parse(model, {"stream": True, "stream_options": {"include_usage": True, "chunk_size": 4}}, chat=True)
+
+
+@pytest.mark.parametrize("field", sorted(CHANGES_THE_ANSWER))
+def test_fields_that_change_the_answer_are_refused(model, field):
+    with pytest.raises(RequestError, match="would change the answer") as err:
+        parse(model, {field: CHANGES_THE_ANSWER[field]}, chat=True)
+    assert err.value.param == field and err.value.status == 400
+
+
+def test_neutral_values_pass(model):
+    neutral = {"modalities": ["text"], "tool_choice": "none", "presence_penalty": 0, "best_of": 1, "tools": []}
+    assert parse(model, neutral, chat=True) == parse(model, {}, chat=True)
+
+
+def test_openai_client_with_the_ignored_fields_gets_the_same_answer(model):
+    scheduler = BatchScheduler(model, SchedulerLimits(max_batch=2, max_queue=4))
+    app = create_app(model, scheduler, defaults=ServerDefaults(options={"block_length": 8}, max_tokens=8),
+                     served_name="m")
+    try:
+        with running_server(app) as url:
+            client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+            plain = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=8, seed=11)
+            extra = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=8, seed=11, store=True,
+                                                   metadata={"team": "a"}, service_tier="auto", user="u-1",
+                                                   parallel_tool_calls=False)
+            assert extra.choices[0].message.content == plain.choices[0].message.content
+            done = client.completions.create(model="m", prompt="Alice waits", max_tokens=8, seed=11, user="u-1",
+                                             extra_body={"store": False, "metadata": {}, "service_tier": "default"})
+            assert done.choices[0].finish_reason in ("stop", "length")
+            with pytest.raises(openai.BadRequestError, match="presence_penalty"):
+                client.completions.create(model="m", prompt="x", max_tokens=8, presence_penalty=1.0)
+    finally:
+        scheduler.close()
