@@ -32,7 +32,10 @@ def _logits(model, x):
 
 
 @_on_model_device
-def llada_generate(model, prompt, *, steps, gen_length, block_length, remasking="low_confidence"):
+def llada_generate(model, prompt, *, steps, gen_length, block_length, remasking="low_confidence",
+                   logprobs=None):
+    """LLaDA's ``generate``. ``logprobs``: a dict this fills with each answer position's
+    log-softmax (V,) under the forward that committed it (the mask token excluded, as sampled)."""
     mask_id = model.mask_token_id
     P = len(prompt)
     x = torch.full((1, P + gen_length), mask_id, dtype=torch.long)
@@ -60,6 +63,8 @@ def llada_generate(model, prompt, *, steps, gen_length, block_length, remasking=
             if k > 0:
                 _, sel = torch.topk(conf[0], k=k)
                 x[0, sel] = x0[0, sel]
+                if logprobs is not None:
+                    logprobs.update((j - P, logits[0, j].log_softmax(-1)) for j in sel.tolist())
     return x[0, P:].tolist()
 
 

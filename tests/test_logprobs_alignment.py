@@ -40,5 +40,6 @@ def test_logprobs_follow_each_rows_answer_positions(block_causal):
         for a, b in zip(got, want):
             assert a.logprob == pytest.approx(b.logprob, abs=1e-5)
             assert a.top[0][0] == b.top[0][0]
-        for position, entry in enumerate(got):  # the committed token is its forward's argmax here
-            assert entry.top[0][0] == batch.answer[row, position].item() or entry.logprob <= entry.top[0][1]
+        for position, entry in enumerate(got):  # at temperature 0 the committed token is its forward's argmax
+            assert entry.top[0][0] == batch.answer[row, position].item()
+            assert entry.logprob == entry.top[0][1]  # one distribution: the token's value is the top value
