@@ -99,7 +99,7 @@ def llada2_generate(model, prompt, *, gen_length, block_length=32, steps=32, thr
 @_on_model_device
 def llada21_generate(model, prompt, *, gen_length, block_length=32, threshold=0.95,
                      editing_threshold=0.9, max_post_steps=16, num_to_transfer=1,
-                     eos_early_stop=False, eos_id=None):
+                     eos_early_stop=False, eos_id=None, edits=None):
     """LLaDA2.1 ``generate`` with token editing (no cache; ``steps`` / ``minimal_topk`` of the
     official signature are computed there but never used, so they are not taken here).
 
@@ -107,7 +107,8 @@ def llada21_generate(model, prompt, *, gen_length, block_length=32, threshold=0.
     ``threshold`` if at least ``num_to_transfer`` are, else the top min(num_to_transfer,
     masks); edits: every already decoded, non-prompt position of this block whose argmax
     differs from its token with probability above ``editing_threshold``. Returns what the
-    official code returns: x[P : P + gen_length] cut after its first eos (kept)."""
+    official code returns: x[P : P + gen_length] cut after its first eos (kept). ``edits``: a
+    list this appends each edit's answer position to (a position rewritten twice, twice)."""
     assert num_to_transfer >= 1, "the official loop never ends when no mask passes and the quota is 0"
     mask_id = model.mask_token_id
     P = len(prompt)
@@ -136,6 +137,8 @@ def llada21_generate(model, prompt, *, gen_length, block_length=32, threshold=0.
                     take[torch.topk(mconf, min(num_to_transfer, int(masked.sum()))).indices] = True
             edit = ~masked & ~is_prompt & (conf > editing_threshold) & (x0 != old)
             x[0, s:e] = torch.where(take | edit, x0, old)
+            if edits is not None:
+                edits += [s + int(i) - P for i in edit.nonzero()[:, 0]]
             if not bool(masked.any()) and not bool(edit.any()):
                 break
         if eos_early_stop:

@@ -16,9 +16,23 @@ TAU, EDIT, POST = 0.05, 0.1, 3  # the tiny random model is unsure: low threshold
 
 
 @pytest.fixture(scope="module")
-def llada2(tmp_path_factory):
+def llada2_lm(tmp_path_factory):
     path = write_tiny_checkpoint(tmp_path_factory.mktemp("llada2"), "llada2_moe", seed=3)
-    return dllm.load(path, device="cpu", dtype="float32").model
+    return dllm.load(path, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def llada2(llada2_lm):
+    return llada2_lm.model
+
+
+def _official(model, prompt: list[int]) -> tuple[list[int], list[int]]:
+    """The official LLaDA2.1 loop's answer and the answer positions it edited, one per edit."""
+    edits: list[int] = []
+    answer = llada21_generate(model, prompt, gen_length=32, block_length=BLOCK, threshold=TAU,
+                              editing_threshold=EDIT, max_post_steps=POST, eos_id=model.eos_token_ids[0],
+                              edits=edits)
+    return answer, edits
 
 
 def _config(**options) -> GenerationConfig:
@@ -29,11 +43,10 @@ def _config(**options) -> GenerationConfig:
 
 def test_editing_reproduces_the_official_llada21_loop(llada2):
     out = decode(llada2, PROMPTS, _config())
-    eos = llada2.eos_token_ids[0]
     for row, prompt in enumerate(PROMPTS):
-        expected = llada21_generate(llada2, prompt, gen_length=32, block_length=BLOCK, threshold=TAU,
-                                    editing_threshold=EDIT, max_post_steps=POST, eos_id=eos)
+        expected, edits = _official(llada2, prompt)
         assert out.answer[row].tolist()[: len(expected)] == expected
+        assert int(out.edits[row]) == len(edits)  # the same rewrites, counted as the official loop does
     assert int(out.edits.sum()) > 0  # the test exercises edits, not only commits
 
 
@@ -69,9 +82,11 @@ def test_editing_composes_with_a_bidirectional_model_and_the_dual_cache(tiny_mod
         assert int(batch.edits[row]) == int(single.edits[0])
 
 
-def test_generate_reports_edits(tiny_models):
-    out = tiny_models["llada"].generate("hi", gen_length=8, policy="threshold", edit_threshold=0.05)
-    assert "edits" in out.stats[0]
+def test_generate_reports_the_official_loops_edits(llada2_lm):
+    prompt = PROMPTS[1]
+    out = llada2_lm.generate_ids([prompt], _config())
+    _, edits = _official(llada2_lm.model, prompt)
+    assert out.stats[0]["edits"] == len(edits) > 0
 
 
 @pytest.mark.parametrize("bad, match", [

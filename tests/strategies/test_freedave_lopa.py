@@ -27,7 +27,9 @@ def test_freedave_equals_static_decoding(tiny_models, family, cache, K, prompts)
     base = decode(model, prompts, _cfg(**cache))
     fast = decode(model, prompts, _cfg(strategy="freedave", strategy_args={"num_drafts": K}, **cache))
     assert fast.answer.tolist() == base.answer.tolist()
-    assert (fast.nfe <= base.nfe).all()
+    # the base rule takes one step per token; a round that accepts a draft does two or more in
+    # one forward: every row accepted some (measured: 1 to 8 of 16 steps saved per row)
+    assert (fast.nfe < base.nfe).all(), (base.nfe.tolist(), fast.nfe.tolist())
     assert (fast.draft_rows >= fast.nfe).all()
 
 
