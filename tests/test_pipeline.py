@@ -92,10 +92,11 @@ def test_trained_model_matches_d2f_loop(students, skip, add, decoded):
         for cache in ("none", "prefix", "dual"):
             got = engine(model, [prompt], block=8, skip=skip, add=add, decoded=decoded, cache=cache, gen_length=32)
             assert cut(got.answer[0].tolist(), eos) == cut(want, eos), cache
-    # several blocks really were in flight: fewer forwards than one block at a time
+    # several blocks really were in flight: strictly fewer forwards than one block at a time
+    # (measured 6 / 5 / 4 against 10 / 10 / 6 for the three settings)
     one_at_a_time = engine(model, prompts[:1], block=8, skip=skip, add=1.0, decoded=1.0, gen_length=32)
     pipelined = engine(model, prompts[:1], block=8, skip=skip, add=add, decoded=decoded, gen_length=32)
-    assert int(pipelined.nfe[0]) <= int(one_at_a_time.nfe[0])
+    assert int(pipelined.nfe[0]) < int(one_at_a_time.nfe[0])
 
 
 def test_one_block_at_a_time_is_the_block_decode():
