@@ -25,6 +25,7 @@ from dllm.engine.config import GenerationConfig
 from dllm.engine.decoding import check_seeds
 from dllm.api.inputs import check_token_ids
 from dllm.serve.budget import CanvasSize, fits, rows_that_fit
+from dllm.serve.drain_rate import DrainRate
 from dllm.serve.protocol import QueueFullError, RowUpdate, Scheduler, SchedulerLimits, ServeRequest
 from dllm.serve.round_cost import RoundCost, join_pays, round_tokens
 from dllm.serve.running_batch import RowProgress, RunningBatch, batch_key
@@ -49,7 +50,7 @@ class BatchScheduler(Scheduler):
         # prompt blocks shared across requests (block-causal models under a block cache)
         self.prompt_store = PromptKVStore(self.limits.prompt_cache_bytes) if self.limits.prompt_cache_bytes else None
         self._closed = False
-        self._seconds_per_request = 1.0  # moving average of a request's latency (Retry-After)
+        self._drain = DrainRate()  # rows finished per second of decoding: Retry-After
         self._thread = threading.Thread(target=self._loop, name="dllm-scheduler", daemon=True)
         self._thread.start()
 
@@ -95,6 +96,11 @@ class BatchScheduler(Scheduler):
     def running_rows(self) -> int:
         return sum(len(batch.live) for batch in list(self._batches))
 
+    @property
+    def decoding(self) -> bool:
+        """Whether a batch is decoding (rows that all ended, cancelled ones too, leave none)."""
+        return bool(self._batches)
+
     # --- checks before any model work ---------------------------------------------------------
     def _check(self, request: ServeRequest) -> None:
         if not isinstance(request, ServeRequest):
@@ -116,8 +122,8 @@ class BatchScheduler(Scheduler):
                              "even alone; lower max_tokens, shorten the prompt or raise memory_budget_mb")
 
     def _retry_after(self) -> float:
-        rounds = self.queue_depth // self.limits.max_batch + 1
-        return round(max(0.1, rounds * self._seconds_per_request), 2)
+        """Seconds for the queue to drain at the rate rows finished recently."""
+        return self._drain.drain_seconds(self.queue_depth)
 
     # --- the loop thread ----------------------------------------------------------------------
     def _loop(self) -> None:
@@ -267,9 +273,7 @@ class BatchScheduler(Scheduler):
             if update.finished:
                 with self._cond:
                     self._ids.pop(row.request.request_id, None)
-                if update.finish_reason in ("eos", "length"):
-                    seconds = update.stats["seconds"] + update.stats["queued_seconds"]
-                    self._seconds_per_request = 0.8 * self._seconds_per_request + 0.2 * seconds
+                self._drain.finished((update.stats or {}).get("seconds", 0.0))  # a row that never decoded: 0 s, not counted
             try:
                 row.on_update(update)
             except Exception:  # a caller's callback must not stop the other rows
