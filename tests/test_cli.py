@@ -99,7 +99,7 @@ def test_bad_prompts_file_is_one_error_line_before_loading(tmp_path, capsys, con
     f.write_text(content)
     assert main(["generate", "--model", str(tmp_path / "no-model"), "--prompts-file", str(f)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("dllm: error: ") and err.count("\n") == 1 and expected in err
+    assert err.startswith("dllm generate: error: ") and err.count("\n") == 1 and expected in err
 
 
 def test_generate_needs_prompts_from_one_place(tmp_path, capsys):
@@ -145,7 +145,8 @@ def test_bad_policy_option_is_one_error_line_before_loading(tmp_path, capsys, co
     argv = [str(prompts) if a == "PROMPTS" else str(tmp_path / "out") if a == "OUT" else a for a in command]
     assert main([*argv, "--model", str(tmp_path / "no-model"), *option]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("dllm: error: ") and err.count("\n") == 1 and expected in err
+    assert err.startswith(f"dllm {' '.join(command[:-1] if command[0] == 'generate' else command[:2])}: error: ")
+    assert err.count("\n") == 1 and expected in err
 
 
 def test_bad_out_is_refused_before_any_work(tmp_path, capsys):
@@ -158,7 +159,9 @@ def test_bad_out_is_refused_before_any_work(tmp_path, capsys):
         for argv in (["bench", "throughput", "--prompts", str(prompts)], ["train-filter", "--samples", "1"]):
             assert main([*argv, "--model", no_model, "--out", str(out)]) == 2
             err = capsys.readouterr().err
-            assert err.startswith(f"dllm: error: --out {out} {expected}") and err.count("\n") == 1
+            command = " ".join(a for a in argv[:2] if not a.startswith("-"))
+            assert err.startswith(f"dllm {command}: error: --out {out} {expected}")
+            assert err.count("\n") == 1
 
 
 # --- output: pipes, logging, progress -----------------------------------------------------
@@ -231,7 +234,7 @@ def test_policy_and_cache_names_come_from_the_registries(capsys):
             assert name in text
     with pytest.raises(SystemExit) as exit_:
         main(["generate", "--policy", "no_such_rule", "hi"])
-    assert exit_.value.code == 2 and "invalid choice: 'no_such_rule'" in capsys.readouterr().err
+    assert exit_.value.code == 2 and "invalid choice 'no_such_rule'" in capsys.readouterr().err
 
 
 def test_version(capsys):

@@ -61,7 +61,7 @@ def test_bad_request_options_are_one_error_line_before_loading(monkeypatch, caps
     monkeypatch.setattr("dllm.load", lambda *a, **k: pytest.fail("the model was loaded before the check"))
     assert main(["generate", "hi", *argv]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("dllm: error: ") and expected in err and len(err.splitlines()) == 1
+    assert err.startswith("dllm generate: error: ") and expected in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("argv", [["--n", "0"], ["--max-tokens", "-1"], ["--stop-token-id", "x"]])

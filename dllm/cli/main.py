@@ -1,7 +1,8 @@
 """Command line: ``dllm generate | chat | serve | models | bench parallelbench | bench throughput | bench serve | train-filter``.
 
 Results go to stdout; diagnostics go through ``logging`` to stderr (-v / -q, on every command);
-bad input is one ``dllm: error: ...`` line and exit status 2, before any model work.
+bad input is one ``dllm <command>: error: ...`` line and exit status 2, before any model work
+(``dllm.cli.parser``); Ctrl-C is one ``interrupted`` line and exit status 130.
 """
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from dllm.cli.options import (
     add_verbosity_options,
     generation_config, load_from_args, output_request, positive_int,
 )
+from dllm.cli.parser import EXIT_USAGE, CommandParser, name_command_parsers
 from dllm.cli.output import LOGGER_NAME, configure_logging, progress_bar
 from dllm.cli.prompts import PromptLine, check_prompt_lengths, read_prompts
 
 log = logging.getLogger(LOGGER_NAME)
 
-EXIT_USAGE = 2  # bad input, as argparse
+EXIT_INTERRUPTED = 128 + 2  # Ctrl-C, as SIGINT
 EXIT_BROKEN_PIPE = 128 + 13  # the reader went away (``dllm generate | head``), as SIGPIPE
 
 
@@ -108,8 +110,8 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dllm", description="Parallel decoding for masked-diffusion LMs",
-                                     formatter_class=HelpFormatter)
+    parser = CommandParser(prog="dllm", description="Parallel decoding for masked-diffusion LMs",
+                           formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     add_verbosity_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -139,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     for command in _subcommands(parser):
         command.formatter_class = HelpFormatter  # one way to show defaults, on every command
         add_verbosity_options(command, top_level=False)
+    name_command_parsers(parser)
     return parser
 
 
@@ -165,15 +168,21 @@ def _extra_commands():
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(args.verbose, args.quiet)
+    prog = "dllm"
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        prog = args.command_parser.prog
+        configure_logging(args.verbose, args.quiet)
         status = args.func(args)
         sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
         return status
     except (ValueError, FileNotFoundError) as err:
-        print(f"dllm: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback (the shell's "^C" ends its line first)
+        print(("\n" if sys.stderr.isatty() else "") + f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush at exit

@@ -32,7 +32,7 @@ def test_empty_api_key_option_is_refused_before_loading(env, monkeypatch, capsys
         monkeypatch.setenv(API_KEY_ENV, env)
     assert main(["serve", "--api-key", "", "--port", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("dllm: error: --api-key is empty")
+    assert len(err) == 1 and err[0].startswith("dllm serve: error: --api-key is empty")
     assert "non-empty key" in err[0] and f"unset {API_KEY_ENV}" in err[0]
 
 
@@ -41,7 +41,7 @@ def test_empty_env_key_is_refused_before_loading(empty, monkeypatch, capsys, no_
     monkeypatch.setenv(API_KEY_ENV, empty)
     assert main(["serve", "--port", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"dllm: error: ${API_KEY_ENV} is empty")
+    assert len(err) == 1 and err[0].startswith(f"dllm serve: error: ${API_KEY_ENV} is empty")
 
 
 def test_given_keys_are_used(monkeypatch):

@@ -1,0 +1,90 @@
+"""The one error style of every ``dllm`` command: ``dllm <command>: error: <what and the fix>``.
+
+argparse prints its usage block before an error and reports a subcommand's unknown flag against
+the top-level parser; ``CommandParser`` prints one line naming the command at fault, with a
+"did you mean" for near misses of option values, commands and flags, and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+from typing import Iterable, NoReturn, Sequence
+
+EXIT_USAGE = 2  # bad input, as argparse
+
+# flags of other tools people type, and what dllm calls them
+FOREIGN_FLAGS = {
+    "--max-new-tokens": "--max-tokens",
+    "--max-length": "--max-tokens",
+    "--num-return-sequences": "--n",
+    "--prompt-file": "--prompts-file",
+    "--prompts": "--prompts-file",
+}
+FOREIGN_NOTES = {"--stream": "generate prints each answer once it is final; `dllm chat` shows it as it fills"}
+
+
+def did_you_mean(value: str, names: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``names`` to ``value``, else ``""``."""
+    close = difflib.get_close_matches(value, list(names), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line; its subcommands are CommandParsers too
+    (argparse makes them of the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace=None):  # type: ignore[override]
+        """As argparse, but an unknown argument is reported by the command it was given to."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = getattr(namespace, "command_parser", None) or self
+            parser.error(unknown_arguments(parser, extras))
+        return namespace
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        if action.choices is None or value in action.choices:
+            return
+        names = [str(c) for c in action.choices]
+        if isinstance(action, argparse._SubParsersAction):
+            raise argparse.ArgumentError(None, f"unknown command {value!r}{did_you_mean(str(value), names)}; "
+                                               f"commands: {', '.join(names)}")
+        raise argparse.ArgumentError(action, f"invalid choice {value!r}{did_you_mean(str(value), names)}; "
+                                             f"one of: {', '.join(names)}")
+
+
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every long flag ``parser`` takes."""
+    return [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+
+
+def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """The message for arguments ``parser`` does not take: the first unknown flag with the flag
+    meant (a near miss, an underscore spelling, another tool's name), or the stray values."""
+    flags = [e for e in extras if e.startswith("-") and len(e) > 1]
+    if not flags:
+        return f"unexpected argument(s) {' '.join(extras)} (a prompt with spaces needs quotes)"
+    flag = flags[0].split("=", 1)[0]
+    known = option_strings(parser)
+    dashed = flag.replace("_", "-")
+    if dashed != flag and dashed in known:
+        hint = f" (did you mean {dashed!r}?)"
+    elif FOREIGN_FLAGS.get(dashed) in known:
+        hint = f" (did you mean {FOREIGN_FLAGS[dashed]!r}?)"
+    elif dashed in FOREIGN_NOTES:
+        hint = f"; {FOREIGN_NOTES[dashed]}"
+    else:
+        hint = did_you_mean(dashed, known)
+    return f"unknown option {flag!r}{hint}"
+
+
+def name_command_parsers(parser: argparse.ArgumentParser) -> None:
+    """Set ``command_parser`` on the namespace of every subcommand below ``parser``, so errors
+    found after parsing name the command they belong to."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                command.set_defaults(command_parser=command)
+                name_command_parsers(command)
