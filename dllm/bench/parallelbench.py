@@ -12,6 +12,7 @@ Everything that can be wrong with the input (data, tasks, runs, their rule / str
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,8 @@ from dllm.models.bundled import model_label
 from dllm.models.prepack import is_prepacked
 from dllm.models.quantize import quantization_of
 from dllm.engine.policies import check_policies
+
+log = logging.getLogger("dllm")
 
 OFFLINE_TASKS = (
     "waiting_line/copy", "waiting_line/reverse", "waiting_line/sort", "waiting_line/shuffle",
@@ -275,6 +278,9 @@ def run_parallelbench(model: DiffusionLM, data_dir: Path, runs: list[Run], *, ta
             pending.append(plan)
         else:
             done += len(plan.samples)
+    if writes and len(pending) < len(plans):
+        log.info("resumed %d of %d (run, task) pairs: already in %s, skipped", len(plans) - len(pending),
+                 len(plans), out_dir / "summary.json")
     check_prompt_lengths(model, pending)
     store.start(run_metadata(model=name, data_dir=data_dir, device=str(getattr(model.model, "device", "cpu"))))
     total = done + sum(len(p.samples) for p in pending)

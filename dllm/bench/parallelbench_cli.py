@@ -39,12 +39,25 @@ def _with_model_dir(value, model_dir: str):
     return value
 
 
+def _answer_canvas(args: argparse.Namespace) -> int | None:
+    """--gen-length, or the whole blocks that hold --max-tokens (None: each task's own length);
+    grids built in code pass a Namespace without either."""
+    from dllm.engine.config import block_aligned_gen_length
+
+    gen_length, max_tokens = getattr(args, "gen_length", None), getattr(args, "max_tokens", None)
+    if max_tokens is None:
+        return gen_length
+    if gen_length is not None:
+        raise ValueError(f"pass --max-tokens {max_tokens} or --gen-length {gen_length}, not both")
+    return block_aligned_gen_length(max_tokens, getattr(args, "block_length", None))
+
+
 def build_runs(args: argparse.Namespace):
     from dllm.bench.parallelbench import Run
     from dllm.bench.results_store import _display_path
     from dllm.models.bundled import resolve_model_path
 
-    gen_length = getattr(args, "gen_length", None)  # grids built in code pass a Namespace without it
+    gen_length = _answer_canvas(args)
     if args.runs:
         try:
             entries = json.loads(Path(args.runs).read_text())
@@ -53,7 +66,8 @@ def build_runs(args: argparse.Namespace):
             raise ValueError(f"--runs {args.runs}: {err}; it must be a JSON list of "
                              "{name, line, options, tokens_per_step, gen_length}") from err
         if gen_length is not None:
-            raise ValueError("--gen-length applies to --policy runs; a --runs file sets each run's gen_length")
+            raise ValueError("--gen-length / --max-tokens apply to --policy runs; a --runs file sets each run's "
+                             "gen_length")
         if "{model}" in json.dumps(entries):
             model = resolve_model_path(getattr(args, "model", None), getattr(args, "revision", None))
             model_dir = _display_path(model)
@@ -78,7 +92,8 @@ def build_runs(args: argparse.Namespace):
 
 
 # config.json key a checkpoint declares its prompt protocol with: the example exchanges (shots)
-# before each prompt it was trained on (the bundled models: 0, zero-shot)
+# before each prompt it was trained on (dllm-waitingline-d2f: 0; the other bundled models declare
+# none and run the benchmark's one-shot protocol)
 PROMPT_SHOTS_KEY = "dllm_prompt_shots"
 
 
@@ -164,49 +179,78 @@ def _run_and_report(args: argparse.Namespace, data_dir: Path, runs, tasks: list[
         score = "n/a" if e["mean_score"] is None else f"{100 * e['mean_score']:.1f}"
         tpf = "n/a" if e["tpf"] is None else f"{e['tpf']:.2f}"
         print(f"{e['run']:<40} score {score:>5}  TPF {tpf}  NFE {e['nfe']:.1f}  samples {e['samples']}")
+    if summary["pb"]:
+        print(PB_LEGEND)
     for line, pb in summary["pb"].items():
-        print(f"{line:<40} " + "  ".join(f"{k} {v:.2f}" for k, v in pb.items()))
+        print(f"{run_label(line):<40} " + "  ".join(f"{k} {pb_value(v)}" for k, v in pb.items()))
     print(f"results: {out_dir / 'summary.json'}")
     plots = summary["plots"]
     print(plots if isinstance(plots, str) else "plot: " + ", ".join(map(str, plots)))
     return 0
 
 
-def register(sub) -> None:
-    from dllm.cli.options import add_model_options, add_tensor_parallel_option
+PB_LEGEND = ("PBx: the highest TPF of the line's runs whose mean score is at least x% "
+             "('-': no run of the line reached it)")
 
-    p = sub.add_parser("parallelbench", help="ParallelBench quality against TPF",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+def run_label(line: str) -> str:
+    """A line's label written as its runs' names are (``threshold tau=0.9`` -> ``threshold_tau=0.9``)."""
+    return line.replace(" ", "_")
+
+
+def pb_value(tpf: float) -> str:
+    """A PBx value for the summary: the TPF, or "-" when no run reached the score (stored as 0.0)."""
+    return f"{tpf:.2f}" if tpf > 0 else "-"
+
+
+def register(sub) -> None:
+    from dllm.cli.options import add_model_options, add_tensor_parallel_option, policy_names
+
+    names = policy_names()
+    p = sub.add_parser("parallelbench", help="ParallelBench quality against TPF")
     add_model_options(p)
     add_tensor_parallel_option(p)
     p.add_argument("--data", default=None, help="official ParallelBench data dir (default: $DLLM_PARALLELBENCH_DIR, or ../shared/data/parallelbench "
                         "beside a source checkout)")
     p.add_argument("--tasks", nargs="+", default=None, help="tasks like waiting_line/copy (default: every offline-scored task)")
-    p.add_argument("--policy", action=_PolicyAction, dest="lines", help="unmasking rule; starts a run line (repeatable)")
-    p.add_argument("--policy-arg", action=_PolicyAction, dest="lines", metavar="K=V", help="option of the preceding --policy")
-    p.add_argument("--tokens-per-step", type=int, nargs="+", default=None, help="sweep: steps = gen_length / k")
-    p.add_argument("--block-length", type=int, default=None, help="block size (default: the task's gen length)")
+    p.add_argument("--policy", action=_PolicyAction, dest="lines", metavar="RULE", choices=names["policy"],
+                   help=f"unmasking rule, one of: {', '.join(names['policy'])}; starts a run line, repeatable "
+                        "(default: low_confidence)")
+    p.add_argument("--policy-arg", action=_PolicyAction, dest="lines", metavar="K=V",
+                   help="option of the preceding --policy, repeatable (e.g. tau=0.9)")
+    p.add_argument("--tokens-per-step", type=positive_int, nargs="+", default=None, metavar="K",
+                   help="sweep: one run per K, steps = gen_length / K (default: the rule's own step budget)")
+    p.add_argument("--block-length", type=positive_int, default=None, help="block size (default: the task's gen length)")
     p.add_argument("--gen-length", type=positive_int, default=None, metavar="N",
                    help="decode every task on an N-token answer canvas instead of the task's own gen length "
                         "(an answer should not depend on the room it is given)")
-    p.add_argument("--cache", default="none")
-    p.add_argument("--strategy", default="plain")
-    p.add_argument("--stopper", default="none")
-    p.add_argument("--runs", default=None, help="JSON file with a list of runs (overrides --policy)")
+    p.add_argument("--max-tokens", type=positive_int, default=None, metavar="N",
+                   help="instead of --gen-length: the canvas is the smallest whole number of blocks that holds N "
+                        "tokens (the scorer reads the whole answer; default: the task's gen length)")
+    p.add_argument("--cache", default="none", choices=names["cache"], metavar="CACHE",
+                   help=f"KV cache of every --policy run, one of: {', '.join(names['cache'])}")
+    p.add_argument("--strategy", default="plain", choices=names["strategy"], metavar="STRATEGY",
+                   help=f"decoding strategy of every --policy run, one of: {', '.join(names['strategy'])}")
+    p.add_argument("--stopper", default="none", choices=names["stopper"], metavar="STOPPER",
+                   help=f"stopping criterion of every --policy run, one of: {', '.join(names['stopper'])}")
+    p.add_argument("--runs", default=None, metavar="FILE",
+                   help="JSON file with a list of runs {name, line, options, tokens_per_step, gen_length} "
+                        "(instead of --policy; default: none)")
     p.add_argument("--shots", type=int, default=None, choices=[0, 1],
                    help="example exchanges before each prompt (default: what the checkpoint declares it was "
-                        "trained with, config.json dllm_prompt_shots: 0 for the bundled models; else the "
+                        f"trained with, config.json {PROMPT_SHOTS_KEY}, e.g. 0 for dllm-waitingline-d2f; else the "
                         "benchmark's protocol, each task's icl_example_count: one-shot for waiting-line and "
-                        "puzzle tasks)")
+                        "puzzle tasks, as the other bundled models run); the first line of output states it")
     p.add_argument("--stratified-samples", "--limit", dest="limit", type=positive_int, default=None,
                    metavar="N", help="N samples per task, one from the middle of each of N equal strata "
                         "of the file (which is ordered by list length), never its first N; default: every sample")
-    p.add_argument("--fresh-samples", type=int, default=None, metavar="N",
+    p.add_argument("--fresh-samples", type=positive_int, default=None, metavar="N",
                    help="score N freshly generated samples per task instead of the official files (same "
-                        "templates and scorer; needs --fresh-seed)")
+                        "templates and scorer; needs --fresh-seed; default: the official files)")
     p.add_argument("--fresh-seed", type=int, default=None, metavar="S",
-                   help="seed of the fresh samples; at least 1000000, above every seed training draws from")
-    p.add_argument("--batch-size", type=positive_int, default=50)
-    p.add_argument("--out", required=True, help="output directory; a rerun into it skips the (run, task) "
-                   "pairs it already holds")
+                   help="seed of the fresh samples; at least 1000000, above every seed training draws from "
+                        "(default: none)")
+    p.add_argument("--batch-size", type=positive_int, default=50, help="samples decoded together")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory; a rerun into it skips the (run, "
+                   "task) pairs it already holds (default: none, required)")
     p.set_defaults(func=cmd_parallelbench)

@@ -125,6 +125,14 @@ def test_rerun_resumes_and_never_shrinks_the_summary(model, tmp_path):
     assert len(again["meta"]["invocations"]) == 2
 
 
+def test_resumed_run_says_what_it_skipped(model, tmp_path, caplog):
+    _bench(model, tmp_path, runs=(K1,))
+    with caplog.at_level("INFO", logger="dllm"):
+        _bench(model, tmp_path, runs=(K1, K4))  # k1's two tasks are in the summary, k4's are not
+    assert [r.getMessage() for r in caplog.records if "resumed" in r.getMessage()] == [
+        f"resumed 2 of 4 (run, task) pairs: already in {tmp_path / 'summary.json'}, skipped"]
+
+
 def test_rerun_with_changed_options_is_refused(model, tmp_path):
     _bench(model, tmp_path, runs=(K1,))
     changed = Run(name="k1", line="top-k", options={"policy": "random"}, tokens_per_step=1)
