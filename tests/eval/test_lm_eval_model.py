@@ -66,7 +66,29 @@ def test_a_block_causal_model_gets_whole_steps_per_model_block(tmp_path):
         config, _ = lm.request_config({"max_gen_toks": max_gen_toks})
         assert (config.gen_length, config.steps) == (max_gen_toks, steps) and steps % windows == 0
     (text,) = lm.generate_until([_gen("hello", 0, max_gen_toks=9)], disable_tqdm=True)
-    assert isinstance(text, str)
+    config = dllm.GenerationConfig(gen_length=9, steps=9, stop_at_eos=False)  # 9 windows of 1, 1 step each
+    answer = lm.dllm.generate_ids([lm.tok_encode("hello")], config).token_ids[0]
+    assert len(answer) == 9 and text == lm.tokenizer.decode(answer)
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_a_one_token_likelihood_is_the_log_softmax_of_one_forward(tiny_dirs, family):
+    """A one-token continuation is masked in every Monte Carlo draw (k = L = 1), so the estimate
+    is exactly that token's log-softmax under one forward of context + mask: computed here from
+    the model itself, whatever the estimator's draws (Dream reads the output one position left)."""
+    lm = _lm(tiny_dirs[family], mc_num=4, batch_size=4, seed=3)
+    requests = [_ll("hello", "!", 0), _ll("x y z", ",", 1)]  # one token each in the tiny tokenizer
+    expected = []
+    for r in requests:
+        context, continuation = lm._encode_pair(*r.args)
+        assert len(continuation) == 1, continuation  # the arrangement: one token
+        x = torch.tensor([context + [lm.model.mask_token_id]])
+        with torch.no_grad():
+            logits = lm.model(x, torch.arange(x.shape[1])[None])[0].double()
+        at = x.shape[1] - 1 - (1 if family == "dream" else 0)
+        expected.append(logits[at].log_softmax(-1)[continuation[0]].item())
+    results = lm.loglikelihood(requests, disable_tqdm=True)
+    assert [value for value, _ in results] == pytest.approx(expected, abs=1e-4)
 
 
 def test_chat_template_is_the_apis(tiny_dirs):
@@ -84,6 +106,7 @@ def test_loglikelihood_is_the_estimate_and_greedy_is_the_models_own_answer(tiny_
     requests = [_ll("hello", greedy_text, 0), _ll("hello there", " you", 1)]
     results = lm.loglikelihood(requests, disable_tqdm=True)
     pairs = [lm._encode_pair(*r.args) for r in requests]
+    # the wrapper passes mc_num and seed through (the values themselves: the one-token test above)
     estimates = mc_loglikelihood(lm.model, pairs, mc_num=8, batch_size=4, seed=3)
     assert [r[0] for r in results] == pytest.approx([e.mean for e in estimates], abs=1e-5)
     context = lm.tok_encode("hello")
