@@ -21,10 +21,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError, StarletteHTTPException
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from dllm.serve.body import BIG_BODY, parse_json, release_memory
+from dllm.serve.cors import JsonCORSMiddleware
 from dllm.serve.guards import RequestGuard
 from dllm.serve.info_routes import info_router
 from dllm.serve.limits import AccessSettings, ServerLimits
@@ -122,12 +122,12 @@ def create_app(model, scheduler: Scheduler, *, defaults: ServerDefaults | None =
     async def chat_completions(request: Request) -> Response:
         return await handle(request, chat=True)
 
-    app.add_middleware(RequestGuard, limits=limits, access=access,
-                       on_refused=lambda path, status: metrics.requests.labels(
-                           endpoint=ENDPOINTS.get(path, "other"), status=str(status)).inc())
+    def refused(path: str, status: int) -> None:
+        metrics.requests.labels(endpoint=ENDPOINTS.get(path, "other"), status=str(status)).inc()
+
+    app.add_middleware(RequestGuard, limits=limits, access=access, on_refused=refused)
     if access.allowed_origins:  # outside the guard: a browser's preflight carries no API key
-        app.add_middleware(CORSMiddleware, allow_origins=list(access.allowed_origins),
-                           allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type"])
+        app.add_middleware(JsonCORSMiddleware, origins=tuple(access.allowed_origins), on_refused=refused)
     return app
 
 

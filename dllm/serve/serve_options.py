@@ -79,14 +79,16 @@ def torch_threads(args: argparse.Namespace) -> int:
 
 
 def serve_forever(app, args: argparse.Namespace, limits: ServerLimits) -> None:
-    """uvicorn on ``app`` with the header deadline and the shutdown deadline."""
+    """uvicorn on ``app`` with the header deadline (and JSON refusals) and the shutdown deadline;
+    no WebSocket upgrades (the server has no WebSocket route: an upgrade request is plain HTTP, so
+    the app answers it, never a WebSocket library's plain-text refusal)."""
     import uvicorn
 
     from dllm.serve.connections import header_deadline_protocol
     from dllm.serve.shutdown import DeadlineServer
 
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="off",
-                            http=header_deadline_protocol(limits.header_timeout_s))
+                            http=header_deadline_protocol(limits.header_timeout_s), ws="none")
     DeadlineServer(config, app.state.shutdown, limits.shutdown_timeout_s).run()
 
 
