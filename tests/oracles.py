@@ -134,24 +134,34 @@ def _forward(model, x, start, end, cache, block_size=None):
 
 
 @_on_model_device
-def fastdllm_dream_generate(model, prompt, *, gen_length, block_length, threshold, dual_cache):
+def fastdllm_dream_generate(model, prompt, *, gen_length, block_length, threshold, dual_cache, refill="block"):
     """Fast-dLLM's Dream block loop (``dream/model/generation_utils_block.py``, ``_sample`` with
     ``alg="confidence_threshold"``). Per block: a full forward fills the cache and commits the
     block's first position by argmax; then each step forwards x[s:] (prefix) or x[s:e] (dual,
     K/V of [s, e) replaced) with the window's own right shift, and commits the most confident
-    masked block position plus every one with probability >= threshold."""
+    masked block position plus every one with probability >= threshold.
+
+    ``refill``: "block" (the official loop), "step" (the cache refilled from the current canvas
+    before every step, so each cached step is a full forward's window) or "none" (no K/V cache:
+    full forwards, read at the window). "step" and "none" agree token for token unless the
+    cached forward (the K/V write and the attention over the buffers) is wrong."""
     mask_id = model.mask_token_id
     P, L = len(prompt), len(prompt) + gen_length
     x = torch.full((1, L), mask_id, dtype=torch.long)
     x[0, :P] = torch.tensor(prompt)
     for b in range(gen_length // block_length):
         s, e = P + b * block_length, P + (b + 1) * block_length
-        cache = _LayerCache(model, L)
+        cache = None if refill == "none" else _LayerCache(model, L)
         logits = _forward(model, x, 0, L, cache)
         x[0, s] = logits[0, s - 1].argmax()  # Dream's shift: position s reads output s - 1
         while True:
             end = e if dual_cache else L
-            logits = _forward(model, x, s, end, cache)
+            if refill == "step":
+                _forward(model, x, 0, L, cache)
+            if refill == "none":
+                logits = _forward(model, x, 0, L, None)[:, s:end]
+            else:
+                logits = _forward(model, x, s, end, cache)
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)[0, :block_length]
             masked = x[0, s:e] == mask_id
             conf, x0 = _probs(logits).max(-1)
@@ -169,7 +179,7 @@ def fastdllm_dream_generate(model, prompt, *, gen_length, block_length, threshol
 
 @_on_model_device
 def fastdllm_v2_batch_sample(model, prompt, *, gen_length, small_block_size, threshold, stop_token=None,
-                             pad_token_id=None, official_one_block=True):
+                             pad_token_id=None, official_one_block=True, use_cache=True):
     """Fast-dLLM v2's ``batch_sample`` (``v2/generation_functions.py``) at batch 1 without the
     sub-block cache (``use_block_cache=False``); the decode block is the model's ``bd_size``.
 
@@ -191,7 +201,10 @@ def fastdllm_v2_batch_sample(model, prompt, *, gen_length, small_block_size, thr
 
     Returns the official row from P on: up to the end of the last decoded block plus the argmax
     token after it (gen_length - P % bd + 1 tokens, P < bd: gen_length - P + 1), or up to the end
-    of the block where the row finished (padded after the stop token)."""
+    of the block where the row finished (padded after the stop token).
+
+    ``use_cache=False``: every forward recomputes the view from its start (block-causal, no K/V
+    kept), which a block-causal model's cache must reproduce exactly."""
     mask_id, bd = model.mask_token_id, model.config.block_size
     P = len(prompt)
     first_block, last_block = P // bd, P // bd + gen_length // bd
@@ -200,17 +213,23 @@ def fastdllm_v2_batch_sample(model, prompt, *, gen_length, small_block_size, thr
     cache = _LayerCache(model, x.shape[1])
     base = 0  # canvas positions the model never sees (a one-block prompt, officially)
     if P > bd or (P == bd and not official_one_block):
-        logits = _forward(model, x, 0, P // bd * bd, cache, bd)
+        logits = _forward(model, x, 0, P // bd * bd, cache if use_cache else None, bd)
         if P % bd == 0:
             x[0, P] = logits[0, -1].argmax()
     else:
         base = P // bd * bd
     view = x[:, base:]
+
+    def forward(start, end):
+        if use_cache:
+            return _forward(model, view, start, end, cache, bd)
+        return _forward(model, view, 0, end, None, bd)[:, start:]
+
     for s in range(first_block * bd, last_block * bd, bd):
         finished = False
         for sub in range(s, s + bd, small_block_size):
             while bool((x[0, sub : sub + small_block_size] == mask_id).any()):
-                logits = _forward(model, view, s - base, s - base + bd, cache, bd)
+                logits = forward(s - base, s - base + bd)
                 logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)[0, sub - s : sub - s + small_block_size]
                 masked = x[0, sub : sub + small_block_size] == mask_id
                 conf, x0 = _probs(logits).max(-1)
@@ -223,17 +242,17 @@ def fastdllm_v2_batch_sample(model, prompt, *, gen_length, small_block_size, thr
             stop = P + int((x[0, P : s + bd] == stop_token).nonzero()[0, 0])
             x[0, stop + 1 : s + bd] = pad_token_id
             return x[0, P : s + bd].tolist()
-        logits = _forward(model, view, s - base, s - base + bd, cache, bd)  # the block commit
+        logits = forward(s - base, s - base + bd)  # the block commit
         x[0, s + bd] = logits[0, -1].argmax()
     return x[0, P:].tolist()
 
 
-def fastdllm_v2_generate(model, prompt, *, gen_length, small_block_size, threshold):
+def fastdllm_v2_generate(model, prompt, *, gen_length, small_block_size, threshold, use_cache=True):
     """``fastdllm_v2_batch_sample`` without a stop token, cut to gen_length (the official row
     also holds the argmax token after the last block). Any prompt length; a prompt of exactly
     one block is prefilled (the official loop ignores it: ``fastdllm_v2_batch_sample``)."""
     return fastdllm_v2_batch_sample(model, prompt, gen_length=gen_length, small_block_size=small_block_size,
-                                    threshold=threshold, official_one_block=False)[:gen_length]
+                                    threshold=threshold, official_one_block=False, use_cache=use_cache)[:gen_length]
 
 
 @_on_model_device

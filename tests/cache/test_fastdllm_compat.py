@@ -104,3 +104,25 @@ def test_v2_unaligned_ragged_batch_equals_single_runs(block_causal):
             single = _compat(block_causal, [prompt], cache=cache, block_length=BD)
             assert batch.answer[row].tolist() == single.answer[0].tolist()
             assert int(batch.nfe[row]) == int(single.nfe[0])
+
+
+@pytest.mark.parametrize("cache", ["prefix", "dual"])
+def test_dream_loops_cached_forward_is_its_uncached_self(tiny_models, cache):
+    """The official loop with its cache refilled before every step gives the tokens of full
+    forwards: the cached forward the loops above share with the engine (the model's K/V write
+    and its attention over the buffers) is checked against uncached forwards, not itself."""
+    model = tiny_models["dream"].model
+    for prompt in DREAM_PROMPTS:
+        kw = dict(gen_length=16, block_length=4, threshold=TAU, dual_cache=cache == "dual")
+        cached = fastdllm_dream_generate(model, prompt, refill="step", **kw)
+        assert cached == fastdllm_dream_generate(model, prompt, refill="none", **kw)
+
+
+@pytest.mark.parametrize("small_block", [BD // 2, BD])
+def test_v2_cached_loop_is_its_uncached_self(block_causal, small_block):
+    """A block-causal model's cache is exact: the official cached loop, which the engine matches
+    above, equals the same loop recomputing every forward from position 0 without K/V."""
+    for prompt in V2_PROMPTS + [[5, 17, 42]]:
+        kw = dict(gen_length=16, small_block_size=small_block, threshold=TAU)
+        cached = fastdllm_v2_generate(block_causal, prompt, **kw)
+        assert cached == fastdllm_v2_generate(block_causal, prompt, use_cache=False, **kw)
