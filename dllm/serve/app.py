@@ -26,9 +26,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from dllm.serve.body import BIG_BODY, parse_json, release_memory
 from dllm.serve.cors import JsonCORSMiddleware
 from dllm.serve.guards import RequestGuard
+from dllm.serve.logprob_format import prompt_completion_logprobs
 from dllm.serve.info_routes import info_router
 from dllm.serve.limits import AccessSettings, ServerLimits
 from dllm.serve.metrics import ServerMetrics
+from dllm.serve.prompt_logprobs import prompt_logprobs
 from dllm.serve.protocol import QueueFullError, Scheduler
 from dllm.serve.requests import ParsedRequest, RequestError, ServerDefaults, parse_request
 from dllm.serve.responses import DONE, ResponseWriter, error_body, error_response, sse
@@ -89,13 +91,20 @@ def create_app(model, scheduler: Scheduler, *, defaults: ServerDefaults | None =
         except RuntimeError as err:  # the scheduler is shutting down
             return error_response(metrics, endpoint, str(err), 503)
         writer = ResponseWriter(chat, served_name, session.id, parsed.seed, parsed.top_logprobs)
+        echoed: list[dict[str, Any]] | None = None  # each prompt's logprobs (echo with logprobs)
+        if parsed.echo and parsed.logprobs:
+            try:  # while the scheduler decodes the rows
+                echoed = await asyncio.get_running_loop().run_in_executor(executor, _echo_logprobs, model, parsed)
+            except BaseException:
+                session.cancel()
+                raise
 
         async def gone() -> bool:
             return shutdown.closing or await request.is_disconnected()
 
         if parsed.stream:
             metrics.requests.labels(endpoint=endpoint, status="200").inc()
-            return StreamingResponse(_stream(session, parsed, writer, gone, shutdown),
+            return StreamingResponse(_stream(session, parsed, writer, gone, shutdown, echoed),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
             async for _ in session.events(gone):
@@ -112,7 +121,8 @@ def create_app(model, scheduler: Scheduler, *, defaults: ServerDefaults | None =
         echoes = [_echo(parsed, i) for i in range(len(session.rows))]
         texts = [echo + row.cut.text for echo, row in zip(echoes, session.rows)]
         metrics.requests.labels(endpoint=endpoint, status="200").inc()
-        return JSONResponse(writer.whole(texts, session.rows, parsed.prompt_tokens, [len(e) for e in echoes]))
+        return JSONResponse(writer.whole(texts, session.rows, parsed.prompt_tokens, [len(e) for e in echoes],
+                                         [echoed[i // parsed.n] for i in range(len(echoes))] if echoed else None))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -155,8 +165,18 @@ def _echo(parsed: ParsedRequest, index: int) -> str:
     return parsed.prompt_texts[index // parsed.n] if parsed.echo else ""
 
 
-async def _stream(session: RowSession, parsed: ParsedRequest, writer: ResponseWriter, gone, shutdown: ShutdownState):
-    """SSE: a first chunk per choice (the chat role, or the echoed prompt), text as it becomes
+def _echo_logprobs(model, parsed: ParsedRequest) -> list[dict[str, Any]]:
+    """Each prompt's tokens' logprobs in the completion shape (``prompt_logprobs``)."""
+    decode = lambda ids: model.tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+    top = parsed.top_logprobs or 0
+    return [prompt_completion_logprobs(prompt_logprobs(model.model, ids, parsed.config.gen_length, top), ids,
+                                       decode, top) for ids in parsed.prompt_ids]
+
+
+async def _stream(session: RowSession, parsed: ParsedRequest, writer: ResponseWriter, gone, shutdown: ShutdownState,
+                  echoed: list[dict[str, Any]] | None = None):
+    """SSE: a first chunk per choice (the chat role, or the echoed prompt with its logprobs when
+    asked: ``echoed``, one per prompt), text as it becomes
     final (with its tokens' logprobs when asked), a finish chunk per choice, usage if asked, then
     ``[DONE]``. Rows still running when the client leaves (or anything fails) are cancelled; at
     shutdown the stream ends with an error event."""
@@ -165,7 +185,7 @@ async def _stream(session: RowSession, parsed: ParsedRequest, writer: ResponseWr
             if parsed.chat:
                 yield writer.chunk(index, "", role=True)
             elif parsed.echo:
-                yield writer.chunk(index, _echo(parsed, index))
+                yield writer.chunk(index, _echo(parsed, index), logprobs=echoed[index // parsed.n] if echoed else None)
         async for event in session.events(gone):
             row = session.rows[event.index]
             if row.reason == "error":

@@ -1,4 +1,4 @@
-"""Answer tokens' log-probabilities in OpenAI's two shapes.
+"""Answer tokens' log-probabilities in OpenAI's two shapes (and an echoed prompt's, completions only).
 
 Each entry is the log-probability of an answer token under the forward that committed it
 (``dllm.engine.logprobs``), with the most likely tokens of that same distribution; one entry per id of
@@ -28,6 +28,23 @@ def completion_logprobs(entries: list[TokenLogprob], ids: list[int], start: int,
         "top_logprobs": [{decode([t]): _number(v) for t, v in e.top} for e in entries] if top else None,
         "text_offset": [text_start + len(decode(ids[:p])) for p in positions],
     }
+
+
+def prompt_completion_logprobs(entries: list[TokenLogprob], ids: list[int], decode: Decode,
+                               top: int = 0) -> dict[str, Any]:
+    """An echoed prompt's entries (``prompt_logprobs``) in the completion shape: its first
+    token's logprob and top_logprobs null, as OpenAI and vLLM give them."""
+    out = completion_logprobs(entries, ids, 0, decode, 0, top)
+    if top and entries:
+        out["top_logprobs"][0] = None
+    return out
+
+
+def join_completion_logprobs(first: dict[str, Any] | None, then: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Two spans of a choice in the completion shape (the prompt's, then the answer's) as one."""
+    if first is None or then is None:
+        return first or then
+    return {key: None if first[key] is None else first[key] + then[key] for key in first}
 
 
 def chat_logprobs(entries: list[TokenLogprob], ids: list[int], start: int, decode: Decode) -> dict[str, Any]:

@@ -134,6 +134,9 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     config, max_tokens, length_field = _config(body, defaults, chat)
     if top_logprobs is not None:
         _check_logprob_config(config)
+        if not chat and _flag(body, "echo") and getattr(model.model, "tensor_parallel", None) is not None:
+            raise RequestError("echo with logprobs needs the prompt's logprobs, which a tensor-parallel server does "
+                               "not compute; drop echo or logprobs", "echo")
     seed = _seed(body)
     try:
         stops = StopConditions.parse(body.get("stop"), body.get("stop_token_ids"),

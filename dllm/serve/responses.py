@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from dllm.serve.logprob_format import chat_logprobs, completion_logprobs
+from dllm.serve.logprob_format import chat_logprobs, completion_logprobs, join_completion_logprobs
 from dllm.serve.rows import RowText
 
 
@@ -66,9 +66,10 @@ class ResponseWriter:
         return completion_logprobs(entries, row.ids, start, row.decode, text_start, self.top_logprobs)
 
     def whole(self, texts: list[str], rows: list[RowText], prompt_tokens: int,
-              echoed: list[int] | None = None) -> dict[str, Any]:
+              echoed: list[int] | None = None, prompt_logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The non-streamed response: one choice per row, ``texts`` already echoed if asked
-        (``echoed``: the characters of each that are the prompt)."""
+        (``echoed``: the characters of each that are the prompt; ``prompt_logprobs``: each
+        choice's echoed prompt tokens' logprobs, put before its answer's)."""
         choices = []
         for index, (text, row) in enumerate(zip(texts, rows)):
             choice: dict[str, Any] = {"index": index, "finish_reason": row.openai_finish_reason,
@@ -77,6 +78,8 @@ class ResponseWriter:
             if self.chat:
                 choice.update(message={"role": "assistant", "content": text}, logprobs=logprobs)
             else:
+                if prompt_logprobs:
+                    logprobs = join_completion_logprobs(prompt_logprobs[index], logprobs)
                 choice.update(text=text, logprobs=logprobs)
             choices.append(choice)
         body = self._envelope("chat.completion" if self.chat else "text_completion", choices)
