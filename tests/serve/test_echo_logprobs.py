@@ -113,3 +113,19 @@ def test_echo_without_logprobs_and_logprobs_without_echo_are_unchanged(served):
         "logprobs"] is None
     lp = httpx.post(url + "/v1/completions", json={**body, "logprobs": 0}, timeout=60).json()["choices"][0]["logprobs"]
     assert lp["top_logprobs"] is None and lp["text_offset"][0] == 0
+
+
+def test_tensor_parallel_refuses_echo_with_logprobs(tiny_models):
+    """Rank 0 alone cannot run a sharded forward: the request is a 400 before any model work."""
+    from dllm.serve.requests import RequestError, parse_request
+
+    model = tiny_models["llada"]
+    body = {"prompt": PROMPT, "echo": True, "logprobs": 1, "max_tokens": GEN, "block_length": BLOCK}
+    model.model.tensor_parallel = object()  # only read by the check: no forward runs
+    try:
+        with pytest.raises(RequestError, match="tensor-parallel.*drop echo or logprobs") as err:
+            parse_request(body, model, ServerDefaults(), chat=False, served_name="m")
+        assert err.value.param == "echo"
+        parse_request({**body, "echo": False}, model, ServerDefaults(), chat=False, served_name="m")
+    finally:
+        model.model.tensor_parallel = None
