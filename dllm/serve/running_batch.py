@@ -142,11 +142,13 @@ class RunningBatch:
         return self.read()
 
     def read(self) -> list[tuple[RowProgress, RowUpdate]]:
-        """Updates from the canvas since the last read; rows that ended are marked finished."""
+        """Updates from the canvas since the last read; rows that ended are marked finished. A row
+        cancelled while the step ran ends here and stops in the decoding too (else it would go
+        on costing forwards to the end, with nobody to read it)."""
         decoding = self.decoding
         answer = decoding.answer().tolist()
         active = decoding.state.runner.active.tolist()
-        updates = []
+        updates, stopping = [], []
         for i, row in enumerate(self.rows):
             if row.finished:
                 continue
@@ -165,8 +167,14 @@ class RunningBatch:
             row.final = max(row.final, final)
             if row.cancelled or not active[i] or self.mask_id not in segment:
                 self._finish(row, update, decoding, i, full)
+                if active[i]:
+                    stopping.append(i)
             if update.finished or update.final_ids or update.committed:
                 updates.append((row, update))
+        if stopping:
+            stop = torch.zeros(len(self.rows), dtype=torch.bool, device=decoding.state.tokens.device)
+            stop[stopping] = True
+            decoding.stop_rows(stop)
         return updates
 
     def _finish(self, row: RowProgress, update: RowUpdate, decoding: Decoding, i: int, full: list[int]) -> None:
@@ -188,13 +196,9 @@ class RunningBatch:
 
     def cancel_marked(self) -> list[tuple[RowProgress, RowUpdate]]:
         """Stop the rows marked cancelled now (they cost nothing from here) and report them."""
-        marked = [i for i, r in enumerate(self.rows) if r.cancelled and not r.finished]
-        if not marked:
+        if not any(r.cancelled and not r.finished for r in self.rows):
             return []
-        stop = torch.zeros(len(self.rows), dtype=torch.bool, device=self.decoding.state.tokens.device)
-        stop[marked] = True
-        self.decoding.stop_rows(stop)
-        return self.read()
+        return self.read()  # read() ends each cancelled row and stops it in the decoding
 
     def shapes(self, blocks: int | None = None) -> list[tuple[int, int]]:
         """(prefix tokens, answer positions left) of each row still decoding after ``blocks``

@@ -96,6 +96,11 @@ class BatchScheduler(Scheduler):
     def running_rows(self) -> int:
         return sum(len(batch.live) for batch in list(self._batches))
 
+    @property
+    def decoding(self) -> bool:
+        """Whether a batch is decoding (rows that all ended, cancelled ones too, leave none)."""
+        return bool(self._batches)
+
     # --- checks before any model work ---------------------------------------------------------
     def _check(self, request: ServeRequest) -> None:
         if not isinstance(request, ServeRequest):
