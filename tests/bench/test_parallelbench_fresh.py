@@ -70,7 +70,8 @@ def test_bad_fresh_requests_are_refused_before_any_work(count, seed, tasks, mess
 
 
 def test_cli_needs_both_fresh_options_and_checks_them_before_loading(tmp_path, capsys):
-    common = ["bench", "parallelbench", "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "o")]
+    common = ["bench", "parallelbench", "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "o"),
+              "--data", str(require_data())]  # the seed is checked against the official samples
     assert cli_main(common + ["--fresh-samples", "4"]) == 2
     assert "go together" in capsys.readouterr().err
     assert cli_main(common + ["--fresh-samples", "4", "--fresh-seed", "0"]) == 2

@@ -18,12 +18,18 @@ TASKS = ([f"waiting_line/{t}" for t in WAITING] + ["puzzle/latin_square_n4", "pu
 HEADER = "You are managing a waiting line at a customer service desk.\n"
 
 
-def test_default_data_dir(monkeypatch):
+def test_default_data_dir(monkeypatch, tmp_path):
+    """The variable wins; else the folder beside a source checkout (a made-up checkout here, so
+    the rule is checked whether or not this one sits beside the data)."""
+    from dllm.data import prompts
+
     monkeypatch.setenv("DLLM_PARALLELBENCH_DIR", "/somewhere/pb")
     assert default_data_dir() == Path("/somewhere/pb")
     monkeypatch.delenv("DLLM_PARALLELBENCH_DIR")
-    repo = Path(__file__).resolve().parents[2]
-    assert default_data_dir() == repo.parent / "shared" / "data" / "parallelbench"
+    beside = tmp_path / "shared" / "data" / "parallelbench"
+    beside.mkdir(parents=True)
+    monkeypatch.setattr(prompts, "_REPO_ROOT", tmp_path / "checkout")
+    assert default_data_dir() == beside
 
 
 def test_missing_dir(tmp_path):
