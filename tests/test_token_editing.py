@@ -58,13 +58,16 @@ def test_editing_changes_the_tokens_and_is_counted(llada2):
     assert (edited.nfe >= plain.nfe).all()  # edit forwards are charged
 
 
+@pytest.mark.parametrize("stop_at_eos", [True, False])
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
-def test_ragged_batch_equals_single_runs_under_every_cache(llada2, cache):
-    batch = decode(llada2, PROMPTS, _config(cache=cache))
-    reference = decode(llada2, PROMPTS, _config())  # block-causal caches are exact
+def test_ragged_batch_equals_single_runs_under_every_cache(llada2, cache, stop_at_eos):
+    """Also without stop_at_eos, where a row whose answer ends a window early (PROMPTS[3]: one
+    block) stays in the batch: it edits nothing past its end and is charged no forward there."""
+    batch = decode(llada2, PROMPTS, _config(cache=cache, stop_at_eos=stop_at_eos))
+    reference = decode(llada2, PROMPTS, _config(stop_at_eos=stop_at_eos))  # block-causal caches are exact
     assert batch.answer.tolist() == reference.answer.tolist()
     for row, prompt in enumerate(PROMPTS):
-        single = decode(llada2, [prompt], _config(cache=cache))
+        single = decode(llada2, [prompt], _config(cache=cache, stop_at_eos=stop_at_eos))
         assert batch.answer[row].tolist() == single.answer[0].tolist()
         assert int(batch.nfe[row]) == int(single.nfe[0])
         assert int(batch.edits[row]) == int(single.edits[0])

@@ -211,12 +211,14 @@ class DecodeState:
     def edit(self, decided: Tensor, stats: TokenStats) -> None:
         """Token editing: rewrite the window positions ``decided`` (B, W) before this step in the
         rows this step moved (not a prompt tail) whose forward token differs and whose
-        probability passes edit_threshold.
+        probability passes edit_threshold, never past the row's end (a ragged batch's shorter
+        answer, an EoTP cut: end-of-text fill, not answer).
         An edit is seen like a commit (order, logprobs); rows count their edits. A row that had
         no mask at this step and edited nothing ends its window's editing."""
         window = self.tokens[:, self.bs : self.be]
         offset = self.bs - self.canvas.prompt_width
-        editable = decided & self.runner.active[:, None]
+        inside = torch.arange(self.bs, self.be, device=window.device)[None, :] < self.end[:, None]
+        editable = decided & inside & self.runner.active[:, None]
         if self.lead_mask is not None:
             editable &= ~self.lead_mask[:, offset : offset + window.shape[1]]
         edit = editable & (stats.prob > self.config.edit_threshold) & (stats.token != window)
@@ -278,8 +280,9 @@ class DecodeState:
         """(B,) active rows with masks left in the window (or, with token editing, edit forwards
         left): the rows a step moves."""
         moving = (self.eligible() & self.runner.active[:, None]).any(-1)
-        if self.editing:
-            moving |= self.runner.active & self.post_open & (self.post_steps < self.config.max_post_steps)
+        if self.editing:  # edit forwards only in a window holding some of the row's answer
+            moving |= (self.runner.active & self.post_open & (self.post_steps < self.config.max_post_steps)
+                       & (self.bs < self.end))
         return moving
 
     def block_done(self) -> bool:
