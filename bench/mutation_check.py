@@ -1,0 +1,169 @@
+"""Mutation check, run on demand (issue 44, item 5): does the suite catch a broken claim?
+
+Each mutation is one line of documented behaviour changed (a tempered log-softmax, a threshold
+comparison flipped at its tie, the cache's V write deleted, ...), with the tests that must fail
+on it. The package and the tests are copied to a temporary folder once; each mutation is applied
+to that copy only (never to the working tree, which others may be editing), the named tests run
+against it (``PYTHONPATH`` and the working directory point at the copy), and the line is put
+back. A mutation is *caught* when its tests fail, *survived* when they pass. The unmutated copy
+runs every named test first: a failing baseline makes the answers meaningless, so the check
+stops there. Not collected by pytest (it lives in bench/); bounded per mutation and overall.
+
+    .venv/bin/python bench/mutation_check.py              # every mutation
+    .venv/bin/python bench/mutation_check.py --only threshold-strict v-write-deleted
+    .venv/bin/python bench/mutation_check.py --list
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """Replace the one line holding ``old`` in ``path`` by ``new``; ``tests`` must then fail."""
+
+    name: str
+    claim: str  # the documented behaviour the mutation breaks
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTATIONS = [
+    Mutation("logprob-tempered", "a logprob is the log-softmax of the committing forward's logits",
+             "dllm/engine/logprobs.py", "logp = self._logits.float().log_softmax(-1)",
+             "logp = (self._logits.float() / 2).log_softmax(-1)", ("tests/serve/test_logprob_values.py",)),
+    Mutation("threshold-strict", "threshold commits probability >= tau (Fast-dLLM v1, Dream)",
+             "dllm/samplers/rules/threshold.py", "commit = inp.eligible & (prob >= self.tau)",
+             "commit = inp.eligible & (prob > self.tau)", ("tests/samplers/test_threshold_tie.py",)),
+    Mutation("low-confidence-tau-inclusive", "low_confidence's tau is strictly above (LLaDA2.0)",
+             "dllm/samplers/rules/llada_topk.py", "above = inp.eligible & (inp.stats.prob > self.tau)",
+             "above = inp.eligible & (inp.stats.prob >= self.tau)",
+             ("tests/samplers/test_threshold_tie.py", "tests/samplers/test_official_loop_rules.py")),
+    Mutation("entropy-threshold-strict", "entropy_threshold commits entropy <= tau (dParallel)",
+             "dllm/samplers/rules/entropy_threshold.py",
+             "return (inp.eligible & (ent <= self.tau)) | most_confident(-ent, inp.eligible)",
+             "return (inp.eligible & (ent < self.tau)) | most_confident(-ent, inp.eligible)",
+             ("tests/samplers/test_threshold_tie.py",)),
+    Mutation("learn2pd-inclusive", "Learn2PD accepts sigmoid(score) > tau",
+             "dllm/samplers/rules/learn2pd.py", "(torch.sigmoid(scores.float()) > self.tau)",
+             "(torch.sigmoid(scores.float()) >= self.tau)", ("tests/samplers/test_threshold_tie.py",)),
+    Mutation("v-write-deleted", "a cached forward stores its V beside its K",
+             "dllm/models/layers.py", "v_buf[:, :, write_at : write_at + T] = v", "pass",
+             ("tests/cache/test_fastdllm_compat.py",)),
+    Mutation("freedave-accepts-nothing", "FreeDave accepts the drafts on the base rule's trajectory",
+             "dllm/samplers/strategies/freedave.py", "accepted = 1 + ok.long().cumprod(-1).sum(-1)",
+             "accepted = 1 + 0 * ok.long().cumprod(-1).sum(-1)",
+             ("tests/strategies/test_freedave_lopa.py::test_freedave_equals_static_decoding",)),
+    Mutation("editing-never-edits", "token editing rewrites positions whose forward token differs",
+             "dllm/engine/decoding.py",
+             "edit = editable & (stats.prob > self.config.edit_threshold) & (stats.token != window)",
+             "edit = editable & (stats.prob > 1.0) & (stats.token != window)", ("tests/test_token_editing.py",)),
+    Mutation("editing-past-the-end", "token editing never rewrites a row's fill past its end",
+             "dllm/engine/decoding.py", "editable = decided & inside & self.runner.active[:, None]",
+             "editable = decided & self.runner.active[:, None]",
+             ("tests/test_token_editing.py::test_ragged_batch_equals_single_runs_under_every_cache",)),
+    Mutation("likelihood-tempered", "lm-eval's loglikelihood is the model's log-softmax",
+             "dllm/eval/likelihood.py", "logp = torch.log_softmax(window, dim=-1)",
+             "logp = torch.log_softmax(window / 2, dim=-1)", ("tests/eval/test_lm_eval_model.py",)),
+    Mutation("pipeline-one-block", "D2F's pipeline adds a block before the last one is full",
+             "dllm/engine/pipeline.py", "& ~stop & (last >= self.add)).long()", "& ~stop & (last >= 1.0)).long()",
+             ("tests/test_pipeline.py::test_trained_model_matches_d2f_loop",)),
+]
+
+
+def copy_tree(dest: Path) -> None:
+    """The package, the tests and the pytest configuration: what the named tests import."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("dllm", "tests"):
+        shutil.copytree(ROOT / name, dest / name, ignore=ignore)
+    shutil.copy2(ROOT / "pyproject.toml", dest / "pyproject.toml")
+
+
+def run_tests(copy: Path, tests: tuple[str, ...], timeout: float, env: dict[str, str]) -> tuple[str, float]:
+    """'passed', 'failed', 'error (rc N)' or 'timeout', and the seconds it took."""
+    began = time.monotonic()
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    try:
+        done = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.monotonic() - began
+    outcome = {0: "passed", 1: "failed"}.get(done.returncode, f"error (rc {done.returncode})")
+    return outcome, time.monotonic() - began
+
+
+def apply(copy: Path, mutation: Mutation) -> str:
+    """Mutate the copy's file; returns the original text to put back."""
+    target = copy / mutation.path
+    text = target.read_text()
+    if text.count(mutation.old) != 1:
+        raise SystemExit(f"{mutation.name}: {mutation.old!r} occurs {text.count(mutation.old)} times in "
+                         f"{mutation.path}, not once; update the mutation to the current code")
+    target.write_text(text.replace(mutation.old, mutation.new))
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="run these mutations (see --list)")
+    ap.add_argument("--list", action="store_true", help="list the mutations and their tests, run nothing")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per test run (default 600)")
+    ap.add_argument("--budget", type=float, default=3600, help="seconds for the whole check (default 3600)")
+    args = ap.parse_args(argv)
+    names = {m.name for m in MUTATIONS}
+    unknown = sorted(set(args.only or ()) - names)
+    if unknown:
+        ap.error(f"unknown mutation(s) {unknown}; known: {sorted(names)}")
+    chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}: {m.claim}\n    {m.path}: {m.old!r} -> {m.new!r}\n    must fail: {' '.join(m.tests)}")
+        return 0
+    deadline = time.monotonic() + args.budget
+    with tempfile.TemporaryDirectory(prefix="dllm-mutants-") as tmp:
+        copy = Path(tmp)
+        copy_tree(copy)
+        env = {**os.environ, "PYTHONPATH": str(copy)}
+        try:  # the copy's tests look for the data beside the working tree, where it is
+            from dllm.data.prompts import DATA_DIR_ENV, default_data_dir
+            env.setdefault(DATA_DIR_ENV, str(default_data_dir()))
+        except FileNotFoundError:
+            print("note: no ParallelBench data; tests that need it skip, so their mutations may survive")
+        tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+        outcome, seconds = run_tests(copy, tests, args.timeout, env)
+        print(f"baseline (unmutated copy): {outcome} in {seconds:.0f} s")
+        if outcome != "passed":
+            print("the named tests do not pass unmutated: fix them before reading mutation results")
+            return 2
+        results = []
+        for m in chosen:
+            if time.monotonic() > deadline:
+                results.append((m, "not run (budget)", 0.0))
+                continue
+            original = apply(copy, m)
+            try:
+                outcome, seconds = run_tests(copy, m.tests, min(args.timeout, deadline - time.monotonic()), env)
+            finally:
+                (copy / m.path).write_text(original)
+            verdict = {"failed": "caught", "passed": "SURVIVED"}.get(outcome, outcome)
+            results.append((m, verdict, seconds))
+            print(f"{verdict:>10}  {m.name} ({seconds:.0f} s): {m.claim}", flush=True)
+    survived = [m.name for m, verdict, _ in results if verdict == "SURVIVED"]
+    caught = sum(verdict == "caught" for _, verdict, _ in results)
+    print(f"\n{caught} of {len(results)} mutations caught; survived: {', '.join(survived) or 'none'}")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
