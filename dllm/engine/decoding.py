@@ -186,6 +186,10 @@ class DecodeState:
         eligible = tokens[:, self.bs : self.be] == self.mask_id
         if self.window_mask is not None:  # pipelined mode: each row's own blocks in flight
             eligible &= self.window_mask.repeat_interleave(eligible.shape[0] // self.window_mask.shape[0], 0)
+        if self.lead_mask is not None:  # a prompt tail is prompt, even a mask id in it
+            offset = self.bs - self.canvas.prompt_width
+            lead = self.lead_mask[:, offset : offset + eligible.shape[1]]
+            eligible &= ~lead.repeat_interleave(eligible.shape[0] // lead.shape[0], 0)
         return eligible
 
     def rule_input(self, stats: TokenStats, tokens: Tensor | None = None,
