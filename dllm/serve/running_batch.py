@@ -6,8 +6,14 @@ to its prompt (``RowStart``): left padding puts every row's next block at the sa
 column, a row with fewer blocks left is truncated, and the row keeps its own random stream
 (answer offset, steps taken) and counters. Caches refresh at block starts, so they see the
 K/V of a single run. What cannot be exact under a rebuild (stoppers that read the whole
-answer, classifier-free guidance over the prompt, block-causal models whose block partition
-starts at the prompt) runs as a static batch: no joins, finished rows only stop.
+answer, classifier-free guidance over the prompt, a D2F student's prompt block, the pipelined
+mode) runs as a static batch: no joins, finished rows only stop.
+
+Block-causal models rebuild only where a model block ends: the prefix then ends on a block of
+the model, so the blocks the attention counts back from the answer start are the single run's.
+Under blocks counted from position 0, a fresh row's prompt tail leads its answer region; it is
+carried with the row's first blocks, and the row's canvas positions past its requested length
+in its last block (``extra``) stay on its canvas, as they were in the single run.
 """
 from __future__ import annotations
 
@@ -34,7 +40,8 @@ _PER_ROW = ("gen_length", "steps", "seed")
 def batch_key(config: GenerationConfig, model) -> tuple[str, bool]:
     """(key, joinable): requests with equal keys can share a batch; ``joinable`` batches take
     new rows and drop finished ones at block boundaries, exactly."""
-    joinable = config.stopper == "none" and config.cfg_scale == 0 and model.attention != "block_causal"
+    joinable = (config.stopper == "none" and config.cfg_scale == 0 and config.block_add_threshold is None
+                and model.config.block_origin != "prompt")
     values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     for name in _PER_ROW if joinable else ("seed",):
         values.pop(name)
@@ -53,7 +60,8 @@ class RowProgress:
     admitted: float = 0.0
     prefix: list[int] = field(default_factory=list)  # prompt + finished answer blocks
     done_answer: list[int] = field(default_factory=list)  # finished answer blocks
-    remaining: int = 0  # answer positions left (whole blocks)
+    remaining: int = 0  # answer positions left of those requested
+    extra: int = 0  # canvas positions after them in the row's last block (block-causal leads)
     steps_before: int = 0
     counters: dict[str, int] = field(default_factory=lambda: {"nfe": 0, "token_forwards": 0, "draft_rows": 0})
     seen: list[int] = field(default_factory=list)  # the current batch's canvas of this row, last read
@@ -66,7 +74,7 @@ class RowProgress:
         self.remaining = self.request.config.gen_length
 
     def start(self) -> RowStart:
-        return RowStart(prefix=self.prefix, gen_length=self.remaining, seed=self.request.seed,
+        return RowStart(prefix=self.prefix, gen_length=self.remaining + self.extra, seed=self.request.seed,
                         answer_offset=len(self.done_answer), steps_before=self.steps_before)
 
 
@@ -79,6 +87,10 @@ class RunningBatch:
         self.model, self.config, self.key, self.joinable = model, model_block_windows(model, config), key, joinable
         self.prompt_store = prompt_store  # prompt blocks shared across requests (block-causal models)
         self.mask_id, self.eos = model.mask_token_id, set(model.eos_token_ids)
+        # blocks of this batch per block of a block-causal model: it rebuilds where one ends
+        self.blocks_per_rebuild = 1
+        if model.attention == "block_causal":
+            self.blocks_per_rebuild = max(1, model.config.block_size // self.config.block_length)
         self.rows: list[RowProgress] = []
         self.decoding: Decoding | None = None
         self.rebuild(rows)
@@ -117,17 +129,24 @@ class RunningBatch:
             state.logprobs = CommitLogprobs(*state.order.shape, top=max(tops), device=state.order.device)
 
     def _carry(self, old: Decoding, live: list[RowProgress]) -> None:
-        """Move the live rows' finished blocks of ``old`` into their prompts, and their counters."""
-        width = old.block * self.config.block_length
+        """Move the live rows' finished blocks of ``old`` into their prompts, and their counters.
+        ``width`` canvas positions are finished; a row whose prompt tail led its answer region
+        (``lead``) finished ``width - lead`` of its own answer tokens."""
+        block = self.config.block_length
+        width = old.block * block
         index = {id(r): i for i, r in enumerate(self.rows)}
         state = old.state
-        answer = old.answer()[:, :width].tolist()
+        leads = [0] * len(self.rows) if state.lead is None else state.lead.tolist()
+        answer = old.answer().tolist()
         steps = (state.steps_before + state.row_step).tolist()
         for row in live:
             i = index[id(row)]
-            row.prefix += answer[i]
-            row.done_answer += answer[i]
-            row.remaining -= width
+            done = width - leads[i]
+            region = -(-(leads[i] + row.remaining + row.extra) // block) * block  # its canvas answer positions
+            row.prefix += answer[i][:done]
+            row.done_answer += answer[i][:done]
+            row.remaining -= done
+            row.extra = region - width - row.remaining
             row.steps_before = steps[i]
             self._add_counters(row, old, i)
 
@@ -217,6 +236,10 @@ class RunningBatch:
         """True once the decode ended or reached the start of a new block (no forward in it yet)."""
         return self.decoding.done or self.decoding.block != self.block
 
+    def can_rebuild(self) -> bool:
+        """At a boundary where rows may leave and join: every block, or a block-causal model's."""
+        return self.joinable and self.decoding.block % self.blocks_per_rebuild == 0
+
     def next_block(self, joining: list[RowProgress]) -> None:
         """At a boundary: drop finished rows and add ``joining`` (a rebuild), or go on as is."""
         if self.decoding.done:
@@ -226,7 +249,9 @@ class RunningBatch:
             if joining:
                 self.rebuild(joining)
             return
-        if self.joinable and (joining or len(self.live) < len(self.rows)):
+        if joining and not self.can_rebuild():
+            raise ValueError("rows can join only where can_rebuild() says so")
+        if self.can_rebuild() and (joining or len(self.live) < len(self.rows)):
             self.rebuild(joining)
         if self.decoding is not None:
             self.block = self.decoding.block

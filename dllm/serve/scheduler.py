@@ -192,7 +192,7 @@ class BatchScheduler(Scheduler):
     def _joiners(self, batch: RunningBatch) -> list[RowProgress]:
         """Rows that join ``batch`` at this boundary (continuous batching only): the waiting
         rows of its key, when sharing its canvas costs less than a batch of their own."""
-        if not self._joinable():
+        if not self._joinable() or not batch.can_rebuild():
             return []
         with self._cond:
             queue = self._queues.get(batch.key)
