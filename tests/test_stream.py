@@ -60,3 +60,18 @@ def test_stream_refuses_bad_input_before_decoding(tiny_models):
         lm.stream("a", chat=False, gen_length=10, block_length=4)
     with pytest.raises(ValueError, match="stop strings"):
         lm.stream("a", chat=False, stop=[""])
+
+
+@pytest.mark.parametrize("max_tokens", [3, 6])
+def test_stream_takes_max_tokens_as_generate_does(tiny_models, max_tokens):
+    lm = tiny_models["llada"]
+    options = dict(block_length=4, max_tokens=max_tokens)
+    out = lm.generate("hello there", chat=False, **options)
+    updates = _stream(lm, "hello there", **options)
+    last = updates[-1]
+    assert (last.final_text, last.final_ids, last.finish_reason) == (out.texts[0], out.token_ids[0],
+                                                                      out.finish_reasons[0])
+    assert len(last.canvas) == 4 * -(-max_tokens // 4)  # whole blocks that hold max_tokens
+    assert all(len(u.final_text) <= len(last.final_text) for u in updates)  # nothing past the cut shown
+    with pytest.raises(ValueError, match="not both"):
+        lm.stream("a", chat=False, max_tokens=4, gen_length=8)

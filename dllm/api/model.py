@@ -17,7 +17,6 @@ from dllm.models.quantize import check_checkpoint_unquantized, check_quantize, q
 from dllm.models.tokenizer import check_decodable, check_tokenizer_fits
 from dllm.api.outputs import GenerationOutput, end_row
 from dllm.api.request import OutputRequest, merge_config, row_seeds
-from dllm.api.stops import StopConditions
 from dllm.api.streaming import StreamUpdate, stream_decoding
 from dllm.validation import OptionTypeError
 
@@ -79,22 +78,24 @@ class DiffusionLM:
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None,
                seed: int | None = None, stop: Any = None, stop_token_ids: Any = None,
-               **options: Any) -> Iterator[StreamUpdate]:
+               max_tokens: int | None = None, **options: Any) -> Iterator[StreamUpdate]:
         """Decode one prompt, yielding a ``StreamUpdate`` after each forward (newly committed
         positions, the canvas, the final prefix and its new text), then a last one with
         ``finished=True``. Same tokens as ``generate``; ``stop`` / ``stop_token_ids`` end the
-        text (and the decode) at the first stop. Bad input raises here, before any model work."""
-        config = merge_config(config, options)
+        text (and the decode) at the first stop, ``max_tokens`` sets the answer length as in
+        ``generate``. Bad input raises here, before any model work."""
+        request = OutputRequest.parse(stop=stop, stop_token_ids=stop_token_ids, max_tokens=max_tokens,
+                                      vocab_size=self.model.config.vocab_size)
+        config = merge_config(config, options, request.max_tokens)
         prompts = prompt_batch(prompt)
         if len(prompts) != 1:
             raise ValueError(f"stream takes one prompt (a string or chat messages), got {len(prompts)}; "
                              "call it once per prompt, or use generate for a batch")
         ids = check_token_ids([self.encode(prompts[0], chat)], self.model.config.vocab_size)
         check_prompts(ids, config, self.model.config.max_sequence_length)
-        stops = StopConditions.parse(stop, stop_token_ids, vocab_size=self.model.config.vocab_size)
         seed = config.seed if seed is None else seed
         decoding = Decoding(self.model, [RowStart(prefix=ids[0], gen_length=config.gen_length, seed=seed)], config)
-        return stream_decoding(self, decoding, stops)
+        return stream_decoding(self, decoding, request)
 
     def _request(self, stop, stop_token_ids, max_tokens, n, echo) -> OutputRequest:
         return OutputRequest.parse(stop=stop, stop_token_ids=stop_token_ids, max_tokens=max_tokens, n=n,

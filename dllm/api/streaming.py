@@ -14,9 +14,9 @@ from typing import Any, Iterator
 import torch
 
 from dllm.engine.decoding import Decoding
-from dllm.api.outputs import end_row
+from dllm.api.outputs import cut_answer, end_row
 from dllm.api.request import OutputRequest
-from dllm.api.stops import StopConditions, cut_at_stop, safe_text_length
+from dllm.api.stops import safe_text_length
 
 
 @dataclass(kw_only=True, slots=True)
@@ -42,8 +42,10 @@ class StreamUpdate:
     pipelined: bool = False
 
 
-def stream_decoding(lm, decoding: Decoding, stops: StopConditions) -> Iterator[StreamUpdate]:
-    """Step ``decoding`` (one row of ``lm``'s model) to its end, yielding after each round."""
+def stream_decoding(lm, decoding: Decoding, request: OutputRequest) -> Iterator[StreamUpdate]:
+    """Step ``decoding`` (one row of ``lm``'s model) to its end, yielding after each round; the
+    text is cut as ``generate`` cuts it (``outputs.cut_answer``: stops, ``max_tokens``)."""
+    stops = request.stops
     mask_id, eos = lm.model.mask_token_id, lm.model.eos_token_ids
 
     def text_of(ids: list[int]) -> str:
@@ -57,17 +59,17 @@ def stream_decoding(lm, decoding: Decoding, stops: StopConditions) -> Iterator[S
         committed = {i: t for i, (t, was) in enumerate(zip(canvas, previous)) if was == mask_id and t != mask_id}
         previous = canvas
         final_ids = canvas[: next((i for i, t in enumerate(canvas) if t == mask_id), len(canvas))]
-        cut = cut_at_stop(final_ids, text_of, eos, stops, complete=False)
+        cut = cut_answer(final_ids, text_of, eos, stops, request.max_tokens, complete=False)
         reason = cut.finish_reason
         text = cut.text if reason else cut.text[: safe_text_length(cut.text, stops)]
-        if reason == "stop":  # the rest of the canvas cannot change the text: stop decoding
+        if reason in ("stop", "length"):  # the rest of the canvas cannot change the text: stop decoding
             decoding.stop_rows(torch.ones(1, dtype=torch.bool, device=decoding.state.tokens.device))
         delta, sent = (text[len(sent):], text) if len(text) > len(sent) else ("", sent)
         yield StreamUpdate(committed=committed, canvas=canvas, final_ids=final_ids, final_text=sent, text_delta=delta,
                            in_flight=blocks_in_flight(decoding), pipelined=hasattr(decoding.strategy, "blocks_in_flight"))
     while not decoding.done:  # text final at end-of-text: the rest runs as in generate
         decoding.step()
-    yield _last(lm, decoding, stops, sent, text_of)
+    yield _last(lm, decoding, request, sent, text_of)
 
 
 def blocks_in_flight(decoding: Decoding, row: int = 0) -> list[tuple[int, int]]:
@@ -85,12 +87,12 @@ def blocks_in_flight(decoding: Decoding, row: int = 0) -> list[tuple[int, int]]:
     return [(max(s - lead, 0), e - lead) for s, e in spans if e > lead]
 
 
-def _last(lm, decoding: Decoding, stops: StopConditions, sent: str, text_of) -> StreamUpdate:
+def _last(lm, decoding: Decoding, request: OutputRequest, sent: str, text_of) -> StreamUpdate:
     result = decoding.result()
     canvas = result.answer[0].tolist()
     mask_id = lm.model.mask_token_id  # masks are left only when a stop ended the decode early
     answer = canvas[: canvas.index(mask_id)] if mask_id in canvas else canvas
-    cut, kept = end_row(answer, text_of, lm.model.eos_token_ids, OutputRequest(stops=stops))
+    cut, kept = end_row(answer, text_of, lm.model.eos_token_ids, request)
     nfe = int(result.nfe[0])
     stats = {"nfe": nfe, "tokens": len(kept), "tpf": len(kept) / max(nfe, 1),
              "token_forwards": int(result.token_forwards[0]), "draft_rows": int(result.draft_rows[0]),
