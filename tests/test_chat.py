@@ -84,7 +84,7 @@ def test_bad_set_and_failed_turns_leave_the_session_as_it_was(lm, monkeypatch, c
     # block_length=5 and bogus are refused at /set; gen_length=4096 is valid alone but the
     # conversation does not fit the context: that turn fails and is forgotten
     assert "not a multiple of block_length" in captured.err and "unknown generation option" in captured.err
-    assert "expected key=value, got 'temperature' (e.g. /set temperature=0.7)" in captured.err
+    assert "expected key=value, got 'temperature' (e.g. /set temperature=0.7, " in captured.err
     assert "context" in captured.err and "unknown command '/nope'" in captured.err
     assert captured.out == "".join(answer + "\n" for answer in expected)
 

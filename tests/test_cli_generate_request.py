@@ -22,13 +22,31 @@ def test_request_options_give_the_api_rows_with_finish_reasons(lm, capsys):
     stop = lm.generate(PROMPTS[0], **opts).texts[0][2:4]
     expected = lm.generate(PROMPTS, stop=[stop], stop_token_ids=[0], n=2, echo=True, **opts)
     argv = ["generate", *PROMPTS, "--json", "--max-tokens", "12", "--block-length", "4", "--temperature", "1",
-            "--seed", "3", "--stop", stop, "--stop-token-id", "0", "--n", "2", "--echo", "--batch-size", "1"]
+            "--seed", "3", "--stop", stop, "--stop-token-id", "0", "--n", "2", "--echo-template", "--batch-size", "1"]
     assert main(argv) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["text"] for r in rows] == expected.texts
     assert [r["finish_reason"] for r in rows] == expected.finish_reasons
     assert [r["tokens"] for r in rows] == [len(ids) for ids in expected.token_ids]
     assert [r["sample"] for r in rows] == [0, 1, 0, 1]
+
+
+def test_echo_gives_the_prompt_as_written(lm, capsys):
+    answers = lm.generate(PROMPTS, max_tokens=8).texts
+    assert main(["generate", *PROMPTS, "--json", "--max-tokens", "8", "--echo"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["text"] for r in rows] == [f"{p}\n{a}" for p, a in zip(PROMPTS, answers)]
+    assert all("<|" not in r["text"].split("\n")[0] for r in rows)  # no template tokens
+
+
+@pytest.mark.parametrize("typed, meant", [("\\n", "\n"), ("a\\tb", "a\tb"), ("\\r\\n", "\r\n"),
+                                           ("\\\\n", "\\n"), ("\\d", "\\d"), ("\n", "\n"), ("é\\n", "é\n")])
+def test_stop_reads_the_escapes_people_type(typed, meant):
+    from dllm.cli import build_parser
+    from dllm.cli.options import output_request
+
+    request = output_request(build_parser().parse_args(["generate", "hi", "--stop", typed, "--stop", "x"]))
+    assert request.stops.strings == (meant, "x")
 
 
 def test_max_tokens_sizes_the_canvas_with_the_given_block_length():
@@ -75,3 +93,25 @@ def test_stop_token_outside_the_vocabulary_is_refused_before_decoding(monkeypatc
     monkeypatch.setattr("dllm.api.model.decode", lambda *a, **k: pytest.fail("decoded before the check"))
     assert main(["generate", "hi", "--stop-token-id", "1000000"]) == 2
     assert "outside the model's vocabulary" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["generate", "hi"], ["chat"], ["serve"],
+                                     ["bench", "throughput", "--prompts-file", "p", "--out", "o"]])
+def test_every_command_that_decodes_takes_max_tokens(command):
+    from dllm.cli import build_parser
+    from dllm.cli.options import generation_config
+
+    args = build_parser().parse_args([*command, "--max-tokens", "20", "--block-length", "8"])
+    assert args.max_tokens == 20 and generation_config(args).gen_length == 24  # 3 blocks of 8 hold 20
+
+
+def test_serve_takes_max_tokens_as_its_default_answer_length():
+    from dllm.cli import build_parser
+    from dllm.serve.cli import server_defaults
+
+    parse = build_parser().parse_args
+    assert server_defaults(parse(["serve", "--max-tokens", "20"])).max_tokens == 20
+    assert server_defaults(parse(["serve", "--gen-length", "64"])).max_tokens == 64
+    assert server_defaults(parse(["serve"])).max_tokens == 128  # the --gen-length default
+    with pytest.raises(ValueError, match="not both"):
+        server_defaults(parse(["serve", "--gen-length", "64", "--max-tokens", "20"]))

@@ -21,3 +21,55 @@ def test_readme_names_every_registered_policy(kind, table):
     block = re.split(r"\n- |\n\n", README[README.index(line):], maxsplit=1)[0]  # the bullet
     missing = [name for name in table if f"`{name}`" not in block]
     assert not missing, f"README's {kind} list lacks {missing}"
+
+
+# --- the command-line examples, run as written -----------------------------------------------
+
+CLI_BLOCK = README.split("## CLI", 1)[1].split("```")[1]
+
+
+def _example(start: str, contains: str) -> list[str]:
+    """The argv of the README example line that starts with ``start`` and holds ``contains``, as
+    a POSIX shell splits it (its comment dropped)."""
+    import shlex
+
+    [line] = [l for l in CLI_BLOCK.splitlines() if l.startswith(start) and contains in l]
+    return shlex.split(line.split("   #", 1)[0])[1:]  # without "dllm"
+
+
+def test_readme_stop_example_stops_at_a_newline(capsys):
+    import json
+
+    from dllm.cli import main
+
+    argv = _example("dllm generate ", "--stop")
+    assert argv[argv.index("--stop") + 1] == "\\n"  # what the shell passes: a backslash and an n
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 2 and all("\n" not in r["text"] for r in rows)
+    assert {r["finish_reason"] for r in rows} <= {"stop", "eos", "length"}
+
+
+def test_readme_echo_example_prints_the_prompt_as_written(capsys):
+    from dllm.cli import main
+
+    argv = _example("dllm generate ", "--echo")
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith(argv[1] + "\n")  # "prompt", not its chat template
+
+
+def test_readme_chat_settings_examples_are_accepted(monkeypatch, capsys):
+    import io
+
+    from dllm.cli import main
+
+    chat = README[README.index("`dllm chat` edits the line"):].split("\n\n", 1)[0]
+    commands = re.findall(r"`(/set [^`]+|/show)`", chat)
+    assert len(commands) >= 4, commands
+    argv = _example("dllm chat ", "--block-length")
+    argv = [a for a in argv if a not in ("--model", "PATH")]  # the bundled model
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join([*commands, "Copy: Ann Lee", "/exit"]) + "\n"))
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "error" not in err and err.count("(set ") == len([c for c in commands if c.startswith("/set")])
+    assert "max_tokens=32" in err  # /show after /set max-tokens=32

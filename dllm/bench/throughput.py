@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     config = generation_config(args)
     out_dir = check_output_dir(args.out)
     if args.prompts == "-" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ValueError("--prompts - (stdin) cannot be shared by torchrun's processes; pass a prompts file")
+        raise ValueError("--prompts-file - (stdin) cannot be shared by torchrun's processes; pass a prompts file")
     prompts = read_prompts(args.prompts)
     layout, ctx = join_groups(args.tensor_parallel, args.device, timeout_s=args.timeout)
     try:
@@ -150,8 +150,9 @@ def register(sub) -> None:
     add_model_options(p)
     add_tensor_parallel_option(p, copies=True)
     add_generation_options(p)
-    p.add_argument("--prompts", required=True, metavar="FILE",
-                   help='prompts file: one per text line, or .jsonl lines with "prompt" or "messages"')
+    p.add_argument("--prompts-file", "--prompts", dest="prompts", required=True, metavar="FILE",
+                   help='prompts file, as generate\'s: one per text line, or .jsonl lines with "prompt" or '
+                        '"messages" (--prompts is the older name)')
     p.add_argument("--branch-parallel", action="store_true", help="spread LoPA/FreeDave candidates over ranks")
     p.add_argument("--batch-size", type=positive_int, default=8, help="prompts decoded together")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")

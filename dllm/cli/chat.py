@@ -6,7 +6,9 @@ answer with masked positions shown as ``MASK_GLYPH`` (pipelined decodes: up to t
 in flight, each block's start marked with ``BLOCK_GLYPH``); the turn ends with its final text. Without
 it (pipes, ``--no-live``) the final text is printed left to right as it becomes final.
 Commands: ``/reset`` (forget the conversation), ``/set key=value`` (a generation option for the
-next turns), ``/exit`` (or end of input), ``/help``.
+next turns, ``cli.chat_settings``), ``/show`` (the settings), ``/exit`` (or end of input), ``/help``.
+Ctrl-C cancels the answer in progress (or the line being typed) and keeps the conversation; a
+second Ctrl-C in a row, or Ctrl-D, ends the session.
 """
 from __future__ import annotations
 
@@ -15,17 +17,16 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
-from dllm.cli.options import parse_kv
+from dllm.cli.chat_settings import ChatSettings, SET_EXAMPLES, setting_name, split_settings
 from dllm.cli.output import LOGGER_NAME
 from dllm.engine.config import GenerationConfig
-from dllm.api.request import merge_config
 
 log = logging.getLogger(LOGGER_NAME)
 
 MASK_GLYPH = "_"
 BLOCK_GLYPH = "|"  # where a block in flight begins (pipelined decodes)
-HELP = ("commands: /reset (forget the conversation), /set key=value (a generation option, e.g. "
-        "/set temperature=0.7), /exit (or end of input), /help")
+HELP = (f"commands: /reset (forget the conversation), /set key=value (a generation option, {SET_EXAMPLES}), "
+        "/show (the settings), /exit (or Ctrl-D), /help; Ctrl-C cancels an answer")
 
 
 @dataclass
@@ -33,11 +34,10 @@ class ChatSession:
     """The conversation and the options of the next turns."""
 
     model: Any  # a DiffusionLM
-    config: GenerationConfig
+    settings: ChatSettings
     out: TextIO
     live: bool
     history: list[dict[str, str]] = field(default_factory=list)
-    options: dict[str, Any] = field(default_factory=dict)
 
     def handle(self, line: str) -> bool:
         """One input line (a command or a user message); False ends the session."""
@@ -53,6 +53,12 @@ class ChatSession:
             self.history.pop()  # the conversation stays as it was before the failed turn
             log.error("%s", err)
             return True
+        except KeyboardInterrupt:  # Ctrl-C: the turn is cancelled, the conversation before it kept
+            self.history.pop()
+            self.out.write("\r\x1b[K" if self.live else "\n")
+            self.out.flush()
+            log.info("(answer cancelled, the conversation kept; Ctrl-C again or Ctrl-D to exit)")
+            raise
         self.history.append({"role": "assistant", "content": answer})
         return True
 
@@ -64,34 +70,31 @@ class ChatSession:
             self.history.clear()
             log.info("(conversation cleared)")
         elif name == "/set" and rest.strip():
-            self._set(rest.split())
+            self._set(rest)
+        elif name in ("/show", "/set"):  # /set alone shows what it can change
+            log.info("%s", self.settings.show(shutil.get_terminal_size().columns - 1))
         elif name == "/help":
             log.info("%s", HELP)
         else:
             log.error("unknown command %r; %s", text, HELP)
         return True
 
-    def _set(self, pairs: list[str]) -> None:
+    def _set(self, text: str) -> None:
         """Apply key=value options if the config they make is valid; otherwise keep the old ones."""
-        malformed = [p for p in pairs if "=" not in p]
-        if malformed:
-            log.error("expected key=value, got %r (e.g. /set temperature=0.7); options unchanged", malformed[0])
-            return
         try:
-            options = {**self.options, **parse_kv(pairs)}
-            merge_config(self.config, options)
+            self.settings = self.settings.updated(text)
         except (ValueError, TypeError) as err:
             log.error("%s; options unchanged", err)
             return
-        self.options = options
-        log.info("(set %s)", ", ".join(f"{k}={v!r}" for k, v in parse_kv(pairs).items()))
+        log.info("(set %s)", ", ".join(setting_name(pair.split("=", 1)[0]) + "=" + pair.split("=", 1)[1]
+                                      for pair in split_settings(text)))
 
     def _answer(self) -> str:
-        config = merge_config(self.config, self.options)
+        config = self.settings.config()
         show = _LiveLine(self.out, self._token_text, self.model.model.mask_token_id,
                          set(self.model.model.eos_token_ids)) if self.live else None
         final = None
-        for update in self.model.stream(self.history, config, chat=True):
+        for update in self.model.stream(self.history, config, chat=True, max_tokens=self.settings.max_tokens):
             if show is not None:
                 show.draw(update.final_text, update.canvas, len(update.final_ids),
                           update.in_flight if update.pipelined else None)
@@ -142,16 +145,42 @@ class _LiveLine:
         self.out.write("\r\x1b[K")
 
 
-def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable[[], str], out: TextIO) -> int:
-    """The REPL: read lines until /exit or end of input."""
+def banner(model) -> str:
+    """The first line of an interactive chat: which model, where, in which dtype."""
+    weights = model.model
+    dtype = str(weights.dtype).removeprefix("torch.")
+    return f"dllm chat: {model.path.name} on {weights.device} ({dtype}); /help for commands, Ctrl-D to exit"
+
+
+def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable[[], str], out: TextIO,
+             max_tokens: int | None = None, interactive: bool = False) -> int:
+    """The REPL: read lines until /exit, end of input or a second Ctrl-C in a row. ``interactive``:
+    a person types at a prompt, so leaving ends the prompt's line."""
     if model.tokenizer.chat_template is None:
         raise ValueError(f"the tokenizer in {model.path} has no chat template; dllm chat needs one "
                          "(use dllm generate --raw for plain text)")
-    session = ChatSession(model=model, config=config, out=out, live=live)
+    session = ChatSession(model=model, settings=ChatSettings(config, max_tokens=max_tokens), out=out, live=live)
+    interrupted = False  # the last key was a Ctrl-C: another one ends the session
     while True:
-        try:
-            line = read_line()
-        except EOFError:
-            return 0
-        if not session.handle(line):
-            return 0
+        try:  # a Ctrl-C anywhere in the loop lands here, between two lines as well
+            try:
+                line = read_line()
+            except KeyboardInterrupt:
+                out.write("\n")  # the prompt's line ends where ^C was typed
+                out.flush()
+                if not interrupted:
+                    log.info("(line cancelled; Ctrl-C again or Ctrl-D to exit)")
+                raise
+            interrupted = False
+            if not session.handle(line):
+                return 0
+        except EOFError:  # Ctrl-D, or the end of piped input
+            break
+        except KeyboardInterrupt:  # the line or the answer was cancelled, the conversation kept
+            if interrupted:
+                return 0
+            interrupted = True
+    if interactive:
+        out.write("\n")
+        out.flush()
+    return 0

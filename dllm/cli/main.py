@@ -20,7 +20,7 @@ from dllm.cli.options import (
 )
 from dllm.cli.parser import EXIT_USAGE, CommandParser, name_command_parsers
 from dllm.cli.output import LOGGER_NAME, configure_logging, progress_bar
-from dllm.cli.prompts import PromptLine, check_prompt_lengths, read_prompts
+from dllm.cli.prompts import PromptLine, check_prompt_lengths, echo_text, read_prompts
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -66,6 +66,8 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
         with tqdm.external_write_mode(file=sys.stderr):
             for row, (text, reason, stats) in enumerate(zip(out.texts, out.finish_reasons, out.stats)):
                 sample = {"sample": row % request.n} if request.n > 1 else {}
+                if args.echo and not request.echo:  # as written; request.echo: as the model saw it
+                    text = echo_text(prompts[start + row // request.n].prompt, raw=args.raw) + text
                 print_(json.dumps({"text": text, "finish_reason": reason, **sample, **stats}) if args.json else text,
                        flush=True)
                 if not args.json and print_ is print:
@@ -78,16 +80,26 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from dllm.cli.chat import HELP, run_chat
+    from dllm.cli.chat import HELP, banner, run_chat
 
     config = generation_config(args)  # validate before loading anything
     model = load_from_args(args)
     interactive = sys.stdin.isatty()
     live = sys.stdout.isatty() if args.live is None else args.live
     if interactive:
-        log.info("%s", HELP)
-    return run_chat(model, config, live=live, out=sys.stdout,
+        _line_editing()
+        log.info("%s\n%s", banner(model), HELP)
+    return run_chat(model, config, live=live, out=sys.stdout, max_tokens=args.max_tokens, interactive=interactive,
                     read_line=lambda: input("> " if interactive else ""))
+
+
+def _line_editing() -> None:
+    """Arrow keys, history and the usual editing keys at the chat prompt: ``input()`` uses the
+    standard library's readline once it is imported (absent on some builds: plain input then)."""
+    try:
+        import readline  # noqa: F401
+    except ImportError:
+        log.debug("readline is not available: no line editing at the prompt")
 
 
 def _generate_prompts(args: argparse.Namespace) -> list[PromptLine]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
@@ -102,7 +103,10 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sub-block-length", type=int, default=None, help="sub-block cache size (default: off)")
     g.add_argument("--cache-arg", action="append", metavar="K=V",
                    help="cache option, repeatable (e.g. refresh_every=4)")
-    g.add_argument("--gen-length", type=int, default=128, action=_RecordGiven, help="answer tokens")
+    g.add_argument("--max-tokens", type=positive_int, default=None, action=_MaxTokens, metavar="N",
+                   help="answer tokens kept; the canvas is the smallest whole number of blocks that holds them "
+                        "(instead of --gen-length; default: --gen-length's)")
+    g.add_argument("--gen-length", type=int, default=128, action=_RecordGiven, help="answer canvas in tokens")
     g.add_argument("--block-length", type=int, default=None, help="block size (default: gen-length)")
     g.add_argument("--steps", type=int, default=None, help="step budget (default: gen-length)")
     g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
@@ -197,6 +201,16 @@ def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> Non
                    help="only warnings and errors on stderr, no progress bars")
 
 
+class _MaxTokens(argparse.Action):
+    """Stores --max-tokens and, unless --gen-length was given, makes it ``gen_length`` too, so a
+    command that reads only ``gen_length`` (serve's default max_tokens) gets the answer length."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        if "gen_length" not in getattr(namespace, "given_options", ()):
+            namespace.gen_length = values
+
+
 class _RecordGiven(argparse.Action):
     """Stores the value and notes that it was given (``args.given_options``), so a conflicting
     option can be refused while the default stays in the help and in the namespace."""
@@ -224,19 +238,30 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
     """What a request asks beyond decoding: stops, answer length, samples, echo."""
     g = p.add_argument_group("request")
     g.add_argument("--stop", action="append", metavar="TEXT",
-                   help="end the text before the first TEXT, repeatable (default: none)")
+                   help=r"end the text before the first TEXT, repeatable; \n, \t, \r and \\ are read as "
+                        r"newline, tab, carriage return and backslash (--stop '\n') (default: none)")
     g.add_argument("--stop-token-id", action="append", type=int, metavar="ID",
                    help="end the text before token ID, repeatable (default: none)")
-    g.add_argument("--max-tokens", type=positive_int, default=None,
-                   help="answer tokens kept; the canvas is the smallest whole number of blocks that "
-                        "holds them (instead of --gen-length; default: off)")
     g.add_argument("--n", type=positive_int, default=1, help="samples per prompt (seeds seed, seed + 1, ...)")
-    g.add_argument("--echo", action="store_true", help="print each prompt's text before its answer")
+    g.add_argument("--echo", action="store_true",
+                   help="print each prompt as written before its answer (the templated form: --echo-template)")
+    g.add_argument("--echo-template", action="store_true",
+                   help="print each prompt as the model saw it, chat template and special tokens included")
 
 
 def output_request(args: argparse.Namespace, vocab_size: int | None = None):
     """The OutputRequest of the request options (checked again against the model's vocabulary)."""
     from dllm.api.request import OutputRequest
 
-    return OutputRequest.parse(stop=args.stop, stop_token_ids=args.stop_token_id, max_tokens=args.max_tokens,
-                               n=args.n, echo=args.echo, vocab_size=vocab_size)
+    stops = None if args.stop is None else [unescape(text) for text in args.stop]
+    return OutputRequest.parse(stop=stops, stop_token_ids=args.stop_token_id, max_tokens=args.max_tokens,
+                               n=args.n, echo=args.echo_template, vocab_size=vocab_size)
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+def unescape(text: str) -> str:
+    """The escapes people type in a shell argument (``--stop "\\n"``) as the characters they mean:
+    ``\\n``, ``\\t``, ``\\r``, ``\\\\``; any other backslash is kept as written."""
+    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(0)), text)

@@ -1,5 +1,5 @@
 """Prompts files for the commands (``dllm generate --prompts-file``, ``dllm bench throughput
---prompts``): one reader, one format, errors that name the file's line.
+--prompts-file``): one reader, one format, errors that name the file's line.
 
 Format: one prompt per line. A ``.jsonl`` file (or stdin, ``-``, whose first line is a JSON
 object) holds one object per line with ``"prompt"`` (text) or ``"messages"`` (a chat list of
@@ -68,6 +68,13 @@ def _jsonl_prompt(source: str, n: int, line: str) -> Any:
         raise ValueError(f'{source} line {n}: "prompt" must be non-empty text and "messages" a non-empty list '
                          'of {"role": ..., "content": ...}; fix that line')
     raise ValueError(f'{source} line {n} has no "prompt" or "messages" (keys: {sorted(row)}); write {JSONL_HELP}')
+
+
+def echo_text(prompt: Any, *, raw: bool) -> str:
+    """What ``--echo`` prints before an answer: the prompt as written (a chat list: its messages'
+    contents, one per line); a chat answer starts on the next line, a raw continuation right after."""
+    text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
+    return text if raw else text + "\n"
 
 
 def check_prompt_lengths(model, prompts: list[PromptLine], config, chat: bool | None) -> list[list[int]]:
