@@ -35,6 +35,14 @@ class DiffusionLM:
     def __init__(self, model, tokenizer, path: Path) -> None:
         self.model, self.tokenizer, self.path = model, tokenizer, path
 
+    def __repr__(self) -> str:
+        """Which checkpoint this is and where it runs: name, family, size, device, dtype."""
+        params = sum(p.numel() for p in self.model.parameters())
+        size = f"{params / 1e9:.2f}B" if params >= 1e9 else f"{params / 1e6:.2f}M"
+        dtype = str(self.model.dtype).removeprefix("torch.")
+        return (f"DiffusionLM({Path(self.path).name!r}, family={self.model.config.family!r}, parameters={size}, "
+                f"device={str(self.model.device)!r}, dtype={dtype!r})")
+
     def encode(self, prompt: Prompt, chat: bool | None = None) -> list[int]:
         """Token ids of one prompt; chat messages (or a string with ``chat``) use the template."""
         if chat is not None and not isinstance(chat, bool):

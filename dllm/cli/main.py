@@ -13,6 +13,8 @@ import os
 import sys
 from typing import Iterator, Sequence
 
+import dllm
+
 from dllm.cli.options import (
     HelpFormatter, add_generation_options, add_model_options, add_request_options, add_tensor_parallel_option,
     add_verbosity_options,
@@ -112,19 +114,10 @@ def _generate_prompts(args: argparse.Namespace) -> list[PromptLine]:
     return [PromptLine("argument", i, text) for i, text in enumerate(args.prompt, start=1)]
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("dllm")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="dllm", description="Parallel decoding for masked-diffusion LMs",
                            formatter_class=HelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {dllm.__version__}")
     add_verbosity_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="generate text for one or more prompts")

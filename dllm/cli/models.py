@@ -13,7 +13,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         scores = model.scores or {}
         rows.append({"name": model.name, "model_type": model.config.get("model_type"),
                      "parameters": model.parameters, "size_mb": round(model.size_bytes / 2**20, 2),
-                     "default": model.name == DEFAULT_MODEL, "score": scores.get("mean"),
+                     "default": model.name == DEFAULT_MODEL, "score": _rounded(scores.get("mean")),
                      "score_protocol": scores.get("protocol"), "path": str(model.path)})
     if args.json:
         for row in rows:
@@ -26,6 +26,11 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(f"{name:<28} {row['model_type']:<16} {row['parameters'] / 1e6:>7.2f}M {row['size_mb']:>6.2f}MB  {score}")
     print("* the default of dllm.load() and --model; load any by name: dllm.load(NAME), --model NAME")
     return 0
+
+
+def _rounded(score: float | None) -> float | None:
+    """A score as measured, without float noise (0.8600000000000001 -> 0.86)."""
+    return None if score is None else round(score, 6)
 
 
 def register(sub) -> None:
