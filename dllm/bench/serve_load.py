@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dllm.cli.output import LOGGER_NAME
+from dllm.serve.requests import DEFAULT_BLOCK_LENGTH
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -253,12 +254,25 @@ def request_bodies(args: argparse.Namespace, count: int, seed: int) -> list[dict
         preamble = shared_preamble(args.model, args.shared_prefix_tokens, args.revision)
         pool = [preamble + tokenizer(p, add_special_tokens=False)["input_ids"] for p in pool]
     # seed 0, as the single runs the soak checks against (a request without one gets a fresh seed)
-    options = {"block_length": args.block_length, "policy": args.policy, "cache": args.cache, "seed": 0}
+    options = {"policy": args.policy, "cache": args.cache, "seed": 0}
     if args.policy_arg:
         from dllm.cli.options import parse_kv
 
         options["policy_args"] = parse_kv(args.policy_arg)
-    return [{"prompt": rng.choice(pool), "max_tokens": rng.choice(args.max_tokens), **options} for _ in range(count)]
+    bodies = []
+    for _ in range(count):
+        max_tokens = rng.choice(args.max_tokens)
+        bodies.append({"prompt": rng.choice(pool), "max_tokens": max_tokens, **options,
+                       **block_option(args.block_length, max_tokens)})
+    return bodies
+
+
+def block_option(block_length: int | str | None, max_tokens: int) -> dict:
+    """The block_length field a request sends: none (the server's default block), one block of
+    the answer (``"max"``: generate's default, the server's before it had one), or a number."""
+    if block_length is None:
+        return {}
+    return {"block_length": max_tokens if block_length == "max" else block_length}
 
 
 def prompt_cache_counters(url: str) -> dict[str, float]:
@@ -290,6 +304,11 @@ def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
                                prepack=args.prepack, forward_overhead_tokens=args.forward_overhead_tokens,
                                revision=args.revision, extra_args=extra, quantize=args.quantize) as server:
                 before = prompt_cache_counters(server.url)
+                if args.behind:
+                    long_body, short_body = behind_bodies(args)
+                    results.setdefault("behind", {})[name] = asyncio.run(
+                        behind_run(server.url, long_body, short_body, args.behind_delay, args.timeout))
+                    log.info("%s behind: %s", name, json.dumps(results["behind"][name]))
                 for i, rate in enumerate(args.rates):
                     bodies = request_bodies(args, args.requests, args.seed + i)
                     outcomes, wall = asyncio.run(poisson_run(server.url, bodies, rate, args.duration, args.timeout,
@@ -339,7 +358,7 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
             references[key] = model.generate_ids(
                 [body["prompt"] if isinstance(body["prompt"], list) else model.encode(body["prompt"], chat=False)],
                 max_tokens=body["max_tokens"],
-                block_length=body["block_length"], policy=body["policy"],
+                block_length=body.get("block_length", DEFAULT_BLOCK_LENGTH), policy=body["policy"],
                 policy_args=body.get("policy_args", {}), cache=body["cache"]).token_ids[0]
         mismatches += outcome.token_ids != references[key]
     summary = summarize(outcomes, wall)
@@ -347,6 +366,33 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
             "checked_against_single_run": summary["completed"], "token_mismatches": mismatches,
             "rss_mb": rss, "rss_first_mb": rss[0][1] if rss else None, "rss_last_mb": rss[-1][1] if rss else None,
             "rss_max_mb": max((v for _, v in rss), default=None)}
+
+
+async def behind_run(url: str, long_body: dict, short_body: dict, delay: float, timeout: float) -> dict:
+    """A short request alone, then the same short request sent ``delay`` s after a long one
+    started: how long the short one waits behind the long one (TTFT and latency, seconds)."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout)) as client:
+        await one_request(client, url, short_body, timeout, None)  # warm-up: a fresh server's first forwards
+        alone = await one_request(client, url, short_body, timeout, None)
+        long_task = asyncio.create_task(one_request(client, url, long_body, timeout, None))
+        await asyncio.sleep(delay)
+        behind = await one_request(client, url, short_body, timeout, None)
+        long = await long_task
+    return {"short_alone_ttft_s": alone.ttft, "short_alone_latency_s": alone.latency,
+            "short_behind_ttft_s": behind.ttft, "short_behind_latency_s": behind.latency,
+            "long_latency_s": long.latency, "long_tokens": long.tokens}
+
+
+def behind_bodies(args: argparse.Namespace) -> tuple[dict, dict]:
+    """The long and the short request of ``--behind LONG,SHORT`` (answers of those lengths: end-of-text
+    does not end them early, so the long one keeps the server busy)."""
+    long_tokens, short_tokens = args.behind
+    common = {"policy": args.policy, "cache": args.cache, "seed": 0, "stop_at_eos": False}
+    prompt = bench_prompts(1, args.seed)[0]
+    return ({"prompt": prompt, "max_tokens": long_tokens, **common, **block_option(args.block_length, long_tokens)},
+            {"prompt": prompt, "max_tokens": short_tokens, **common, **block_option(args.block_length, short_tokens)})
 
 
 def markdown(results: dict) -> str:
@@ -369,6 +415,12 @@ def markdown(results: dict) -> str:
                 total = c and c.get("tokens_reused", 0) + c.get("tokens_computed", 0)
                 line += f" {c['tokens_reused']:.0f} of {total:.0f} |" if total else " - |"
             lines.append(line)
+    if results.get("behind"):
+        lines += ["", "| mode | short alone: TTFT / latency (s) | short behind the long one: TTFT / latency (s) | "
+                      "long: latency (s) |", "|---|---|---|---|"]
+        for mode, b in results["behind"].items():
+            lines.append(f"| {mode} | {f(b['short_alone_ttft_s'])} / {f(b['short_alone_latency_s'])} | "
+                         f"{f(b['short_behind_ttft_s'])} / {f(b['short_behind_latency_s'])} | {f(b['long_latency_s'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -457,6 +509,25 @@ def _positive_ints(text: str) -> list[int]:
     return values
 
 
+def _block_length(text: str) -> int | str:
+    if text == "max":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'max', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'max', got {text!r}")
+    return value
+
+
+def _two_ints(text: str) -> tuple[int, int]:
+    values = _positive_ints(text)
+    if len(values) != 2:
+        raise argparse.ArgumentTypeError(f"expected LONG,SHORT token counts, e.g. 384,8; got {text!r}")
+    return values[0], values[1]
+
+
 def _sizes(text: str) -> list[float]:
     from dllm.serve.cli import megabytes
 
@@ -488,7 +559,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="answer tokens per request, comma-separated (each request draws one)")
     p.add_argument("--cache", default="none", help="KV cache of every request")
     p.add_argument("--prompt-pool", type=positive_int, default=32, help="distinct prompts requests draw from")
-    p.add_argument("--block-length", type=positive_int, default=8, help="block size")
+    p.add_argument("--block-length", type=_block_length, default=None,
+                   help="block_length each request sends: a number, 'max' (one block of its max_tokens, the "
+                        "server's default before it had a block of its own), or nothing (default: the server's "
+                        f"default block, {DEFAULT_BLOCK_LENGTH})")
+    p.add_argument("--behind", type=_two_ints, default=None, metavar="LONG,SHORT",
+                   help="also time a SHORT-token request sent --behind-delay s after a LONG-token one, and alone, "
+                        "on each mode's server (e.g. 384,8)")
+    p.add_argument("--behind-delay", type=positive_float, default=1.0, help="seconds between the long and the short")
     p.add_argument("--policy", default="low_confidence", help="unmasking rule")
     p.add_argument("--policy-arg", action="append", metavar="K=V", help="rule option, repeatable")
     p.add_argument("--forward-overhead-tokens", type=non_negative_float, default=None, metavar="T",

@@ -24,6 +24,7 @@ from dllm.serve.budget import one_row_mib
 from dllm.serve.limits import ServerLimits
 from dllm.api.stops import StopConditions
 
+DEFAULT_BLOCK_LENGTH = 32  # the server's block when no option sets one (ServerDefaults)
 # dllm's options a request may set as extra body fields (gen_length comes from max_tokens)
 DLLM_OPTIONS = ("policy", "policy_args", "strategy", "strategy_args", "stopper", "stopper_args",
                 "cache", "cache_args", "sub_block_length", "block_length", "steps", "top_k",
@@ -96,10 +97,20 @@ class ParsedRequest:
 @dataclass(kw_only=True, slots=True)
 class ServerDefaults:
     """Server-wide defaults (from the command line): GenerationConfig options a request may
-    override, and max_tokens when a request gives none."""
+    override, max_tokens when a request gives none, and the block length when neither the
+    options nor the request set one.
+
+    The block is fixed rather than one block of max_tokens (``generate``'s default) so that
+    requests of every length share a batch key and join running batches at block boundaries:
+    with one block per request, requests of different max_tokens queued apart and nothing ever
+    joined. 32 is Fast-dLLM's and LLaDA's semi-autoregressive block and Fast-dLLM v2's and
+    LLaDA2's model block; a block-causal model of smaller blocks decodes windows of its own
+    block (``model_block_windows``). A request of fewer tokens decodes one whole block, cut at
+    its max_tokens."""
 
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     max_tokens: int = 128
+    block_length: int = DEFAULT_BLOCK_LENGTH
 
 
 def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, served_name: str,
@@ -282,6 +293,8 @@ def _config(body: dict, defaults: ServerDefaults, chat: bool) -> tuple[Generatio
     options = dict(defaults.options)
     options.pop("gen_length", None)
     options.update({k: body[k] for k in DLLM_OPTIONS if k in body})
+    if options.get("block_length") is None:
+        options["block_length"] = defaults.block_length
     for key in ("temperature", "top_p"):
         if body.get(key) is not None:
             options[key] = body[key]
