@@ -14,7 +14,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 MODULE_OF = {"pyyaml": "yaml"}
 # declared dependencies dllm needs without importing them itself, with the reason
 USED_INDIRECTLY = {"jinja2": "transformers' apply_chat_template renders the chat templates"}
-OPTIONAL = {"matplotlib": "plot", "triton": "gpu", "fastapi": "serve", "uvicorn": "serve",
+OPTIONAL = {"matplotlib": "plot", "triton": "gpu", "fastapi": "serve", "uvicorn": "serve", "h11": "serve",
             "prometheus_client": "serve", "httpx": "serve", "lm_eval": "eval",
             "torchao": "quant"}  # imported lazily / guarded, from an extra
 

@@ -1,7 +1,7 @@
 """A request body -> JSON nested at most ``MAX_JSON_DEPTH`` deep whose every string is valid Unicode.
 
 The depth is read from the raw bytes before ``json.loads`` runs (linear in the body, in C and
-numpy: escapes dropped, strings dropped, the brackets left counted): a body nested a thousand
+torch: escapes dropped, strings dropped, the brackets left counted): a body nested a thousand
 levels deep is a 400, not a RecursionError inside the parser that surfaced as a 503 or a 500.
 
 JSON may escape a lone UTF-16 surrogate (``"\\ud800"``); Python decodes it into a ``str`` that no
@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any
 
-import numpy as np
+import torch
 
 from dllm.serve.requests import RequestError
 
@@ -30,7 +30,7 @@ MAX_JSON_DEPTH = 64
 ESCAPE = re.compile(rb"\\.", re.DOTALL)  # a backslash and the byte it escapes
 STRING = re.compile(rb'"[^"]*"')  # a string once its escapes are gone
 NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
-OPENERS = np.frombuffer(b"[{", dtype=np.uint8)
+OPENERS = torch.tensor(list(b"[{"), dtype=torch.uint8)
 
 
 def parse_json(raw: bytes) -> Any:
@@ -56,8 +56,11 @@ def json_depth(raw: bytes) -> int:
     """The deepest nesting of arrays and objects in ``raw`` (brackets inside strings not
     counted); valid JSON or not, in time linear in its length."""
     brackets = STRING.sub(b"", ESCAPE.sub(b"", raw)).translate(None, NOT_BRACKET)
-    steps = np.where(np.isin(np.frombuffer(brackets, dtype=np.uint8), OPENERS), 1, -1).astype(np.int32)
-    return int(np.cumsum(steps).max(initial=0))
+    if not brackets:
+        return 0
+    codes = torch.frombuffer(bytearray(brackets), dtype=torch.uint8)
+    steps = torch.where(torch.isin(codes, OPENERS), 1, -1).to(torch.int32)
+    return max(0, int(torch.cumsum(steps, 0).max()))
 
 
 def release_memory() -> None:
