@@ -1,13 +1,17 @@
 """Ctrl-C on a real terminal (a pseudo-terminal): ``dllm chat`` cancels the line being typed or
 the answer in progress and keeps the conversation, a second Ctrl-C ends it with status 0;
-``dllm generate`` ends with one line and status 130. No traceback anywhere."""
+``dllm generate`` ends with one line and status 130 (its long decode showing a bar of tokens
+first). No traceback anywhere."""
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import select
 import signal
+import struct
 import sys
+import termios
 import time
 
 import pytest
@@ -23,10 +27,11 @@ class Terminal:
     is the SIGINT of a person pressing Ctrl-C."""
 
     def __init__(self, argv: list[str]) -> None:
-        env = {**os.environ, "PYTHONPATH": os.getcwd(), "COLUMNS": "200", "TERM": "xterm", "DLLM_DEVICE": "cpu"}
+        env = {**os.environ, "PYTHONPATH": os.getcwd(), "TERM": "xterm", "DLLM_DEVICE": "cpu"}
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: its own session, the pty as stdin, stdout and stderr
             os.execve(sys.executable, [sys.executable, "-m", "dllm", *argv], env)
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # 40 x 160, as a window
         self.deadline = time.monotonic() + DEADLINE_S
         self.output, self.seen = "", 0
 
@@ -122,8 +127,10 @@ def test_ctrl_c_in_chat_cancels_the_line_or_the_answer_and_keeps_the_conversatio
 
 
 def test_ctrl_c_during_generate_is_one_line_and_status_130(terminal):
-    term = terminal(["generate", "-v", "Copy: Ann Lee", "--max-tokens", "200", "--block-length", "200"])
-    term.expect("decoding 1 prompt")  # -v: the model is loaded and the decode starts
+    term = terminal(["generate", "-v", "Copy: Ann Lee", "--max-tokens", "448", "--block-length", "448",
+                     "--cfg-scale", "1"])  # two forwards a step: well over a second on any CPU
+    assert "block_length=448" in term.expect("decoding 1 prompt")  # -v: the resolved configuration
+    term.expect("/448 [")  # after a second, a bar of the answer's tokens committed
     term.send("\x03")
     assert term.exit_status() == 130
     assert "dllm generate: interrupted" in term.output

@@ -21,7 +21,8 @@ from dllm.cli.options import (
     generation_config, load_from_args, output_request, positive_int,
 )
 from dllm.cli.parser import EXIT_USAGE, CommandParser, name_command_parsers
-from dllm.cli.output import LOGGER_NAME, configure_logging, progress_bar
+from dllm.cli.output import LOGGER_NAME, configure_logging
+from dllm.cli.progress import answer_bar, describe, generate_batch
 from dllm.cli.prompts import PromptLine, check_prompt_lengths, echo_text, read_prompts
 
 log = logging.getLogger(LOGGER_NAME)
@@ -59,12 +60,11 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
     request = output_request(args, model.model.config.vocab_size)
     chat = False if args.raw else None
     ids = check_prompt_lengths(model, prompts, config, chat)
+    log.debug("%s", describe(model, config))
     log.debug("decoding %d prompt(s) in batches of %d", len(ids), args.batch_size)
-    bar = progress_bar(len(ids), desc="generate", quiet=args.quiet or print_ is not print)
+    bar = answer_bar(len(ids) * request.n, config, request, quiet=args.quiet or print_ is not print)
     for start in range(0, len(ids), args.batch_size):
-        out = model.generate_ids(ids[start : start + args.batch_size], config, stop=list(request.stops.strings),
-                                 stop_token_ids=list(request.stops.token_ids), max_tokens=request.max_tokens,
-                                 n=request.n, echo=request.echo)
+        out = generate_batch(model, ids[start : start + args.batch_size], config, request, bar)
         with tqdm.external_write_mode(file=sys.stderr):
             for row, (text, reason, stats) in enumerate(zip(out.texts, out.finish_reasons, out.stats)):
                 sample = {"sample": row % request.n} if request.n > 1 else {}
@@ -76,7 +76,6 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
                     tps = stats["tokens"] / stats["seconds"] if stats["seconds"] > 0 else float("inf")
                     log.info("[%s | NFE %d | TPF %.2f | %.1f tokens/s on %s]", reason, stats["nfe"], stats["tpf"],
                              tps, model.model.device)
-        bar.update(len(out.texts) // request.n)
     bar.close()
     return 0
 
@@ -88,6 +87,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     model = load_from_args(args)
     interactive = sys.stdin.isatty()
     live = sys.stdout.isatty() if args.live is None else args.live
+    log.debug("%s", describe(model, config))
     if interactive:
         _line_editing()
         log.info("%s\n%s", banner(model), HELP)

@@ -38,12 +38,13 @@ def show_progress(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
-def progress_bar(total: int, *, desc: str, quiet: bool, unit: str = "prompt", enabled: bool = True):
+def progress_bar(total: int, *, desc: str, quiet: bool, unit: str = "prompt", enabled: bool = True,
+                 delay: float = 0.0):
     """A tqdm bar on stderr (call ``update(n)``, then ``close()``); inert unless ``show_progress``
-    and ``enabled`` (e.g. only on rank 0 of a torchrun)."""
+    and ``enabled`` (e.g. only on rank 0 of a torchrun); drawn only after ``delay`` seconds."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, delay=delay,
                 disable=not (enabled and show_progress(quiet)))
 
 
