@@ -16,7 +16,8 @@ MODULE_OF = {"pyyaml": "yaml"}
 USED_INDIRECTLY = {"jinja2": "transformers' apply_chat_template renders the chat templates"}
 OPTIONAL = {"matplotlib": "plot", "triton": "gpu", "fastapi": "serve", "uvicorn": "serve", "h11": "serve",
             "prometheus_client": "serve", "httpx": "serve", "lm_eval": "eval",
-            "torchao": "quant"}  # imported lazily / guarded, from an extra
+            "torchao": "quant", "interegular": "structured", "jsonschema": "structured",
+            "outlines_core": "structured"}  # imported lazily / guarded, from an extra
 
 
 def _name(requirement: str) -> str:

@@ -18,6 +18,7 @@ from dllm.models.tokenizer import check_decodable, check_tokenizer_fits
 from dllm.api.outputs import GenerationOutput, end_row
 from dllm.api.request import OutputRequest, merge_config, row_seeds
 from dllm.api.streaming import StreamUpdate, stream_decoding
+from dllm.api.structured import parse_constraint, row_constraint
 from dllm.validation import OptionTypeError
 
 Message = dict[str, str]
@@ -59,7 +60,8 @@ class DiffusionLM:
     def generate(self, prompts: Prompt | Sequence[Prompt], config: GenerationConfig | None = None,
                  *, chat: bool | None = None, seeds: Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
                  stop_token_ids: Sequence[int] | None = None, max_tokens: int | None = None, n: int = 1,
-                 echo: bool = False, **options: Any) -> GenerationOutput:
+                 echo: bool = False, regex: str | None = None, choice: Sequence[str] | None = None,
+                 json_schema: dict | str | None = None, **options: Any) -> GenerationOutput:
         """Generate for one prompt or many (ragged lengths are fine).
 
         ``options`` are GenerationConfig fields, applied on top of ``config``. ``seeds``: one
@@ -68,21 +70,26 @@ class DiffusionLM:
         row's text before the first one; ``max_tokens`` sets the answer length (instead of
         ``gen_length``); ``n`` samples per prompt (seeds ``seed, seed + 1, ...``; rows grouped
         by prompt); ``echo`` puts the prompt's text before each answer. Every row says why it
-        ended in ``finish_reasons``. All of it is checked before any model work.
+        ended in ``finish_reasons``. ``regex`` / ``choice`` / ``json_schema`` (one of them) keep
+        every answer a word of that language, ending within ``max_tokens`` (structured output,
+        ``dllm.samplers.constraints``). All of it is checked before any model work.
         """
         request = self._request(stop, stop_token_ids, max_tokens, n, echo)
+        spec = parse_constraint(regex, choice, json_schema)
         config = merge_config(config, options, request.max_tokens)
         ids = [self.encode(p, chat) for p in prompt_batch(prompts)]
-        return self._generate(ids, config, seeds, request)
+        return self._generate(ids, config, seeds, request, row_constraint(self, spec, request, config))
 
     def generate_ids(self, ids: list[list[int]], config: GenerationConfig | None = None, *,
                      seeds: Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
                      stop_token_ids: Sequence[int] | None = None, max_tokens: int | None = None, n: int = 1,
-                     echo: bool = False, **options: Any) -> GenerationOutput:
+                     echo: bool = False, regex: str | None = None, choice: Sequence[str] | None = None,
+                     json_schema: dict | str | None = None, **options: Any) -> GenerationOutput:
         """``generate`` from token ids (a list of prompts, each a list of ids of this model)."""
         request = self._request(stop, stop_token_ids, max_tokens, n, echo)
+        spec = parse_constraint(regex, choice, json_schema)
         config = merge_config(config, options, request.max_tokens)
-        return self._generate(ids, config, seeds, request)
+        return self._generate(ids, config, seeds, request, row_constraint(self, spec, request, config))
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None,
                seed: int | None = None, stop: Any = None, stop_token_ids: Any = None,
@@ -110,11 +117,12 @@ class DiffusionLM:
                                    echo=echo, vocab_size=self.model.config.vocab_size)
 
     def _generate(self, ids: Any, config: GenerationConfig, seeds: Sequence[int] | None,
-                  request: OutputRequest) -> GenerationOutput:
+                  request: OutputRequest, constraint=None) -> GenerationOutput:
         ids = check_token_ids(ids, self.model.config.vocab_size)
         row_seed = row_seeds(config, seeds, len(ids), request.n)
         rows = [prompt for prompt in ids for _ in range(request.n)]
-        result = decode(self.model, rows, config, seeds=row_seed)
+        constraints = None if constraint is None else [constraint] * len(rows)
+        result = decode(self.model, rows, config, seeds=row_seed, constraints=constraints)
         return self.to_output(result, rows, request)
 
     def decode_text(self, ids: list[int]) -> str:

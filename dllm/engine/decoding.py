@@ -26,6 +26,7 @@ from dllm.engine.memory import check_memory_budget, plan_memory
 from dllm.runner.model_runner import ModelRunner
 from dllm.samplers import make_rule, make_stopper, make_strategy
 from dllm.samplers.base import RuleInput
+from dllm.samplers.constraints import CanvasConstraints, RowConstraint, check_supported
 from dllm.samplers.noise import RowNoise
 from dllm.samplers.rules.first_token import FirstTokenFromRefresh
 from dllm.samplers.stoppers.span import AnswerStats, AnswerView
@@ -106,6 +107,7 @@ class DecodeState:
         self.lead_mask: Tensor | None = None  # (B, G) prompt-tail positions of the answer region
         self.lead: Tensor | None = None  # (B,) their count per row
         self.window_mask: Tensor | None = None  # (B, W) window positions a row may decide (pipeline)
+        self.constraints: CanvasConstraints | None = None  # structured output: None when no row is constrained
 
     def _cache_options(self) -> dict:
         options = {**self.config.cache_args, "block_length": self.config.block_length}
@@ -150,6 +152,10 @@ class DecodeState:
         the window step of the state each input holds (default: its row's ``row_step``), e.g.
         FreeDave's draft k sits k steps ahead. At temperature > 0 the noise of each position is
         keyed by its row's seed and that state's step count and answer position."""
+        if self.constraints is not None:  # candidates that keep the canvas completable only
+            if rows is not None:
+                raise RuntimeError("constrained rows decode with the plain strategy only (check_supported)")
+            logits = self.constraints.mask_logits(self, logits)
         N, W, V = logits.shape
         flat = logits.reshape(N * W, V)
         if self.config.top_k is not None or self.config.top_p is not None:
@@ -160,7 +166,10 @@ class DecodeState:
             key = self.noise(rows, steps)
             noise = dict(seed=key.seed[:, None].expand(N, W).reshape(-1), counter=key.counters().reshape(-1))
         stats = self.row_statistics(flat, temperature=self.config.temperature, scratch=self.stats_scratch, **noise)
-        return stats.reshape(N, W)
+        stats = stats.reshape(N, W)
+        if self.constraints is not None:
+            self.constraints.scores = stats.prob  # the order in which commits are tried
+        return stats
 
     def row_statistics(self, flat: Tensor, *, temperature: float = 0.0, scratch: StatsScratch | None = None,
                        **noise) -> TokenStats:
@@ -205,6 +214,8 @@ class DecodeState:
     def commit(self, mask: Tensor, token: Tensor) -> None:
         """Write ``token`` where ``mask`` (B, W) is set, for active rows only."""
         mask = mask & self.eligible() & self.runner.active[:, None]
+        if self.constraints is not None:  # together, the commits must keep each canvas completable
+            mask = self.constraints.filter_commit(self, mask, token)
         block = self.tokens[:, self.bs : self.be]
         block.copy_(torch.where(mask, token, block))  # no boolean indexing: no host sync on a GPU
         offset = self.bs - self.canvas.prompt_width
@@ -388,6 +399,7 @@ class RowStart:
     seed: int = 0
     answer_offset: int = 0  # answer positions already in ``prefix`` (its random stream's positions)
     steps_before: int = 0  # base-rule steps the row took before (its random stream's clock)
+    constraint: RowConstraint | None = None  # structured output: the language of the whole answer
 
 
 def check_rows(rows: list[RowStart], config: GenerationConfig, max_length: int) -> None:
@@ -444,6 +456,10 @@ class Decoding:
             state.steps_before = torch.tensor([r.steps_before for r in rows], device=device)
         if any(r.gen_length < longest for r in rows):
             state.truncate(torch.tensor([canvas.prompt_width + r.gen_length for r in rows], device=device))
+        if any(r.constraint is not None for r in rows):
+            check_supported(config, state.tp is not None)
+            state.constraints = CanvasConstraints(
+                [_resumed_constraint(r) for r in original], model.mask_token_id, model.eos_token_ids)
         if config.block_add_threshold is not None:
             from dllm.engine.pipeline import Pipelined
 
@@ -453,6 +469,8 @@ class Decoding:
         if any(aligned.leads):
             state.place_leads([tail_tokens(r, n) for r, n in zip(original, aligned.leads)])
             self.wanted = torch.tensor(aligned.wanted, device=device)[:, None]
+        if state.constraints is not None:  # a canvas that holds no word is refused before any forward
+            state.constraints.check_start(state)
         self.max_steps = config.steps_per_block + 4 * config.window_length + config.max_post_steps
         self.window = -1  # the active decision window
         self.done = False
@@ -542,16 +560,30 @@ class Decoding:
 
 @torch.inference_mode()
 def decode(model, prompts: list[list[int]], config: GenerationConfig,
-           seeds: list[int] | None = None) -> DecodeResult:
+           seeds: list[int] | None = None,
+           constraints: list[RowConstraint | None] | None = None) -> DecodeResult:
     """Decode a batch of token-id prompts (ragged lengths allowed) with ``config``.
 
     ``seeds``: one seed per prompt (default ``config.seed`` for every row). A row's random
-    numbers depend only on its seed, so it decodes alike in any batch, at any position."""
+    numbers depend only on its seed, so it decodes alike in any batch, at any position.
+    ``constraints``: one per prompt (None: free), the language each answer must be a word of."""
     check_prompts(prompts, config, model.config.max_sequence_length)
     check_seeds(seeds, len(prompts))
     seeds = [config.seed] * len(prompts) if seeds is None else seeds
-    rows = [RowStart(prefix=list(p), gen_length=config.gen_length, seed=s) for p, s in zip(prompts, seeds)]
+    if constraints is not None and len(constraints) != len(prompts):
+        raise ValueError(f"got {len(constraints)} constraints for {len(prompts)} prompts; give one per prompt (None: free)")
+    constraints = constraints or [None] * len(prompts)
+    rows = [RowStart(prefix=list(p), gen_length=config.gen_length, seed=s, constraint=c)
+            for p, s, c in zip(prompts, seeds, constraints)]
     return Decoding(model, rows, config).run()
+
+
+def _resumed_constraint(row: RowStart) -> RowConstraint | None:
+    """A row's constraint from where its answer stands: after the answer tokens its prefix
+    already holds (a row resumed at a block boundary)."""
+    if row.constraint is None or not row.answer_offset:
+        return row.constraint
+    return row.constraint.after(row.prefix[len(row.prefix) - row.answer_offset :])
 
 
 def _sync(model) -> None:

@@ -1,0 +1,32 @@
+"""generate(..., regex=, choice=, json_schema=): a request's constraint compiled for this model's
+vocabulary (once per regex and vocabulary) and checked against the rest of the request."""
+from __future__ import annotations
+
+from typing import Any
+
+from dllm.api.request import OutputRequest
+from dllm.engine.config import GenerationConfig
+from dllm.samplers.constraints import ConstraintSpec, RowConstraint, cached_dfa, check_supported, token_bytes
+
+
+def parse_constraint(regex: Any, choice: Any, json_schema: Any) -> ConstraintSpec | None:
+    return ConstraintSpec.parse(regex=regex, choice=choice, json_schema=json_schema)
+
+
+def row_constraint(lm, spec: ConstraintSpec | None, request: OutputRequest,
+                   config: GenerationConfig) -> RowConstraint | None:
+    """The constraint each row of ``lm``'s request decodes under (None: free). A stop would cut a
+    word in the middle, and the decodes the constraint does not cover are refused, here, before
+    any model work."""
+    if spec is None:
+        return None
+    if request.stops.strings or request.stops.token_ids:
+        raise ValueError("stop / stop_token_ids cut the answer where they occur, so a constrained answer "
+                         "would end before it is a word of its language; drop the stops (the constraint "
+                         "says where the answer ends)")
+    check_supported(config, getattr(lm.model, "tensor_parallel", None) is not None)
+    spelled = getattr(lm, "_token_bytes", None)
+    if spelled is None:
+        spelled = lm._token_bytes = tuple(token_bytes(lm.tokenizer, lm.model.config.vocab_size))
+    dfa = cached_dfa(spec.to_regex(), spelled, lm.model.eos_token_ids[0])
+    return RowConstraint(dfa=dfa, limit=request.max_tokens)

@@ -1,0 +1,87 @@
+"""What a request constrains its answer to: ``regex``, ``choice`` or ``json_schema``, each turned
+into one regular expression over the answer's text, checked before any model work."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dllm.validation import OptionTypeError
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintSpec:
+    """One of: a regex the whole answer must match, a list of allowed answers, a JSON schema
+    (a dict) the answer must be an instance of (through outlines-core's schema -> regex)."""
+
+    regex: str | None = None
+    choice: tuple[str, ...] | None = None
+    json_schema: dict | None = None
+
+    @classmethod
+    def parse(cls, *, regex: Any = None, choice: Any = None, json_schema: Any = None) -> "ConstraintSpec | None":
+        """None when nothing is constrained; bad values name the fix."""
+        given = [name for name, value in (("regex", regex), ("choice", choice), ("json_schema", json_schema))
+                 if value is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of regex, choice, json_schema, not {' and '.join(given)}")
+        if not given:
+            return None
+        if regex is not None:
+            if not isinstance(regex, str) or not regex:
+                raise OptionTypeError(f"regex must be a non-empty str, got {regex!r}")
+            return cls(regex=regex)
+        if choice is not None:
+            if isinstance(choice, str) or not isinstance(choice, (list, tuple)) or not choice \
+                    or not all(isinstance(c, str) and c for c in choice):
+                raise OptionTypeError(f"choice must be a non-empty list of non-empty strings, got {choice!r}")
+            return cls(choice=tuple(choice))
+        if isinstance(json_schema, str):
+            try:
+                json_schema = json.loads(json_schema)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"json_schema is not valid JSON ({err}); pass a dict or a JSON string") from err
+        if not isinstance(json_schema, dict):
+            raise OptionTypeError(f"json_schema must be a JSON schema object (a dict), got {type(json_schema).__name__}")
+        _check_schema(json_schema)
+        return cls(json_schema=json_schema)
+
+    def to_regex(self) -> str:
+        """The regular expression of the answers this spec allows."""
+        if self.regex is not None:
+            return self.regex
+        if self.choice is not None:
+            return "(" + "|".join(re.escape(c) for c in self.choice) + ")"
+        from outlines_core.json_schema import build_regex_from_schema
+
+        try:
+            return build_regex_from_schema(json.dumps(self.json_schema))
+        except Exception as err:  # noqa: BLE001  the Rust extension's errors are plain exceptions
+            raise ValueError(f"json_schema cannot be turned into a regular expression ({err}); "
+                             "outlines-core covers types, properties, required, enum, const, "
+                             "items, min/maxItems, min/maxLength, pattern, anyOf/oneOf/allOf, $ref") from err
+
+
+def _check_schema(schema: dict) -> None:
+    """The schema itself must be valid JSON Schema (jsonschema's meta-schema check)."""
+    try:
+        import jsonschema
+    except ImportError as err:
+        raise ImportError("json_schema needs jsonschema: pip install 'dllm[structured]'") from err
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as err:
+        raise ValueError(f"json_schema is not a valid JSON Schema: {err.message}") from err
+
+
+def json_answer_errors(text: str, schema: dict) -> str | None:
+    """Why ``text`` is not a JSON instance of ``schema`` (None: it is)."""
+    import jsonschema
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        return f"not JSON: {err}"
+    error = jsonschema.exceptions.best_match(jsonschema.validators.validator_for(schema)(schema).iter_errors(value))
+    return None if error is None else error.message

@@ -1,0 +1,120 @@
+"""A regular expression compiled once against a vocabulary: which DFA state each token leads to
+from each state, with tokens of identical behaviour grouped into classes.
+
+interegular parses the regex (Python's syntax; outlines-core's ``build_regex_from_schema`` writes
+JSON schemas in it) into a character DFA; this module walks every token's text through it from
+every state at once (numpy, one gather per character position) and keeps dense tables the canvas
+check reads with array operations: ``table`` (S + 1, C) next state per (state, token class), row
+and column S being the dead state, ``token_class`` (V,) the class of each id. Special tokens, the
+mask id, end-of-text and tokens that are not whole UTF-8 characters (a byte-level piece of one)
+are in the dead class: end-of-text is the word's end, handled by the canvas check, and a
+character written only byte by byte cannot appear in a constrained answer.
+
+outlines-core's own token index (``Index``) is not used: in 0.2.14 it drops transitions out of
+an accepting state into a non-accepting one (``(ba)+`` over tokens "b", "a" stops after "ba"),
+which tests/constraints/test_canvas_check.py's brute force finds.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+# the dense (states x vocabulary) table built before the classes are found: refused above this
+MAX_TABLE_BYTES = 1 << 30
+
+
+def _interegular():
+    try:
+        import interegular
+    except ImportError as err:  # an optional dependency: say which extra brings it
+        raise ImportError("structured output (regex=, choice=, json_schema=) needs interegular: "
+                          "pip install 'dllm[structured]'") from err
+    return interegular
+
+
+@dataclass(frozen=True, eq=False)
+class TokenDFA:
+    """A regular language over a vocabulary's token ids (end-of-text excluded)."""
+
+    regex: str
+    start: int  # initial state
+    final: np.ndarray  # (S + 1,) bool: accepting states (the dead state S is not)
+    table: np.ndarray  # (S + 1, C) int32: next state per state and token class
+    token_class: np.ndarray  # (V,) int64: class of each token id
+    succ: np.ndarray  # (S + 1, S + 1) bool: some token leads from state s to state t (never to S)
+    dead_class: int  # the class of ids never allowed: every state -> S
+
+    @property
+    def num_states(self) -> int:
+        return self.table.shape[0]
+
+    def run(self, state: int, tokens: list[int]) -> int:
+        """The state after ``tokens`` (the dead state if they leave the language's prefixes)."""
+        for token in tokens:
+            state = int(self.table[state, self.token_class[token]])
+        return state
+
+
+def compile_regex(regex: str, spelled: tuple[bytes | None, ...], eos_id: int) -> TokenDFA:
+    """Compile ``regex`` (a whole-answer match) against the vocabulary whose id i writes
+    ``spelled[i]`` (None: never allowed). Raises ValueError naming the regex when it does not parse."""
+    interegular = _interegular()
+    try:
+        fsm = interegular.parse_pattern(regex).to_fsm()
+    except Exception as err:  # noqa: BLE001  interegular raises its own parse errors and NotImplementedError
+        raise ValueError(f"the regex {regex[:200]!r} cannot be compiled ({type(err).__name__}: {err}); "
+                         "use Python's regex syntax without backreferences or lookarounds") from err
+    states = sorted(fsm.states)
+    number = {name: i for i, name in enumerate(states)}
+    dead, symbols = len(states), len(set(fsm.alphabet.values()))
+    V = len(spelled)
+    if (dead + 1) * (V + 1) * 4 > MAX_TABLE_BYTES:
+        raise ValueError(f"the regex's DFA has {dead} states over {V} tokens: its table would take "
+                         f"{(dead + 1) * (V + 1) * 4 >> 20} MiB; simplify the pattern or the schema")
+    # the character DFA, plus a padding symbol that leaves every state where it is
+    chars = np.full((dead + 1, symbols + 1), dead, dtype=np.int32)
+    chars[:, symbols] = np.arange(dead + 1)
+    for name, moves in fsm.map.items():
+        for symbol, target in moves.items():
+            chars[number[name], symbol] = number[target]
+    texts: list[tuple[int, list[int]]] = []
+    for token, text in enumerate(spelled):
+        if not text or token == eos_id:
+            continue
+        try:
+            decoded = text.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # a piece of a character: never allowed
+        texts.append((token, [fsm.alphabet[ch] for ch in decoded]))
+    texts.sort(key=lambda item: -len(item[1]))  # the tokens still walking are a prefix at each step
+    ids = np.array([t for t, _ in texts], dtype=np.int64)
+    longest = len(texts[0][1]) if texts else 0
+    walk = np.full((len(texts), longest), symbols, dtype=np.int32)
+    for row, (_, syms) in enumerate(texts):
+        walk[row, : len(syms)] = syms
+    lengths = np.array([len(syms) for _, syms in texts])
+    current = np.repeat(np.arange(dead + 1, dtype=np.int32)[:, None], len(texts), 1)  # (S + 1, T)
+    for j in range(longest):
+        live = int((lengths > j).sum())
+        current[:, :live] = chars[current[:, :live], walk[None, :live, j]]
+    dense = np.full((dead + 1, V + 1), dead, dtype=np.int32)  # column V: the dead class
+    dense[:, ids] = current
+    table, token_class = np.unique(dense, axis=1, return_inverse=True)
+    token_class = token_class.reshape(-1).astype(np.int64)
+    final = np.zeros(dead + 1, dtype=bool)
+    final[[number[s] for s in fsm.finals]] = True
+    succ = np.zeros((dead + 1, dead + 1), dtype=bool)
+    rows = np.repeat(np.arange(dead + 1), table.shape[1])
+    succ[rows, table.reshape(-1)] = True
+    succ[:, dead] = False
+    return TokenDFA(regex=regex, start=number[fsm.initial], final=final,
+                    table=np.ascontiguousarray(table, dtype=np.int32), token_class=token_class[:V], succ=succ,
+                    dead_class=int(token_class[V]))
+
+
+@functools.lru_cache(maxsize=32)
+def cached_dfa(regex: str, spelled: tuple[bytes | None, ...], eos_id: int) -> TokenDFA:
+    """``compile_regex`` once per (regex, vocabulary): a server sees the same schema again."""
+    return compile_regex(regex, spelled, eos_id)
