@@ -7,6 +7,7 @@ import io
 import pytest
 
 import dllm
+from dllm.cli import main
 from dllm.cli.chat import run_chat
 from dllm.cli.chat_settings import ChatSettings, split_settings
 from dllm.engine.config import GenerationConfig
@@ -75,3 +76,11 @@ def test_end_of_input_at_a_prompt_ends_its_line():
 
     assert run_chat(lm, BASE, live=False, read_line=ctrl_d, out=out, interactive=True) == 0
     assert out.getvalue() == "\n"
+
+
+def test_an_unknown_command_gets_the_one_meant(monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.StringIO("/shwo\n/nothing-like-it\n"))
+    assert main(["chat", "--no-live"]) == 0
+    err = capsys.readouterr().err
+    assert "unknown command '/shwo' (did you mean '/show'?)" in err
+    assert "unknown command '/nothing-like-it';" in err

@@ -19,12 +19,14 @@ from typing import Any, Callable, TextIO
 
 from dllm.cli.chat_settings import ChatSettings, SET_EXAMPLES, setting_name, split_settings
 from dllm.cli.output import LOGGER_NAME
+from dllm.cli.parser import did_you_mean
 from dllm.engine.config import GenerationConfig
 
 log = logging.getLogger(LOGGER_NAME)
 
 MASK_GLYPH = "_"
 BLOCK_GLYPH = "|"  # where a block in flight begins (pipelined decodes)
+COMMANDS = ("/reset", "/set", "/show", "/exit", "/quit", "/help")
 HELP = (f"commands: /reset (forget the conversation), /set key=value (a generation option, {SET_EXAMPLES}), "
         "/show (the settings), /exit (or Ctrl-D), /help; Ctrl-C cancels an answer")
 
@@ -76,7 +78,7 @@ class ChatSession:
         elif name == "/help":
             log.info("%s", HELP)
         else:
-            log.error("unknown command %r; %s", text, HELP)
+            log.error("unknown command %r%s; %s", name, did_you_mean(name, COMMANDS), HELP)
         return True
 
     def _set(self, text: str) -> None:
