@@ -49,3 +49,10 @@ def test_ctrl_c_outside_chat_is_one_line_and_status_130(monkeypatch, capsys):
     assert main(["generate", "hi"]) == 130
     captured = capsys.readouterr()
     assert captured.err.strip() == "dllm generate: interrupted" and "Traceback" not in captured.err
+
+
+def test_a_prefix_of_two_names_of_one_option_is_that_option():
+    from dllm.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "throughput", "--prompt", "p.txt", "--out", "o"])
+    assert args.prompts == "p.txt"

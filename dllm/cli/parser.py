@@ -44,6 +44,11 @@ class CommandParser(argparse.ArgumentParser):
             parser.error(unknown_arguments(parser, extras))
         return namespace
 
+    def _get_option_tuples(self, option_string: str):
+        """argparse's prefix matches, one per option: a prefix of two names of one option
+        (``--prompt``: ``--prompts-file``, ``--prompts``) is that option, not ambiguous."""
+        return list({id(match[0]): match for match in super()._get_option_tuples(option_string)}.values())
+
     def _check_value(self, action: argparse.Action, value) -> None:
         if action.choices is None or value in action.choices:
             return
