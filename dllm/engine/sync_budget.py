@@ -5,7 +5,7 @@ op whose output size depends on the data (boolean-mask indexing, ``nonzero``, ``
 stalls the launch queue until the device catches up. The loop is written to stay within:
 
 * per round (one ``strategy.step``): the loop's "does any row still move?" read, plus, for
-  candidate strategies (FreeDave, LoPA), their "does the base step leave work, so is a forward
+  candidate strategies (FreeDave, LoPA, SSD), their "does the base step leave work, so is a forward
   needed at all?" read;
 * the pipelined mode (D2F, dllm/engine/pipeline.py): one more per round, the window's block range over
   the batch (LoPA there folds "how far do the candidates' own blocks reach" into its forward read);
@@ -20,7 +20,7 @@ stalls the launch queue until the device catches up. The loop is written to stay
 """
 from __future__ import annotations
 
-READS_PER_ROUND = {"plain": 1, "freedave": 2, "lopa": 2}
+READS_PER_ROUND = {"plain": 1, "freedave": 2, "lopa": 2, "ssd": 2}
 READS_PER_ROUND_PIPELINED = 1  # the blocks in flight over the batch: [lo, hi)
 READS_PER_WINDOW = 2
 READS_PER_FORWARD_TRUNCATED = 1  # EoTP: the furthest end over active rows, before the next forward

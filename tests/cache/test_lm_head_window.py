@@ -19,6 +19,7 @@ CACHES = [dict(cache="none"), dict(cache="prefix"), dict(cache="dual"), dict(cac
 STRATEGIES = {
     "plain": dict(policy="threshold", policy_args={"tau": 0.09}),
     "freedave": dict(strategy="freedave", strategy_args={"num_drafts": 3}),
+    "ssd": dict(strategy="ssd", strategy_args={"num_drafts": 4}),
     "lopa": dict(strategy="lopa", policy="threshold", policy_args={"tau": 0.09}),
     "sched": dict(stopper="sched", stopper_args={"tau_high": 3.0, "tau_low": 0.5}),
     # exits at once: every answer position is filled from the first forward's logits

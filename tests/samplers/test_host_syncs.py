@@ -15,7 +15,7 @@ from dllm.engine.sync_budget import READS_PER_ROUND, read_budget
 from host_syncs import HostSyncCounter
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11]]  # ragged: the key-validity path runs
-STRATEGY_ARGS = {"plain": {}, "freedave": {"num_drafts": 3}, "lopa": {"branches": 2}}
+STRATEGY_ARGS = {"plain": {}, "freedave": {"num_drafts": 3}, "lopa": {"branches": 2}, "ssd": {"num_drafts": 4}}
 DECODING = {
     "threshold": dict(policy="threshold", policy_args={"tau": 0.09}),
     "low_confidence": dict(policy="low_confidence"),
@@ -47,8 +47,8 @@ def test_every_strategy_has_a_budget():
 @pytest.mark.parametrize("strategy", list(STRATEGY_ARGS))
 def test_host_reads_within_budget(tiny_models, monkeypatch, strategy, decoding, cache):
     options = DECODING[decoding]
-    if strategy == "freedave" and "stopper" in options:
-        pytest.skip("freedave verifies the base rule alone (no stopper)")
+    if strategy in ("freedave", "ssd") and "stopper" in options:
+        pytest.skip(f"{strategy} verifies the base rule alone (no stopper)")
     # the GPU's path: on a CPU the LM head also skips committed positions, selecting rows by a
     # boolean mask, which would wait for a GPU (dllm/runner/model_runner.py head_rows_pay_off says where)
     monkeypatch.setattr(runner, "head_rows_pay_off", lambda device: False)
