@@ -127,11 +127,16 @@ def test_refused_where_it_cannot_be_lossless(tiny_models, bad, reason):
         decode(tiny_models["llada"].model, PROMPTS[:1], cfg)
 
 
-def test_refresh_every_would_not_be_lossless(tiny_models, monkeypatch):
-    """Why refresh_every is refused: SSD's candidate forwards read the block start's K/V, the
-    base decode's refreshes change it (with the check bypassed the answers differ)."""
-    model = tiny_models["dream"].model
-    cfg = dict(gen_length=32, block_length=32, steps=32, cache="dual", cache_args={"refresh_every": 2})
+@pytest.mark.parametrize("family, cache", [
+    ("dream", dict(cache="dual", cache_args={"refresh_every": 2})),
+    ("dream", dict(cache="adaptive", cache_args={"prompt_every": 4})),
+    ("llada", dict(cache="adaptive", cache_args={"select": "window", "ratio": 0.5, "from_layer": 0})),
+], ids=["refresh_every", "prompt_every", "window_ratio"])
+def test_refused_caches_would_not_be_lossless(tiny_models, monkeypatch, family, cache):
+    """Why they are refused: SSD's candidate forwards read the block start's K/V, the base
+    decode's refreshes change it (with the check bypassed the answers differ)."""
+    model = tiny_models[family].model
+    cfg = dict(gen_length=32, block_length=32, steps=32, stop_at_eos=False, **cache)
     base = decode(model, PROMPTS, GenerationConfig(**cfg))
     monkeypatch.setattr(SSD, "check_config", lambda self, config: None)
     fast = decode(model, PROMPTS, GenerationConfig(**cfg, strategy="ssd", strategy_args={"num_drafts": 4}))
