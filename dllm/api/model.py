@@ -78,7 +78,7 @@ class DiffusionLM:
         spec = parse_constraint(regex, choice, json_schema)
         config = merge_config(config, options, request.max_tokens)
         ids = [self.encode(p, chat) for p in prompt_batch(prompts)]
-        return self._generate(ids, config, seeds, request, row_constraint(self, spec, request, config))
+        return self._generate(ids, config, seeds, request, row_constraint(self, spec, request.stops, request.max_tokens, config))
 
     def generate_ids(self, ids: list[list[int]], config: GenerationConfig | None = None, *,
                      seeds: Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
@@ -89,7 +89,7 @@ class DiffusionLM:
         request = self._request(stop, stop_token_ids, max_tokens, n, echo)
         spec = parse_constraint(regex, choice, json_schema)
         config = merge_config(config, options, request.max_tokens)
-        return self._generate(ids, config, seeds, request, row_constraint(self, spec, request, config))
+        return self._generate(ids, config, seeds, request, row_constraint(self, spec, request.stops, request.max_tokens, config))
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None,
                seed: int | None = None, stop: Any = None, stop_token_ids: Any = None,

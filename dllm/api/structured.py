@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dllm.api.request import OutputRequest
+from dllm.api.stops import StopConditions
 from dllm.engine.config import GenerationConfig
 from dllm.samplers.constraints import ConstraintSpec, RowConstraint, cached_dfa, check_supported, token_bytes
 
@@ -13,14 +13,14 @@ def parse_constraint(regex: Any, choice: Any, json_schema: Any) -> ConstraintSpe
     return ConstraintSpec.parse(regex=regex, choice=choice, json_schema=json_schema)
 
 
-def row_constraint(lm, spec: ConstraintSpec | None, request: OutputRequest,
+def row_constraint(lm, spec: ConstraintSpec | None, stops: StopConditions, max_tokens: int | None,
                    config: GenerationConfig) -> RowConstraint | None:
-    """The constraint each row of ``lm``'s request decodes under (None: free). A stop would cut a
-    word in the middle, and the decodes the constraint does not cover are refused, here, before
-    any model work."""
+    """The constraint each row of ``lm``'s request decodes under (None: free), its word ending
+    within ``max_tokens``. A stop would cut a word in the middle, and the decodes the constraint
+    does not cover are refused, here, before any model work."""
     if spec is None:
         return None
-    if request.stops.strings or request.stops.token_ids:
+    if stops.strings or stops.token_ids:
         raise ValueError("stop / stop_token_ids cut the answer where they occur, so a constrained answer "
                          "would end before it is a word of its language; drop the stops (the constraint "
                          "says where the answer ends)")
@@ -29,4 +29,12 @@ def row_constraint(lm, spec: ConstraintSpec | None, request: OutputRequest,
     if spelled is None:
         spelled = lm._token_bytes = tuple(token_bytes(lm.tokenizer, lm.model.config.vocab_size))
     dfa = cached_dfa(spec.to_regex(), spelled, lm.model.eos_token_ids[0])
-    return RowConstraint(dfa=dfa, limit=request.max_tokens)
+    shortest = dfa.shortest_word()
+    if shortest is None:
+        raise ValueError(f"no answer this model's tokens can write matches the constraint {dfa.regex[:120]!r}; "
+                         "loosen it (tokens that are pieces of a character are never used)")
+    room = config.gen_length if max_tokens is None else min(max_tokens, config.gen_length)
+    if shortest > room:
+        raise ValueError(f"the shortest answer of the constraint takes {shortest} tokens, more than the {room} "
+                         "the answer may have; raise max_tokens (or gen_length), or loosen the constraint")
+    return RowConstraint(dfa=dfa, limit=max_tokens)

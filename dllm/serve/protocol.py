@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from dllm.engine.config import GenerationConfig
 from dllm.engine.logprobs import TokenLogprob
+from dllm.samplers.constraints import RowConstraint
 
 
 @dataclass(kw_only=True, slots=True)
@@ -26,6 +27,7 @@ class ServeRequest:
     config: GenerationConfig
     seed: int = 0
     top_logprobs: int | None = None
+    constraint: RowConstraint | None = None  # response_format: the language the answer keeps to
 
 
 @dataclass(kw_only=True, slots=True)

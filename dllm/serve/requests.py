@@ -22,6 +22,8 @@ from dllm.engine.config import GenerationConfig, block_aligned_gen_length, sampl
 from dllm.api.inputs import check_messages, check_token_ids
 from dllm.serve.budget import one_row_mib
 from dllm.serve.limits import ServerLimits
+from dllm.serve.response_format import response_constraint
+from dllm.samplers.constraints import RowConstraint
 from dllm.api.stops import StopConditions
 
 DEFAULT_BLOCK_LENGTH = 32  # the server's block when no option sets one (ServerDefaults)
@@ -34,14 +36,14 @@ DLLM_OPTIONS = ("policy", "policy_args", "strategy", "strategy_args", "stopper",
 # accepted with any value and ignored, as vLLM does (README, "Serving")
 IGNORED_FIELDS = {"store", "metadata", "service_tier", "user", "parallel_tool_calls"}
 COMMON_FIELDS = {"model", "max_tokens", "n", "seed", "temperature", "top_p", "stop", "stop_token_ids",
-                 "stream", "stream_options", "logprobs"} | IGNORED_FIELDS
+                 "stream", "stream_options", "logprobs", "response_format"} | IGNORED_FIELDS
 COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo"}
 CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs"}
 # OpenAI fields that would change the answer and that dllm does not implement: accepted only at
 # their neutral value, never ignored
 UNSUPPORTED = {"best_of": (None, 1), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
                "logit_bias": (None, {}), "suffix": (None, ""), "tools": (None, []),
-               "tool_choice": (None, "none"), "response_format": (None, {"type": "text"}),
+               "tool_choice": (None, "none"),
                "modalities": (None, ["text"]), "reasoning_effort": (None,), "functions": (None, []),
                "function_call": (None, "none"), "audio": (None,), "prediction": (None,),
                "web_search_options": (None,)}
@@ -79,6 +81,7 @@ class ParsedRequest:
     echo: bool
     seed: int = 0  # the request's seed (given, or drawn for it): sending it again replays the request
     top_logprobs: int | None = None  # None: no logprobs; k: each answer token's and the k most likely
+    constraint: RowConstraint | None = None  # response_format: every row's answer a word of it
 
     @property
     def logprobs(self) -> bool:
@@ -156,10 +159,14 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
         raise RequestError(str(err), "stop") from None
     _check_lengths(prompt_ids, config, max_tokens, length_field, context)
     _check_budget(model, max(len(ids) for ids in prompt_ids), config, length_field)
+    try:
+        constraint = response_constraint(body.get("response_format"), model, stops, max_tokens, config)
+    except (ValueError, TypeError) as err:
+        raise RequestError(f"response_format: {err}", "response_format") from None
     return ParsedRequest(chat=chat, prompt_ids=prompt_ids, prompt_texts=prompt_texts, config=config,
                          seeds=sample_seeds(seed, n), max_tokens=max_tokens, stops=stops, stream=stream,
                          include_usage=include_usage, echo=_flag(body, "echo"), seed=seed,
-                         top_logprobs=top_logprobs)
+                         top_logprobs=top_logprobs, constraint=constraint)
 
 
 def _check_fields(body: dict, allowed: set[str], chat: bool) -> None:

@@ -75,7 +75,8 @@ class RowProgress:
 
     def start(self) -> RowStart:
         return RowStart(prefix=self.prefix, gen_length=self.remaining + self.extra, seed=self.request.seed,
-                        answer_offset=len(self.done_answer), steps_before=self.steps_before)
+                        answer_offset=len(self.done_answer), steps_before=self.steps_before,
+                        constraint=self.request.constraint)
 
 
 class RunningBatch:

@@ -39,7 +39,8 @@ class RowSession:
                 index = p * parsed.n + j
                 self.requests.append(ServeRequest(request_id=f"{self.id}-{index}", prompt_ids=ids,
                                                   config=parsed.config, seed=seed,
-                                                  top_logprobs=parsed.top_logprobs))
+                                                  top_logprobs=parsed.top_logprobs,
+                                                  constraint=parsed.constraint))
                 self.rows.append(RowText(decode, list(model.model.eos_token_ids), parsed.stops, parsed.max_tokens))
         self._queue: asyncio.Queue[tuple[int, RowUpdate]] = asyncio.Queue()
         self._submitted = 0

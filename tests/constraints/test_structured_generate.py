@@ -138,3 +138,13 @@ def test_pipelined_mode_is_refused(tiny_models):
         check_supported(GenerationConfig(gen_length=32, block_length=8, block_add_threshold=0.1))
     with pytest.raises(ValueError, match="tensor_parallel=1"):
         check_supported(GenerationConfig(gen_length=32), tensor_parallel=True)
+
+
+def test_the_engine_refuses_a_canvas_that_holds_no_word(tiny_models, monkeypatch):
+    lm = tiny_models["llada"]
+    dfa = _dfa(lm, r"(ab){300}")
+    assert dfa.shortest_word() > 8
+    assert _dfa(lm, r"[a-z]").shortest_word() == 1 and _dfa(lm, r"").shortest_word() == 0
+    monkeypatch.setattr(lm.model, "forward", lambda *a, **k: pytest.fail("a forward ran"))
+    with pytest.raises(ValueError, match="row 1: no word .* fits in 8 answer tokens"):
+        decode(lm.model, [[5, 6], [7]], GenerationConfig(gen_length=8), constraints=[None, RowConstraint(dfa=dfa)])

@@ -17,7 +17,7 @@ from serve_helpers import running_server
 IGNORED = {"store": True, "metadata": {"team": "a", "run": "7"}, "service_tier": "auto", "user": "u-1",
            "parallel_tool_calls": False}
 CHANGES_THE_ANSWER = {"tools": [{"type": "function", "function": {"name": "f"}}], "presence_penalty": 0.5,
-                      "frequency_penalty": 1.0, "best_of": 2, "response_format": {"type": "json_object"},
+                      "frequency_penalty": 1.0, "best_of": 2,
                       "logit_bias": {"5": 10}, "reasoning_effort": "high", "modalities": ["text", "audio"],
                       "tool_choice": "required", "functions": [{"name": "f"}]}
 MESSAGES = [{"role": "user", "content": "Who waits first?"}]

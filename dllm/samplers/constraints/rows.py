@@ -78,7 +78,7 @@ class CanvasConstraints:
         window position of a constrained row without a completion in the language."""
         eligible = (state.eligible() & state.runner.active[:, None]).cpu().numpy()
         tokens, spans = self._regions(state)
-        out = None
+        keep = None  # (B, W, V) bool, built on the host and applied in one masked_fill
         for row, constraint in enumerate(self.rows):
             cols = np.flatnonzero(eligible[row])
             if constraint is None or len(cols) == 0:
@@ -86,15 +86,16 @@ class CanvasConstraints:
             lo, hi = spans[row]
             sets = self._sets(row, tokens[row, lo:hi])
             classes, eos = allowed_classes(constraint.dfa, sets, cols + state.bs - lo)
-            allowed = classes[:, constraint.dfa.token_class]  # (K, V)
-            if allowed.shape[1] < logits.shape[-1]:  # ids past the tokenizer: never allowed
-                allowed = np.pad(allowed, ((0, 0), (0, logits.shape[-1] - allowed.shape[1])))
+            if keep is None:
+                keep = np.ones(logits.shape, dtype=bool)
+            V = min(len(constraint.dfa.token_class), logits.shape[-1])
+            allowed = classes[:, constraint.dfa.token_class[:V]]  # (K, V)
             allowed[:, self.eos_ids] = eos[:, None]
-            out = logits.clone() if out is None else out
-            index = torch.from_numpy(cols).to(logits.device)
-            keep = torch.from_numpy(allowed).to(logits.device)
-            out[row, index] = out[row, index].masked_fill(~keep, float("-inf"))
-        return logits if out is None else out
+            keep[row, cols, :V] = allowed
+            keep[row, cols, V:] = False  # ids past the tokenizer: never allowed
+        if keep is None:
+            return logits
+        return logits.masked_fill(~torch.from_numpy(keep).to(logits.device), float("-inf"))
 
     def filter_commit(self, state, mask: Tensor, token: Tensor) -> Tensor:
         """``mask`` (B, W) without the commits that would make a constrained row's canvas

@@ -50,6 +50,21 @@ class TokenDFA:
     def num_states(self) -> int:
         return self.table.shape[0]
 
+    def shortest_word(self) -> int | None:
+        """The fewest tokens of a word from the initial state (None: the language is empty
+        over this vocabulary): breadth-first over ``succ``."""
+        frontier = np.zeros(self.num_states, dtype=bool)
+        frontier[self.start] = True
+        seen = frontier.copy()
+        for length in range(self.num_states):
+            if (frontier & self.final).any():
+                return length
+            frontier = self.succ[frontier].any(0) & ~seen
+            seen |= frontier
+            if not frontier.any():
+                return None
+        return None
+
     def run(self, state: int, tokens: list[int]) -> int:
         """The state after ``tokens`` (the dead state if they leave the language's prefixes)."""
         for token in tokens:
@@ -68,13 +83,14 @@ def compile_regex(regex: str, spelled: tuple[bytes | None, ...], eos_id: int) ->
                          "use Python's regex syntax without backreferences or lookarounds") from err
     states = sorted(fsm.states)
     number = {name: i for i, name in enumerate(states)}
-    dead, symbols = len(states), len(set(fsm.alphabet.values()))
+    dead, symbols = len(states), max(fsm.alphabet.values(), default=-1) + 1
     V = len(spelled)
     if (dead + 1) * (V + 1) * 4 > MAX_TABLE_BYTES:
         raise ValueError(f"the regex's DFA has {dead} states over {V} tokens: its table would take "
                          f"{(dead + 1) * (V + 1) * 4 >> 20} MiB; simplify the pattern or the schema")
-    # the character DFA, plus a padding symbol that leaves every state where it is
-    chars = np.full((dead + 1, symbols + 1), dead, dtype=np.int32)
+    # the character DFA, plus a padding symbol that leaves every state where it is and a symbol
+    # for characters outside the alphabet (a regex without a catch-all class has none for them)
+    chars = np.full((dead + 1, symbols + 2), dead, dtype=np.int32)
     chars[:, symbols] = np.arange(dead + 1)
     for name, moves in fsm.map.items():
         for symbol, target in moves.items():
@@ -87,7 +103,7 @@ def compile_regex(regex: str, spelled: tuple[bytes | None, ...], eos_id: int) ->
             decoded = text.decode("utf-8")
         except UnicodeDecodeError:
             continue  # a piece of a character: never allowed
-        texts.append((token, [fsm.alphabet[ch] for ch in decoded]))
+        texts.append((token, [_symbol(fsm.alphabet[ch], symbols + 1) for ch in decoded]))
     texts.sort(key=lambda item: -len(item[1]))  # the tokens still walking are a prefix at each step
     ids = np.array([t for t, _ in texts], dtype=np.int64)
     longest = len(texts[0][1]) if texts else 0
@@ -112,6 +128,10 @@ def compile_regex(regex: str, spelled: tuple[bytes | None, ...], eos_id: int) ->
     return TokenDFA(regex=regex, start=number[fsm.initial], final=final,
                     table=np.ascontiguousarray(table, dtype=np.int32), token_class=token_class[:V], succ=succ,
                     dead_class=int(token_class[V]))
+
+
+def _symbol(symbol: int | None, outside: int) -> int:
+    return outside if symbol is None else symbol
 
 
 @functools.lru_cache(maxsize=32)

@@ -1,0 +1,55 @@
+"""OpenAI's ``response_format`` on completions and chat: ``text`` (free), ``json_object`` (any
+JSON object) or ``json_schema`` (``{"name", "schema", "strict"}``), compiled into the rows'
+constraint (``dllm.api.structured``) while the request is parsed, before any model work.
+
+A constraint is always enforced: ``strict: false`` (OpenAI: the schema is followed when the model
+manages) gets the same guarantee as ``strict: true``, never less."""
+from __future__ import annotations
+
+from typing import Any
+
+from dllm.api.stops import StopConditions
+from dllm.api.structured import parse_constraint, row_constraint
+from dllm.engine.config import GenerationConfig
+from dllm.samplers.constraints import RowConstraint
+
+FIELD = "response_format"
+JSON_SCHEMA_KEYS = {"name", "schema", "strict", "description"}
+
+
+def _error(message: str) -> ValueError:
+    return ValueError(message)  # the request parser answers it as a 400 on this field
+
+
+def response_schema(value: Any) -> dict | None:
+    """The JSON schema a ``response_format`` asks for (None: free text)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise _error('response_format must be an object with a "type": "text", "json_object" or "json_schema"')
+    kind = value["type"]
+    if kind == "text" and set(value) == {"type"}:
+        return None
+    if kind == "json_object" and set(value) == {"type"}:
+        return {"type": "object"}
+    if kind == "json_schema" and set(value) == {"type", "json_schema"}:
+        spec = value["json_schema"]
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or set(spec) - JSON_SCHEMA_KEYS:
+            raise _error('response_format.json_schema must be {"name": str, "schema": {...}, "strict": bool} '
+                         f"(optionally \"description\"), got {spec!r}")
+        if "strict" in spec and spec["strict"] is not None and not isinstance(spec["strict"], bool):
+            raise _error(f"response_format.json_schema.strict must be true or false, got {spec['strict']!r}")
+        if not isinstance(spec.get("schema"), dict):
+            raise _error("response_format.json_schema.schema must be a JSON schema object")
+        return spec["schema"]
+    raise _error(f"response_format {value!r} is not one of {{\"type\": \"text\"}}, {{\"type\": \"json_object\"}}, "
+                 '{"type": "json_schema", "json_schema": {...}}')
+
+
+def response_constraint(value: Any, model, stops: StopConditions, max_tokens: int,
+                        config: GenerationConfig) -> RowConstraint | None:
+    """The constraint of a request's rows; ValueError / TypeError naming the fix."""
+    schema = response_schema(value)
+    if schema is None:
+        return None
+    return row_constraint(model, parse_constraint(None, None, schema), stops, max_tokens, config)
