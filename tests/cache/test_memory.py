@@ -59,8 +59,9 @@ def test_budget_must_be_positive():
         GenerationConfig(gen_length=8, memory_budget_mb=0)
 
 
-@pytest.mark.parametrize("strategy", [{}, {"strategy": "freedave", "strategy_args": {"num_drafts": 4}}],
-                         ids=["plain", "freedave"])
+@pytest.mark.parametrize("strategy", [{}, {"strategy": "freedave", "strategy_args": {"num_drafts": 4}},
+                                      {"strategy": "ssd", "strategy_args": {"num_drafts": 4}}],
+                         ids=["plain", "freedave", "ssd"])
 def test_adaptive_cache_stays_within_its_plan(tiny_models, strategy):
     """The adaptive cache holds every layer's input next to the K/V; the plan counts them."""
     lm = tiny_models["llada"]

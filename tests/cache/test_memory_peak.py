@@ -24,6 +24,7 @@ SETUPS = {
     "dual": {"cache": "dual"},
     "dual + sub-blocks": {"cache": "dual", "sub_block_length": 32},
     "none + FreeDave K=4": {"strategy": "freedave", "strategy_args": {"num_drafts": 4}},
+    "dual + SSD N=4": {"cache": "dual", "strategy": "ssd", "strategy_args": {"num_drafts": 4}},
     "dual + LoPA 2 branches": {"cache": "dual", "strategy": "lopa", "strategy_args": {"branches": 2}},
     "dual + SchED": {"cache": "dual", "stopper": "sched"},
 }
