@@ -54,6 +54,19 @@ def test_freedave_is_lossless_on_the_trained_model(trained, examples, cache, K):
     assert int(fast.nfe.sum()) < int(base.nfe.sum())  # a confident model accepts long chains
 
 
+@pytest.mark.parametrize("cache", ["none", "dual"])
+def test_ssd_is_lossless_and_its_tree_saves_forwards_on_the_trained_model(trained, examples, cache):
+    """SSD equals the stepwise decode; its swap nodes take steps the chain (FreeDave's
+    acceptance) cannot, so it needs fewer forwards than FreeDave at the same depth."""
+    prompts = _ragged(trained, examples)
+    cfg = dict(gen_length=32, block_length=32, steps=32, cache=cache)
+    base = decode(trained.model, prompts, GenerationConfig(**cfg))
+    ssd = decode(trained.model, prompts, GenerationConfig(strategy="ssd", strategy_args={"num_drafts": 8}, **cfg))
+    chain = decode(trained.model, prompts, GenerationConfig(strategy="freedave", strategy_args={"num_drafts": 8}, **cfg))
+    assert ssd.answer.tolist() == base.answer.tolist()
+    assert int(ssd.nfe.sum()) < int(chain.nfe.sum()) < int(base.nfe.sum()), (ssd.nfe, chain.nfe, base.nfe)
+
+
 def test_freedave_plus_plus_equals_threshold_on_the_trained_model(trained, examples):
     prompts = _ragged(trained, examples)
     cfg = dict(gen_length=32, block_length=8, steps=32, policy="threshold", policy_args={"tau": 0.9})
