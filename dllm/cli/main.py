@@ -24,6 +24,7 @@ from dllm.cli.parser import EXIT_USAGE, CommandParser, name_command_parsers
 from dllm.cli.output import LOGGER_NAME, configure_logging
 from dllm.cli.progress import answer_bar, describe, generate_batch
 from dllm.cli.prompts import PromptLine, check_prompt_lengths, echo_text, read_prompts
+from dllm.cli.structured import add_structured_options, constraint_spec, row_constraint_of
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -34,6 +35,7 @@ EXIT_BROKEN_PIPE = 128 + 13  # the reader went away (``dllm generate | head``), 
 def cmd_generate(args: argparse.Namespace) -> int:
     config = generation_config(args)  # validate before loading anything
     request = output_request(args)
+    constraint_spec(args, config)
     prompts = _generate_prompts(args)
     if args.tensor_parallel == 1:
         return _generate(args, config, prompts, print_=print)
@@ -60,11 +62,12 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
     request = output_request(args, model.model.config.vocab_size)
     chat = False if args.raw else None
     ids = check_prompt_lengths(model, prompts, config, chat)
+    constraint = row_constraint_of(args, model, request, config)
     log.debug("%s", describe(model, config))
     log.debug("decoding %d prompt(s) in batches of %d", len(ids), args.batch_size)
     bar = answer_bar(len(ids) * request.n, config, request, quiet=args.quiet or print_ is not print)
     for start in range(0, len(ids), args.batch_size):
-        out = generate_batch(model, ids[start : start + args.batch_size], config, request, bar)
+        out = generate_batch(model, ids[start : start + args.batch_size], config, request, bar, constraint)
         with tqdm.external_write_mode(file=sys.stderr):
             for row, (text, reason, stats) in enumerate(zip(out.texts, out.finish_reasons, out.stats)):
                 sample = {"sample": row % request.n} if request.n > 1 else {}
@@ -133,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tensor_parallel_option(gen)
     add_generation_options(gen)
     add_request_options(gen)
+    add_structured_options(gen)
     gen.set_defaults(func=cmd_generate)
     chat = sub.add_parser("chat", help="a terminal chat with multi-turn history, showing the canvas filling")
     chat.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,

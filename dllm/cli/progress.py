@@ -41,9 +41,10 @@ def answer_bar(rows: int, config, request, *, quiet: bool, enabled: bool = True)
                         enabled=enabled, delay=BAR_DELAY_S)
 
 
-def generate_batch(lm, ids: list[list[int]], config, request, bar):
+def generate_batch(lm, ids: list[list[int]], config, request, bar, constraint=None):
     """``lm.generate_ids(ids, config, ...)`` for ``request``, advancing ``bar`` by the answer
-    tokens committed after each round (counted only when the bar is shown)."""
+    tokens committed after each round (counted only when the bar is shown); ``constraint``: every
+    row's (``dllm.api.structured.row_constraint``), None for free answers."""
     import torch
 
     from dllm.api.inputs import check_token_ids
@@ -54,7 +55,7 @@ def generate_batch(lm, ids: list[list[int]], config, request, bar):
     config = merge_config(config, {}, request.max_tokens)
     rows = [prompt for prompt in ids for _ in range(request.n)]
     seeds = row_seeds(config, None, len(ids), request.n) or [config.seed] * len(rows)
-    decoding = Decoding(lm.model, [RowStart(prefix=p, gen_length=config.gen_length, seed=s)
+    decoding = Decoding(lm.model, [RowStart(prefix=p, gen_length=config.gen_length, seed=s, constraint=constraint)
                                    for p, s in zip(rows, seeds)], config)
     per_row = answer_length(config, request)
     start = bar.n

@@ -31,6 +31,7 @@ class ConstraintSpec:
         if regex is not None:
             if not isinstance(regex, str) or not regex:
                 raise OptionTypeError(f"regex must be a non-empty str, got {regex!r}")
+            check_regex(regex)
             return cls(regex=regex)
         if choice is not None:
             if isinstance(choice, str) or not isinstance(choice, (list, tuple)) or not choice \
@@ -61,6 +62,17 @@ class ConstraintSpec:
             raise ValueError(f"json_schema cannot be turned into a regular expression ({err}); "
                              "outlines-core covers types, properties, required, enum, const, "
                              "items, min/maxItems, min/maxLength, pattern, anyOf/oneOf/allOf, $ref") from err
+
+
+def check_regex(regex: str) -> None:
+    """The pattern parses (interegular's parser, the one that compiles it; no DFA built yet)."""
+    from dllm.samplers.constraints.token_dfa import _interegular
+
+    try:
+        _interegular().parse_pattern(regex)
+    except Exception as err:  # noqa: BLE001  interegular raises its own parse errors and NotImplementedError
+        raise ValueError(f"the regex {regex[:200]!r} cannot be compiled ({type(err).__name__}: {err}); "
+                         "use Python's regex syntax without backreferences or lookarounds") from err
 
 
 def _check_schema(schema: dict) -> None:

@@ -1,0 +1,44 @@
+"""``dllm generate --regex | --choice | --json-schema FILE``: structured output on the command
+line, checked before the model loads (a bad pattern, an unreadable or invalid schema)."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_structured_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("structured output (one of; every answer a word of it, ending within --max-tokens)")
+    g.add_argument("--regex", metavar="PATTERN", default=None,
+                   help="each whole answer matches PATTERN (Python's regex syntax, no lookarounds)")
+    g.add_argument("--choice", nargs="+", metavar="TEXT", default=None, help="each answer is one of TEXT ...")
+    g.add_argument("--json-schema", metavar="FILE", default=None,
+                   help="each answer is a JSON instance of the JSON schema in FILE")
+
+
+def constraint_spec(args: argparse.Namespace, config=None):
+    """The ConstraintSpec the options ask for (None: free answers); with ``config``, a decoding
+    the constraint does not cover is refused here, before the model loads."""
+    from dllm.samplers.constraints import ConstraintSpec, check_supported
+
+    schema = None
+    if args.json_schema is not None:
+        path = Path(args.json_schema)
+        if not path.is_file():
+            raise FileNotFoundError(f"--json-schema {path}: no such file; give a file holding a JSON schema")
+        try:
+            schema = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--json-schema {path} is not JSON ({err}); give a file holding a JSON schema") from err
+    spec = ConstraintSpec.parse(regex=args.regex, choice=args.choice, json_schema=schema)
+    if spec is not None and config is not None:
+        check_supported(config)
+    return spec
+
+
+def row_constraint_of(args: argparse.Namespace, model, request, config):
+    """Every row's constraint for ``model`` (None: free), refused with its reason when the
+    decoding or the request (stops, a too short --max-tokens) cannot honour it."""
+    from dllm.api.structured import row_constraint
+
+    return row_constraint(model, constraint_spec(args), request.stops, request.max_tokens, config)

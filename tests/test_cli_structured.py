@@ -1,0 +1,52 @@
+"""``dllm generate --regex | --choice | --json-schema FILE``: the API's constrained rows (each
+answer a word of the language, checked here with re and jsonschema on a random tiny model), and
+bad patterns, files and combinations refused in one error line before the model loads."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import dllm
+from dllm.cli import main
+from dllm.samplers.constraints import json_answer_errors
+
+SCHEMA = {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 3}
+
+
+def _rows(capsys) -> list[dict]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_constrained_answers_are_the_apis(tiny_dirs, tmp_path, capsys):
+    path = tiny_dirs["llada"]
+    lm = dllm.load(path, dtype="float32")
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMA))
+    common = ["--model", str(path), "--dtype", "float32", "--raw", "--json", "--max-tokens", "24",
+              "--temperature", "0.8", "--seed", "2"]
+    for flags, kwargs in [(["--regex", "[a-z]+( [a-z]+)*"], dict(regex="[a-z]+( [a-z]+)*")),
+                          (["--choice", "yes", "no"], dict(choice=["yes", "no"])),
+                          (["--json-schema", str(schema_file)], dict(json_schema=SCHEMA))]:
+        assert main(["generate", "hi", "there", *common, *flags]) == 0
+        rows = _rows(capsys)
+        expected = lm.generate(["hi", "there"], chat=False, max_tokens=24, temperature=0.8, seed=2, **kwargs)
+        assert [r["text"] for r in rows] == expected.texts
+    assert all(re.fullmatch("[a-z]+( [a-z]+)*", t) for t in lm.generate(["hi"], chat=False, max_tokens=24,
+                                                                         regex="[a-z]+( [a-z]+)*").texts)
+    assert all(json_answer_errors(r["text"], SCHEMA) is None for r in rows), rows
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--regex", "a("], "cannot be compiled"),
+    (["--regex", "a", "--choice", "b"], "give one of regex, choice, json_schema"),
+    (["--json-schema", "no-such-schema.json"], "no such file"),
+    (["--choice", "a", "--strategy", "freedave"], "use strategy='plain'"),
+    (["--choice", "a", "--stopper", "eotp"], "use stopper='none'"),
+])
+def test_bad_structured_options_are_one_error_line_before_loading(monkeypatch, capsys, argv, expected):
+    monkeypatch.setattr("dllm.load", lambda *a, **k: pytest.fail("the model was loaded before the check"))
+    assert main(["generate", "hi", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dllm generate: error: ") and expected in err and len(err.splitlines()) == 1
