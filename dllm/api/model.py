@@ -99,6 +99,10 @@ class DiffusionLM:
         ``finished=True``. Same tokens as ``generate``; ``stop`` / ``stop_token_ids`` end the
         text (and the decode) at the first stop, ``max_tokens`` sets the answer length as in
         ``generate``. Bad input raises here, before any model work."""
+        constrained = sorted({"regex", "choice", "json_schema"} & set(options))
+        if constrained:
+            raise ValueError(f"stream does not decode under a constraint yet ({', '.join(constrained)}); "
+                             "use generate for structured output")
         request = OutputRequest.parse(stop=stop, stop_token_ids=stop_token_ids, max_tokens=max_tokens,
                                       vocab_size=self.model.config.vocab_size)
         config = merge_config(config, options, request.max_tokens)
