@@ -141,3 +141,11 @@ def test_refused_caches_would_not_be_lossless(tiny_models, monkeypatch, family, 
     monkeypatch.setattr(SSD, "check_config", lambda self, config: None)
     fast = decode(model, PROMPTS, GenerationConfig(**cfg, strategy="ssd", strategy_args={"num_drafts": 4}))
     assert fast.answer.tolist() != base.answer.tolist()
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_classifier_free_guidance(tiny_models, family):
+    """Guided candidate rows (each node with its unconditional twin) stay the base decode."""
+    cfg = GenerationConfig(gen_length=16, block_length=8, steps=16, cfg_scale=1.0, strategy="ssd",
+                           strategy_args={"num_drafts": 4})
+    _check(tiny_models[family].model, cfg)
