@@ -1,0 +1,105 @@
+"""Structured output on ParallelBench's waiting-line tasks: every answer is a JSON list of names,
+so each sample is decoded free and constrained by {"type": "array", "items": {"type": "string"}}
+side by side (same prompts, same decoding), at one and at several tokens per step. Prints and
+writes: share of answers that are JSON lists of strings (jsonschema decides), the benchmark's
+score, forwards, wall time, and the constraint's own time per batch step (mask + commit
+filter). Both modes decode with max_tokens = the task's length, one block.
+
+    .venv/bin/python bench/structured_waiting_line.py --limit 20 --tokens-per-step 1 4 8 \
+        --out bench/results/structured/waiting_line.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import dllm
+from dllm.bench.metrics import score
+from dllm.bench.parallelbench import OFFLINE_TASKS, select_samples
+from dllm.data.prompts import build_messages, load_samples, load_task_configs
+from dllm.samplers.constraints import json_answer_errors
+from dllm.samplers.constraints.rows import CanvasConstraints
+
+SCHEMA = {"type": "array", "items": {"type": "string"}}
+MODES = ("free", "json_schema")
+
+
+def _timed(cls, name: str, clock: dict) -> None:
+    """Add the seconds spent in ``cls.name`` to ``clock[name]`` and count its calls."""
+    inner = getattr(cls, name)
+
+    def wrapper(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            clock[name] = clock.get(name, 0.0) + time.perf_counter() - start
+            clock[name + "_calls"] = clock.get(name + "_calls", 0) + 1
+
+    setattr(cls, name, wrapper)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=Path("../shared/data/parallelbench"))
+    parser.add_argument("--limit", type=int, default=20, help="samples per task (stratified)")
+    parser.add_argument("--tokens-per-step", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--batch-size", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    lm = dllm.load()
+    specs = load_task_configs(args.data)
+    tasks = [t for t in OFFLINE_TASKS if t.startswith("waiting_line/")]
+    clock: dict = {}
+    _timed(CanvasConstraints, "mask_logits", clock)
+    _timed(CanvasConstraints, "filter_commit", clock)
+    rows = []
+    for tps in args.tokens_per_step:
+        # the two modes decode each batch back to back, so a busy machine slows both alike
+        totals = {mode: dict(samples=0, parsed=0, score=0.0, nfe=0, seconds=0.0, constraint=0.0, steps=0)
+                  for mode in MODES}
+        for task in tasks:
+            spec = specs[task]
+            samples = load_samples(args.data, task)
+            picked = [samples[i] for i in select_samples(samples, args.limit)[0]]
+            gen = spec.max_tokens
+            for start in range(0, len(picked), args.batch_size):
+                batch = picked[start : start + args.batch_size]
+                ids = [lm.encode(build_messages(spec, s, 0)) for s in batch]
+                for mode in MODES:
+                    options = dict(max_tokens=gen, block_length=gen, steps=gen // tps)
+                    if mode == "json_schema":
+                        options["json_schema"] = SCHEMA
+                    clock.clear()
+                    began = time.perf_counter()
+                    out = lm.generate_ids(ids, **options)
+                    total = totals[mode]
+                    total["seconds"] += time.perf_counter() - began
+                    total["constraint"] += clock.get("mask_logits", 0.0) + clock.get("filter_commit", 0.0)
+                    total["steps"] += clock.get("mask_logits_calls", 0)
+                    for sample, text, stats in zip(batch, out.texts, out.stats):
+                        total["samples"] += 1
+                        total["parsed"] += json_answer_errors(text, SCHEMA) is None
+                        total["score"] += score(spec.metric, text, sample) or 0.0
+                        total["nfe"] += stats["nfe"]
+        for mode in MODES:
+            total = totals[mode]
+            n = total["samples"]
+            row = {"tokens_per_step": tps, "mode": mode, "samples": n, "parsed": total["parsed"] / n,
+                   "score": round(total["score"] / n, 4), "nfe": total["nfe"] / n,
+                   "seconds": round(total["seconds"], 2),
+                   "constraint_seconds": round(total["constraint"], 2),
+                   "constraint_ms_per_step": round(1000 * total["constraint"] / total["steps"], 2) if total["steps"] else None,
+                   "batch_steps": total["steps"]}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"model": "dllm.load() (bundled)", "tasks": tasks, "limit": args.limit,
+                                        "schema": SCHEMA, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
