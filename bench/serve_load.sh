@@ -25,6 +25,14 @@ fi
 $PY -m dllm bench serve --model "$RANDOM_MODEL" --out bench/results/serve_random100m --rates 0.1,0.3 \
   --requests 15 --duration 150 --timeout 900 --max-tokens 8 --block-length 4 --cache prefix --max-batch 4
 
+# the server's defaults (no block_length sent: blocks of 32) against one block of each request's
+# max_tokens (the old default), a mixed-length workload and an 8-token request behind a 384-token one
+for block in server_block one_block; do
+  extra=(); [ "$block" = one_block ] && extra=(--block-length max)
+  $PY -m dllm bench serve --out "bench/results/serve_defaults/$block" --rates 1 --requests 12 --duration 20 \
+    --timeout 300 --max-tokens 8,32,128,448 --behind 384,8 "${extra[@]}"
+done
+
 if [ -n "${SOAK:-}" ]; then
   $PY -m dllm bench serve --soak "$SOAK" --out bench/results/serve_soak --rates 2 --duration 1800 --max-queue 512 \
     --timeout 600 --max-tokens 8,16 --block-length 8 --cache prefix --max-batch 16 --cancel-prob 0.2
