@@ -45,6 +45,21 @@ def rule_steps(state, tokens: Tensor, stats: TokenStats, depth: int, rows: Tenso
     return out
 
 
+def block_statistics(strategy, state) -> TokenStats:
+    """The statistics a self-drafting strategy (FreeDave, SSD) drafts from: those its last verify
+    forward left for the state it moved to, or, at a block's start, one forward of the block."""
+    if strategy.pending is None or strategy.block_start != state.bs:
+        strategy.block_start = state.bs
+        return state.statistics(state.block_logits())
+    return strategy.pending
+
+
+def leaves_work(state, flat: Tensor) -> Tensor:
+    """(N,) whether each candidate canvas of ``flat`` (N, L) leaves work: masks in the active
+    block and text not yet final (the base decode stops where it leaves none)."""
+    return (flat[:, state.bs : state.be] == state.mask_id).any(-1) & ~state.text_final(flat)
+
+
 @register_strategy("freedave")
 @dataclass(kw_only=True, slots=True)
 class FreeDave:
@@ -66,15 +81,13 @@ class FreeDave:
         if state.config.stopper != "none":
             raise ValueError("freedave verifies the base rule alone; use stopper='none'")
         B, K = state.tokens.shape[0], self.num_drafts
-        if self.pending is None or self.block_start != state.bs:
-            self.pending = state.statistics(state.block_logits())
-            self.block_start = state.bs
+        self.pending = block_statistics(self, state)
         moving = state.moving_rows()  # (B,) rows with masks left; the others take no step
         drafts = torch.stack(rule_steps(state, state.tokens, self.pending, K), 1)  # (B, K, L)
         block = slice(state.bs, state.be)
         # (B, K): draft k leaves work (masks in the block, text not final); monotone in k
         flat = drafts.reshape(B * K, -1)
-        open_ = ((flat[:, block] == state.mask_id).any(-1) & ~state.text_final(flat)).reshape(B, K)
+        open_ = leaves_work(state, flat).reshape(B, K)
         unfinished = open_[:, 0]
         if not bool(unfinished.any()):  # the base step leaves no work in any row: no forward needed
             state.commit(drafts[:, 0, block] != state.tokens[:, block], drafts[:, 0, block])

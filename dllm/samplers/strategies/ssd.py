@@ -29,7 +29,7 @@ from torch import Tensor
 from dllm.kernels import TokenStats
 from dllm.samplers.base import register_strategy
 from dllm.samplers.strategies.candidates import evaluate_candidates
-from dllm.samplers.strategies.freedave import rule_steps
+from dllm.samplers.strategies.freedave import block_statistics, leaves_work, rule_steps
 
 
 def tree_nodes(drafts: Tensor, swaps: bool) -> tuple[Tensor, Tensor]:
@@ -84,9 +84,7 @@ class SSD:
         """One round; returns the base-rule steps each row took (the walk's length)."""
         self.check_config(state.config)
         B = state.tokens.shape[0]
-        if self.pending is None or self.block_start != state.bs:
-            self.pending = state.statistics(state.block_logits())
-            self.block_start = state.bs
+        self.pending = block_statistics(self, state)
         moving = state.moving_rows()  # (B,) rows with masks left; the others take no step
         chain = torch.stack(rule_steps(state, state.tokens, self.pending, self.num_drafts), 1)  # (B, N, L)
         nodes, depth = tree_nodes(chain, self.swaps)
@@ -94,7 +92,7 @@ class SSD:
         block = slice(state.bs, state.be)
         flat = nodes.reshape(B * M, -1)
         # (B, M): the node leaves work (masks in the block, text not final): the walk may go on from it
-        open_ = ((flat[:, block] == state.mask_id).any(-1) & ~state.text_final(flat)).reshape(B, M)
+        open_ = leaves_work(state, flat).reshape(B, M)
         unfinished = open_[:, 0]
         if not bool(unfinished.any()):  # the base step leaves no work in any row: no forward needed
             state.commit(chain[:, 0, block] != state.tokens[:, block], chain[:, 0, block])
