@@ -54,6 +54,17 @@ class Terminal:
     def send(self, keys: str) -> None:
         os.write(self.fd, keys.encode())
 
+    def type_at_prompt(self, keys: str) -> None:
+        """Type ``keys`` once readline reads the terminal (it turns canonical mode off when it does)
+        and a moment more: a Ctrl-C typed before that, while the prompt is still being set up,
+        reaches the process before readline waits for a key and is seen only at the next key, a
+        race a person at the keyboard never runs (a test typing at machine speed does)."""
+        end = time.monotonic() + 10
+        while termios.tcgetattr(self.fd)[3] & termios.ICANON and time.monotonic() < end:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        self.send(keys)
+
     def exit_status(self) -> int:
         while time.monotonic() < self.deadline:
             if select.select([self.fd], [], [], 0.2)[0]:
@@ -102,7 +113,7 @@ def test_ctrl_c_in_chat_cancels_the_line_or_the_answer_and_keeps_the_conversatio
     term.send(first + "\r")
     term.expect("| NFE")
     term.expect("> ")
-    term.send("half a line\x03")  # Ctrl-C while typing: the line is dropped
+    term.type_at_prompt("half a line\x03")  # Ctrl-C while typing: the line is dropped
     term.expect("(line cancelled")
     term.expect("> ")
     term.send("/set max-tokens=200 block-length=200\r")
@@ -117,11 +128,10 @@ def test_ctrl_c_in_chat_cancels_the_line_or_the_answer_and_keeps_the_conversatio
     term.send(later + "\r")
     assert expected.replace("\n", "\r\n") in term.expect("| NFE")  # the first turn is still in the history
     term.expect("> ")
-    term.send("x\x03")
+    term.type_at_prompt("x\x03")
     term.expect("(line cancelled")
     term.expect("> ")
-    time.sleep(0.5)  # readline is reading (a signal just before it waits for a key is seen at the next key)
-    term.send("\x03")  # a second Ctrl-C in a row ends the session
+    term.type_at_prompt("\x03")  # a second Ctrl-C in a row ends the session
     assert term.exit_status() == 0
     assert "Traceback" not in term.output and "KeyboardInterrupt" not in term.output
 
