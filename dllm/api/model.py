@@ -12,6 +12,7 @@ from dllm.engine.decoding import DecodeResult, Decoding, RowStart, check_prompts
 from dllm.api.inputs import check_token_ids, prompt_batch
 from dllm.models import load_model, load_tokenizer
 from dllm.models.bundled import resolve_model_path
+from dllm.models.helper import load_helper
 from dllm.models.placement import resolve_device
 from dllm.models.quantize import check_checkpoint_unquantized, check_quantize, quantize_linears
 from dllm.models.tokenizer import check_decodable, check_tokenizer_fits
@@ -160,7 +161,8 @@ class DiffusionLM:
 def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
          dtype: str | torch.dtype = "auto", prepack: bool = False, revision: str | None = None,
          tensor_parallel: int = 1,
-         quantize: str | None = None, adapter: str | Path | None = None) -> DiffusionLM:
+         quantize: str | None = None, adapter: str | Path | None = None,
+         helper: str | Path | None = None) -> DiffusionLM:
     """Load a checkpoint directory, a bundled model by name (``dllm models`` lists them;
     default: the bundled LLaDA-layout model), or a Hugging Face hub id (``org/name``) from the
     user's hub cache, fetching only the files dllm reads when they are not there
@@ -185,6 +187,10 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     merged into the weights at load (``W += alpha / r * B @ A``; ``dllm.models.adapters``), e.g.
     D2F's students over LLaDA-8B-Instruct or Dream-7B; checked against the base before any weight
     is read.
+    helper: an autoregressive helper (a causal LM directory, a bundled helper's name such as
+    ``dllm-waitingline-ar``, or a hub id) loaded through transformers' AutoModelForCausalLM on the
+    model's device and dtype, for the strategies that use one (``apd``); its tokenizer must be the
+    model's (the first mismatch is named; ``dllm.models.helper``).
     """
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise OptionTypeError(f"path must be a checkpoint directory, a bundled model's name or a hub id "
@@ -193,6 +199,12 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
         raise OptionTypeError(f"revision must be a branch, tag or commit (str), got {type(revision).__name__}")
     if adapter is not None and not isinstance(adapter, (str, os.PathLike)):
         raise OptionTypeError(f"adapter must be a LoRA adapter directory (str or Path), got {type(adapter).__name__}")
+    if helper is not None and not isinstance(helper, (str, os.PathLike)):
+        raise OptionTypeError(f"helper must be a causal LM's directory, a bundled helper's name or a hub id "
+                              f"(str or Path), got {type(helper).__name__}")
+    if helper is not None and tensor_parallel != 1:
+        raise ValueError("an autoregressive helper is not split under tensor parallelism; load without "
+                         "tensor_parallel (or without helper)")
     if adapter is not None and tensor_parallel != 1:
         raise ValueError("a LoRA adapter cannot be merged under tensor parallelism yet; merge it into a "
                          "checkpoint first, or load without tensor_parallel")
@@ -212,4 +224,6 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
         quantize_linears(model, mode)
     tokenizer = load_tokenizer(path)
     check_tokenizer_fits(tokenizer, model.config, path)
+    if helper is not None:
+        model.helper = load_helper(helper, tokenizer, device=model.device, dtype=model.dtype)
     return DiffusionLM(model, tokenizer, path)

@@ -177,6 +177,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adapter", default=None, metavar="DIR",
                    help="a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) merged "
                         "into the model's weights at load, e.g. a D2F student (default: none)")
+    p.add_argument("--helper", default=None, metavar="DIR_OR_ID",
+                   help="an autoregressive helper of the model's tokenizer for --strategy apd: a causal LM "
+                        "directory, a bundled helper (dllm-waitingline-ar) or a hub id, loaded through "
+                        "transformers (default: none)")
 
 
 def load_from_args(args: argparse.Namespace, device: str | None = None) -> DiffusionLM:
@@ -186,7 +190,8 @@ def load_from_args(args: argparse.Namespace, device: str | None = None) -> Diffu
 
     return dllm.load(args.model, device=args.device if device is None else device, dtype=args.dtype,
                      prepack=args.prepack, revision=args.revision, quantize=getattr(args, "quantize", None),
-                     tensor_parallel=getattr(args, "tensor_parallel", 1), adapter=getattr(args, "adapter", None))
+                     tensor_parallel=getattr(args, "tensor_parallel", 1), adapter=getattr(args, "adapter", None),
+                     helper=getattr(args, "helper", None))
 
 
 def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> None:
