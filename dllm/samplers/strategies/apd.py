@@ -1,0 +1,127 @@
+"""APD (Israel et al. 2025, "Accelerating Diffusion LLMs via Adaptive Parallel Decoding").
+
+Left to right, each round drafts every masked position of a lookahead window from one forward
+of the diffusion model and commits the longest prefix of the draft that a mixture of the
+diffusion model's marginals and a small autoregressive helper's next-token distributions would
+itself choose: position 0 of the window always, position i > 0 while the draft token is the
+argmax of ``R * diffusion logits + (1 - R) * helper logits`` there (the helper reading the
+prompt, the committed answer and the draft before i). The number of tokens per forward adapts:
+where the helper agrees with the parallel draft, many; where it does not, one.
+
+As the released loop (``danielmisrael/apd``, ``dream/generation_utils.py``: ``apd_sample``,
+``apd_accept_criterion``): the window is the first ``max_lookahead`` masks (M; all of the block
+without it) and the diffusion model sees the canvas up to the window's end only; the draft is
+the forward's token at each window position (sampled at temperature > 0) while the mixture's
+target is its argmax; the mixture is of raw logits over the helper's vocabulary (the diffusion
+model's mask id excluded, as everywhere in dllm). Blocks generalise the loop: the window never
+crosses the active block (one block of ``gen_length`` is the released loop). Each row keeps its
+own window and accepted count, so a ragged batch gives each row's single-run tokens.
+
+Not yet: the released loop's K/V window (``kv_window``, an approximation of the diffusion
+model's K/V older than W positions) and the helper's K/V cache: each round runs the helper over
+the row's canvas up to the window's end (the same logits, more compute). Refused, with the
+reason: dllm's caches (they refresh K/V at block boundaries, APD's window moves every round), a
+stopper, classifier-free guidance and a rule other than the default (APD applies none).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from dllm.samplers.base import register_strategy
+
+
+@contextmanager
+def keys_before(canvas, end: Tensor):
+    """Within the block: each row's keys at canvas positions >= ``end`` (B,) invisible, as if
+    its canvas stopped there (APD forwards the canvas up to the lookahead window's end)."""
+    saved = canvas.valid, canvas.padded
+    idx = torch.arange(canvas.length, device=end.device)
+    canvas.valid = saved[0] & (idx[None, :] < end[:, None])
+    canvas.padded = True
+    try:
+        yield
+    finally:
+        canvas.valid, canvas.padded = saved
+
+
+def helper_logits(helper, tokens: Tensor, valid: Tensor, positions: Tensor, start: int, stop: int) -> Tensor:
+    """(B, stop - start, V_h) the helper's next-token logits for canvas positions [start, stop)
+    (outputs start - 1 .. stop - 2) of ``tokens`` (B, >= stop): left padding masked out, each
+    row at its own positions; ids the helper cannot embed (never read by kept outputs) zeroed."""
+    ids = tokens[:, :stop]
+    ids = torch.where(ids < helper.vocab_size, ids, torch.zeros_like(ids))
+    out = helper.model(input_ids=ids, attention_mask=valid[:, :stop].long(), position_ids=positions[:, :stop],
+                       use_cache=False)
+    return out.logits[:, start - 1 : stop - 1]
+
+
+@register_strategy("apd")
+@dataclass(kw_only=True, slots=True)
+class APD:
+    mixture_weight: float = 0.7  # R: the diffusion model's weight in the mixture (1 - R: the helper's)
+    max_lookahead: int | None = None  # M: the window's masks (None: the rest of the block)
+    candidate_rows = 1  # rows one canvas row occupies in a forward (dllm.engine.memory)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.mixture_weight <= 1.0:
+            raise ValueError(f"mixture_weight (R) must be in [0, 1], got {self.mixture_weight}")
+        if self.max_lookahead is not None and self.max_lookahead < 1:
+            raise ValueError(f"max_lookahead (M) must be >= 1 or None (the whole block), got {self.max_lookahead}")
+
+    def check_config(self, config) -> None:
+        """Refuse what APD's loop does not compose with, naming why."""
+        if config.stopper != "none":
+            raise ValueError(f"apd commits the prefix its helper accepts; stopper {config.stopper!r} would commit "
+                             "outside it: use stopper='none'")
+        if config.cache != "none":
+            raise ValueError(f"apd's window moves by its accepted count every round and the diffusion model sees the "
+                             f"canvas up to the window's end; cache {config.cache!r} keeps K/V from block boundaries "
+                             "of the whole canvas: use cache='none'")
+        if config.cfg_scale > 0:
+            raise ValueError("apd's helper has no unconditional branch for classifier-free guidance: use cfg_scale=0")
+        if config.policy != "low_confidence" or config.policy_args:
+            raise ValueError(f"apd drafts every masked position of its window and keeps the prefix the helper "
+                             f"accepts; it applies no unmasking rule (got policy {config.policy!r} "
+                             f"{config.policy_args or ''}): leave policy at its default")
+
+    def step(self, state) -> Tensor:
+        """One round; returns the tokens each row committed (its base steps)."""
+        self.check_config(state.config)
+        helper = getattr(state.model, "helper", None)
+        if helper is None:
+            raise ValueError("strategy 'apd' needs an autoregressive helper of the model's tokenizer: "
+                             "dllm.load(..., helper=PATH_OR_ID) (--helper on the command line)")
+        canvas, bs, be = state.canvas, state.bs, state.be
+        eligible = state.eligible() & state.runner.active[:, None]  # (B, W) the row's masks left (a suffix)
+        moving = eligible.any(-1)
+        W = eligible.shape[1]
+        j = torch.arange(W, device=eligible.device)
+        curr = torch.where(moving, eligible.int().argmax(-1), W)  # (B,) the window's first position
+        M = W if self.max_lookahead is None else self.max_lookahead
+        window = eligible & (j[None, :] < curr[:, None] + M)  # (B, W) the lookahead window
+        right = bs + torch.where(moving, (curr + window.sum(-1)), W)  # (B,) canvas end the model sees
+        with keys_before(canvas, right):
+            logits = state.block_logits()  # (B, W, V)
+        stats = state.statistics(logits)
+        draft = stats.token  # (B, W): the forward's token at each position (sampled at T > 0)
+        tokens = state.tokens.clone()
+        tokens[:, bs:be] = torch.where(window, draft, tokens[:, bs:be])
+        stop = int(right.max())  # (a host read: the helper's forward length)
+        verify = helper_logits(helper, tokens, canvas.valid, canvas.positions, bs, stop)  # (B, stop - bs, V_h)
+        V = min(verify.shape[-1], logits.shape[-1])
+        mixed = logits[:, : stop - bs, :V].double().clone()
+        if state.mask_id < V:
+            mixed[..., state.mask_id] = float("-inf")
+        mixed = self.mixture_weight * mixed + (1 - self.mixture_weight) * verify[..., :V].double()
+        agree = torch.zeros_like(window)
+        agree[:, : stop - bs] = mixed.argmax(-1) == draft[:, : stop - bs]
+        # the window's first position always; later ones up to the first disagreement
+        reject = window & ~agree & (j[None, :] > curr[:, None])
+        first = torch.where(reject.any(-1), reject.int().argmax(-1), W)  # (B,)
+        commit = window & (j[None, :] < first[:, None])
+        state.commit(commit, draft)
+        return commit.sum(-1)

@@ -1,0 +1,78 @@
+"""APD's released loop (danielmisrael/apd, ``dream/generation_utils.py``: ``apd_sample`` with
+``apd_accept_criterion``), batch 1, temperature 0, no diffusion K/V window.
+
+Written from the published code: the canvas is the prompt and ``gen_length`` masks; each round
+forwards the diffusion model on the canvas up to ``curr + max_lookahead`` (Dream's right shift
+for shifted families), drafts the argmax at every masked position of that window, and runs the
+helper (a transformers causal LM) as the released loop does: the first round on the whole draft
+without a cache, later rounds on the window's draft only, at its cache positions, over the K/V
+of the prompt and the accepted tokens (cropped after each round), the first window position's
+logits carried over from the round before. The target is the argmax of ``R * diffusion logits +
+(1 - R) * helper logits`` over the helper's vocabulary; the accepted count is the cumulative
+product of draft == target with position 0 forced. It stops when no mask is left or an
+end-of-text is in the canvas. It shares no code with the engine (the mask token's logit is -inf,
+as dllm does).
+"""
+from __future__ import annotations
+
+import torch
+
+
+@torch.no_grad()
+def apd_generate(model, helper, prompt: list[int], *, gen_length: int, mixture_weight: float,
+                 max_lookahead: int | None, eos_id: int) -> list[int]:
+    """The answer tokens (masks left where the loop stopped) and the rounds it took."""
+    mask_id = model.mask_token_id
+    V_h = helper.get_input_embeddings().weight.shape[0]
+    P = len(prompt)
+    x = torch.full((1, P + gen_length), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    L = x.shape[1]
+    curr, prefilling, past, prev_logits, rounds = P, True, None, None, 0
+    while curr < L:
+        right = min(curr + max_lookahead, L) if max_lookahead is not None else L
+        window = x[:, :right]
+        logits = model(window, torch.arange(right)[None]).double()
+        logits[..., mask_id] = float("-inf")
+        if model.shift_logits:
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+        rounds += 1
+        mask_logits = logits[window == mask_id]  # (n, V)
+        x0 = mask_logits.argmax(-1)
+        diffusion_logits = mask_logits[:, :V_h].unsqueeze(0)
+        if prefilling:
+            draft = x.clone()[:, :right]
+            draft[:, curr:right] = x0
+            out = helper(draft, use_cache=True)
+            verifier_logits = out.logits[:, curr - 1 : -1].double()
+        else:
+            draft = x0.clone().unsqueeze(0)
+            cache_position = torch.arange(curr, right)
+            out = helper(draft, cache=past, cache_position=cache_position,
+                         position_ids=cache_position.unsqueeze(0), use_cache=True)
+            verifier_logits = torch.cat([prev_logits, out.logits[:, :-1].double()], dim=1)
+        past = out.past_key_values
+        if max_lookahead is not None:
+            verifier_logits = verifier_logits[:, :max_lookahead]
+        prefilling = False
+        n = diffusion_logits.shape[1]
+        verifier_logits = verifier_logits[..., : diffusion_logits.shape[-1]]
+        target = (mixture_weight * diffusion_logits + (1 - mixture_weight) * verifier_logits).argmax(-1)
+        accept = draft[:, -n:] == target
+        accept[:, 0] = True
+        num_accept = min(int(torch.cumprod(accept.long(), -1).sum()), n)
+        prev_logits = verifier_logits[:, num_accept if num_accept < verifier_logits.shape[1] else -1].unsqueeze(1)
+        _crop_to(past, curr + num_accept)
+        x[0, curr : curr + num_accept] = x0[:num_accept]
+        curr += num_accept
+        if not bool((x == mask_id).any()) or bool((x == eos_id).any()):
+            break
+    return x[0, P:].tolist(), rounds
+
+
+def _crop_to(past, keep: int) -> None:
+    """The released ``crop(curr + num_accept)``: keep the first ``keep`` positions' K/V
+    (transformers 5 crops by a negative count of positions to drop)."""
+    drop = past.get_seq_length() - keep
+    if drop > 0:
+        past.crop(-drop)

@@ -1,0 +1,106 @@
+"""APD reproduces its released loop (tests/oracles_apd.py) token for token on Dream-layout (and
+LLaDA-layout) checkpoints with a tiny Qwen2 helper written by transformers, in the same rounds;
+each row of a ragged batch is its single run (tokens and forwards), at temperature > 0 and with
+blocks too; what it does not compose with is refused with the reason."""
+from __future__ import annotations
+
+import pytest
+
+import dllm
+from dllm import GenerationConfig
+from dllm.engine.decoding import decode
+from dllm.engine.policies import check_policies
+from dllm.models.tiny import write_tiny_checkpoint
+from tests.oracles_apd import apd_generate
+from tests.tiny_helper import write_tiny_helper
+
+PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, test_device):
+    root = tmp_path_factory.mktemp("apd")
+    out = {}
+    for family, seed in (("dream", 2), ("llada", 1)):
+        ckpt = write_tiny_checkpoint(root / family, family, seed=seed)
+        helper = write_tiny_helper(root / f"{family}_helper", ckpt, seed=seed)
+        out[family] = dllm.load(ckpt, device=test_device, dtype="float32", helper=helper).model
+    return out
+
+
+def _apd(gen_length: int, R: float, M: int | None, **extra) -> GenerationConfig:
+    return GenerationConfig(gen_length=gen_length, block_length=gen_length, strategy="apd",
+                            strategy_args={"mixture_weight": R, "max_lookahead": M}, **extra)
+
+
+@pytest.mark.parametrize("family", ["dream", "llada"])
+@pytest.mark.parametrize("R, M", [(0.5, None), (0.7, 4), (0.9, 8), (1.0, 6), (0.0, 6)])
+def test_apd_equals_released_loop(models, family, R, M):
+    model = models[family]
+    G = 24
+    accepted_many = rejected = False
+    for prompt in PROMPTS:
+        want, rounds = apd_generate(model, model.helper.model, prompt, gen_length=G, mixture_weight=R,
+                                    max_lookahead=M, eos_id=-1)  # no end-of-text stop: the whole canvas
+        got = decode(model, [prompt], _apd(G, R, M, stop_at_eos=False))
+        assert got.answer[0].tolist() == want, prompt
+        assert int(got.nfe[0]) == rounds, prompt
+        accepted_many |= rounds < G
+        rejected |= rounds > -(-G // (M or G))
+    if 0 < R < 1:  # the helper both accepts parallel drafts and cuts windows
+        assert accepted_many and rejected
+    if R == 1:  # the diffusion model alone: every window whole
+        assert not rejected
+
+
+def test_apd_stops_at_end_of_text_as_released(models):
+    """With the end-of-text stop, the loop ends at the round that commits one (text after it in that
+    round is kept by both, and cut from the answer)."""
+    model = models["dream"]
+    eos = model.eos_token_ids[0]
+    hits = 0
+    for prompt in PROMPTS + [[9, 9, 9], [300 - 7, 11]]:
+        want, rounds = apd_generate(model, model.helper.model, prompt, gen_length=32, mixture_weight=0.3,
+                                    max_lookahead=8, eos_id=eos)
+        got = decode(model, [prompt], _apd(32, 0.3, 8))
+        end = want.index(eos) + 1 if eos in want else len(want)
+        hits += eos in want
+        assert got.answer[0].tolist()[:end] == want[:end], prompt
+        assert int(got.nfe[0]) == rounds, prompt
+    assert hits  # some answer ended early
+
+
+@pytest.mark.parametrize("extra", [dict(), dict(block_length=8), dict(temperature=0.8, seed=3),
+                                   dict(stop_at_eos=True, temperature=1.0, top_k=20)],
+                         ids=["one_block", "blocks", "temperature", "eos_sampled"])
+def test_ragged_batch_equals_single_runs(models, extra):
+    model = models["dream"]
+    cfg = GenerationConfig(**{**dict(gen_length=24, block_length=24, strategy="apd", stop_at_eos=False,
+                                     strategy_args={"mixture_weight": 0.6, "max_lookahead": 6}), **extra})
+    batch = decode(model, PROMPTS, cfg, seeds=[1, 2, 3, 4])
+    for row, prompt in enumerate(PROMPTS):
+        single = decode(model, [prompt], cfg, seeds=[row + 1])
+        assert batch.answer[row].tolist() == single.answer[0].tolist(), row
+        assert int(batch.nfe[row]) == int(single.nfe[0]), row
+
+
+@pytest.mark.parametrize("options, reason", [
+    (dict(cache="dual"), "cache='none'"),
+    (dict(stopper="prophet"), "stopper='none'"),
+    (dict(cfg_scale=1.0), "cfg_scale=0"),
+    (dict(policy="threshold"), "no unmasking rule"),
+])
+def test_refusals_name_the_reason(models, options, reason):
+    cfg = _apd(16, 0.7, 4, **options)
+    with pytest.raises(ValueError, match=reason):
+        check_policies(cfg)
+    with pytest.raises(ValueError, match=reason):
+        decode(models["dream"], [PROMPTS[0]], cfg)
+
+
+def test_bad_options_and_missing_helper(tiny_models):
+    for args, reason in (({"mixture_weight": 1.5}, "mixture_weight"), ({"max_lookahead": 0}, "max_lookahead")):
+        with pytest.raises(ValueError, match=reason):
+            check_policies(GenerationConfig(gen_length=8, strategy="apd", strategy_args=args))
+    with pytest.raises(ValueError, match="helper=PATH_OR_ID"):
+        decode(tiny_models["dream"].model, [PROMPTS[0]], _apd(8, 0.7, 4))
