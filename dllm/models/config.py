@@ -19,6 +19,7 @@ BLOCK_ORIGIN_KEY = "dllm_block_origin"
 ATTENTION_KEY, BLOCK_SIZE_KEY = "dllm_attention", "dllm_block_size"
 
 SCORES = ("softmax", "sigmoid")  # MoE router scores: OLMoE / LLaDA-MoE, LLaDA2
+ACTIVATIONS = ("silu", "gelu_tanh")  # expert gate activation: SwiGLU families, DiffusionGemma (GeGLU)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +36,14 @@ class MoEConfig:
     topk_group: int = 1
     expert_bias: bool = False  # a selection-only bias (LLaDA2 `expert_bias`)
     shared_hidden: int = 0  # hidden size of the shared expert(s) MLP; 0 = none
+    activation: str = "silu"  # of the experts' gate projection: "silu" or "gelu_tanh" (DiffusionGemma)
+    expert_scale: bool = False  # a learned per-expert factor on the chosen weights, after renormalising
 
     def __post_init__(self) -> None:
         if self.score not in SCORES:
             raise ValueError(f"MoE score={self.score!r}; expected one of {SCORES}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"MoE activation={self.activation!r}; expected one of {ACTIVATIONS}")
         for name in ("n_experts", "top_k", "expert_hidden", "n_group", "topk_group"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"MoE {name} must be positive, got {getattr(self, name)}")

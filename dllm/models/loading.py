@@ -7,6 +7,8 @@ on the meta device (``assign=True``), so the weights are never held twice.
 from __future__ import annotations
 
 import json
+import logging
+import re
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +27,9 @@ from dllm.validation import OptionTypeError
 
 if TYPE_CHECKING:
     from dllm.parallel.tensor_plan import TensorShard
+
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(ValueError):
@@ -120,6 +125,14 @@ def _check_index(index: Path, weight_map_: dict[str, str]) -> None:
                               "entries of its weight_map, or restore the checkpoint's original index file")
 
 
+def _skip_ignored(family: Family, files: dict[str, Path]) -> tuple[dict[str, Path], list[str]]:
+    """The checkpoint's tensors without those the family does not load, and those."""
+    patterns = [re.compile(p) for p in family.ignored_weights]
+    skipped = [n for n in files if any(p.fullmatch(n) for p in patterns)]
+    dropped = set(skipped)
+    return {n: f for n, f in files.items() if n not in dropped}, skipped
+
+
 def _check_tensors(files: dict[str, Path], expected: dict[str, tuple[int, ...]]) -> None:
     missing = sorted(set(expected) - set(files))
     unexpected = sorted(set(files) - set(expected))
@@ -164,6 +177,8 @@ def _read_piece(f, file: Path, piece: Piece, cols: tuple[int, int] | None = None
     """The piece (rows [lo, hi) of a checkpoint tensor, or all of it); ``cols``: only columns
     [lo, hi) of its second dimension (a tensor-parallel rank's input features)."""
     try:
+        if piece.inner is not None:
+            return f.get_slice(piece.name)[:, piece.inner[0]:piece.inner[1]]
         if piece.rows is None and cols is None:
             return f.get_tensor(piece.name)
         lo, hi = piece.rows if piece.rows is not None else (0, f.get_slice(piece.name).get_shape()[0])
@@ -214,16 +229,24 @@ def load_model(
     if prepack:
         check_prepack(device, torch_dtype)
     family = family_of(raw)
+    if family.build_model is not None and tp is not None:
+        raise CheckpointError(f"{family.name} checkpoints cannot be split by tensor parallelism yet; load "
+                              "without tensor_parallel")
     sources = tensor_sources(family, cfg)
-    files = safetensors_files(path)
+    files, skipped = _skip_ignored(family, safetensors_files(path))
     with torch.device("meta"):
-        if tp is None:
+        if family.build_model is not None:
+            model = family.build_model(cfg)
+        elif tp is None:
             model = DiffusionTransformer(cfg)
         else:
             from dllm.parallel.tensor_plan import local_config
 
             model = DiffusionTransformer(local_config(cfg, tp.size), tp)
         full = model if tp is None else DiffusionTransformer(cfg)  # the whole shapes, for the checks
+    if skipped:
+        log.warning("%s: loading the text model only; %d tensors of the checkpoint's other parts (%s) are not "
+                    "loaded", path, len(skipped), ", ".join(sorted({n.split(".")[2] for n in skipped})))
     module_shapes = {k: tuple(v.shape) for k, v in full.state_dict().items()}
     expected = checkpoint_shapes(sources, module_shapes)
     _check_layout(family, raw, files, expected)
@@ -257,6 +280,7 @@ def load_model(
     if cfg.tie_embeddings:
         state["lm_head.weight"] = state["embed.weight"]
     model.load_state_dict(state, assign=True, strict=True)
+    model.skipped_weights = tuple(sorted(skipped))
     model.eval().requires_grad_(False)
     if prepack:
         prepack_linears(model)

@@ -9,6 +9,9 @@ routing code. The options cover the official routers:
   renormalised and scaled by ``routed_scaling_factor``, plus shared experts.
 * OLMoE / LLaDA-MoE-7B-A1B: softmax over the experts (router product in the model dtype, softmax
   in float32), top-k, ``norm_topk_prob`` usually false.
+* DiffusionGemma: OLMoE's softmax router, renormalised, then each chosen weight times its
+  expert's learned ``expert_scale``; GELU (tanh) gates; the router reads its own input (the
+  family normalises the residual stream for it) while the experts read another.
 
 Forward: route, sort the (token, slot) pairs by expert (argsort and a scatter-add count, no host
 read), gather, one grouped product per projection (``dllm.kernels.grouped_matmul``: one Triton
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -75,6 +79,8 @@ class MoEMLP(nn.Module):
             self.register_buffer("expert_bias", torch.zeros(cfg.n_experts, dtype=torch.float32))
         else:
             self.expert_bias = None
+        self.expert_scale = nn.Parameter(torch.ones(cfg.n_experts)) if cfg.expert_scale else None
+        self.act = F.silu if cfg.activation == "silu" else partial(F.gelu, approximate="tanh")
         self.gate_proj = nn.Parameter(torch.empty(E, I, d_model))
         self.up_proj = nn.Parameter(torch.empty(E, I, d_model))
         self.down_proj = nn.Parameter(torch.empty(E, d_model, I))
@@ -104,6 +110,8 @@ class MoEMLP(nn.Module):
             weights = weights / (weights.sum(-1, keepdim=True) + RENORM_EPS)
         if cfg.routed_scale != 1.0:
             weights = weights * cfg.routed_scale
+        if self.expert_scale is not None:
+            weights = weights * self.expert_scale.float()[ids]
         return weights, ids
 
     def _keep_best_groups(self, choice: Tensor) -> Tensor:
@@ -117,31 +125,35 @@ class MoEMLP(nn.Module):
         keep = torch.zeros_like(group_score, dtype=torch.bool).scatter_(1, best, True)
         return grouped.masked_fill(~keep[..., None], float("-inf")).view(N, cfg.n_experts)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """(..., d_model) -> (..., d_model): routed experts' weighted sum plus the shared experts."""
+    def forward(self, x: Tensor, router_x: Tensor | None = None) -> Tensor:
+        """(..., d_model) -> (..., d_model): routed experts' weighted sum plus the shared experts.
+        ``router_x`` (same shape): what the router reads when it is not x (DiffusionGemma)."""
         shape = x.shape
         x2d = x.reshape(-1, shape[-1])
+        r2d = x2d if router_x is None else router_x.reshape(-1, shape[-1])
         n = x2d.shape[0]
         if x2d.device.type == "cpu" and 0 < n < MIN_GEMM_ROWS:
             x2d = torch.cat([x2d, x2d.new_zeros(MIN_GEMM_ROWS - n, shape[-1])])
-        out = self._routed(x2d) if self.tp is None else self._routed_here(x2d)
+            r2d = x2d if router_x is None else torch.cat([r2d, r2d.new_zeros(MIN_GEMM_ROWS - n, shape[-1])])
+        out = self._routed(x2d, r2d) if self.tp is None else self._routed_here(x2d, r2d)
         if self.shared is not None:
             out = out + self.shared(x2d)
         if self.tp is not None:  # the ranks' experts and shared-expert columns are partial sums
             out = self.tp.all_reduce(out)
         return out[:n].reshape(shape)
 
-    def _routed(self, x2d: Tensor) -> Tensor:
-        """Sum over each token's k experts of weight * expert(token), in float32, slot order."""
+    def _routed(self, x2d: Tensor, r2d: Tensor) -> Tensor:
+        """Sum over each token's k experts of weight * expert(token), in float32, slot order
+        (``r2d``: the router's input)."""
         N, d = x2d.shape
         E, k = self.cfg.n_experts, self.cfg.top_k
-        weights, ids = self.route(x2d)
+        weights, ids = self.route(r2d)
         flat = ids.reshape(-1)  # (N * k,) token-major
         order = flat.argsort(stable=True)  # by expert, then by (token, slot)
         counts = torch.zeros(E, dtype=torch.int64, device=x2d.device).scatter_add_(0, flat, torch.ones_like(flat))
         offsets = F.pad(counts.cumsum(0), (1, 0))
         xs = x2d.index_select(0, order // k)
-        h = F.silu(grouped_matmul(xs, self.gate_proj, offsets)) * grouped_matmul(xs, self.up_proj, offsets)
+        h = self.act(grouped_matmul(xs, self.gate_proj, offsets)) * grouped_matmul(xs, self.up_proj, offsets)
         del xs
         ys = grouped_matmul(h, self.down_proj, offsets)
         del h
@@ -151,13 +163,13 @@ class MoEMLP(nn.Module):
             out += slots[:, j].float() * weights[:, j:j + 1]
         return out.to(x2d.dtype)
 
-    def _routed_here(self, x2d: Tensor) -> Tensor:
+    def _routed_here(self, x2d: Tensor, r2d: Tensor) -> Tensor:
         """Expert parallel: this rank's experts' share of ``_routed`` (the (token, slot) pairs
         routed to experts [lo, hi), weighted, summed per token in float32). One host read of
         the pair count."""
         N, d = x2d.shape
         lo, hi = self.experts
-        weights, ids = self.route(x2d)
+        weights, ids = self.route(r2d)
         flat = ids.reshape(-1)
         pairs = ((flat >= lo) & (flat < hi)).nonzero()[:, 0]  # token-major (token, slot) pairs
         local = flat[pairs] - lo
@@ -166,7 +178,7 @@ class MoEMLP(nn.Module):
         counts = torch.zeros(hi - lo, dtype=torch.int64, device=x2d.device).scatter_add_(0, local, torch.ones_like(local))
         offsets = F.pad(counts.cumsum(0), (1, 0))
         xs = x2d.index_select(0, pairs // self.cfg.top_k)
-        h = F.silu(grouped_matmul(xs, self.gate_proj, offsets)) * grouped_matmul(xs, self.up_proj, offsets)
+        h = self.act(grouped_matmul(xs, self.gate_proj, offsets)) * grouped_matmul(xs, self.up_proj, offsets)
         ys = grouped_matmul(h, self.down_proj, offsets).float() * weights.reshape(-1)[pairs, None]
         out = torch.zeros(N, d, dtype=torch.float32, device=x2d.device).index_add_(0, pairs // self.cfg.top_k, ys)
         return out.to(x2d.dtype)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from dllm.models import dream, fast_dllm_v2, llada, llada2_moe, llada_moe, sdar
+from dllm.models import diffusion_gemma, dream, fast_dllm_v2, llada, llada2_moe, llada_moe, sdar
 from dllm.models.config import ArchConfig
 from dllm.models.sources import Source, one
 
@@ -21,7 +21,10 @@ class Family:
     differ: dense or MoE). ``architectures``: the config ``architectures`` entries that pick this
     family when several share a ``model_type`` (LLaDA-8B and LLaDA-MoE both say "llada").
     ``layout_markers``: regexes that all match some checkpoint name of this layout, used to
-    name the layout of weights that do not fit their config.
+    name the layout of weights that do not fit their config. ``ignored_weights``: regexes of
+    checkpoint tensors the family does not load (DiffusionGemma's vision tower; the loader says
+    how many it skipped). ``build_model(cfg)``: the family's own module where it is not the
+    shared ``DiffusionTransformer`` (None), with ``parse_config`` returning that module's config.
     """
 
     name: str
@@ -32,12 +35,15 @@ class Family:
     layer_sources: Callable[[ArchConfig, int], dict[str, Source]] | None = None
     architectures: tuple[str, ...] = ()
     layout_markers: tuple[str, ...] = ()
+    ignored_weights: tuple[str, ...] = ()
+    build_model: Callable[[Any], Any] | None = None
 
 
 def _family(name: str, module) -> Family:
     return Family(name, module.MODEL_TYPES, module.parse_config, module.LAYER_WEIGHTS, module.GLOBAL_WEIGHTS,
                   getattr(module, "layer_sources", None), getattr(module, "ARCHITECTURES", ()),
-                  getattr(module, "LAYOUT_MARKERS", ()))
+                  getattr(module, "LAYOUT_MARKERS", ()), getattr(module, "IGNORED_WEIGHTS", ()),
+                  getattr(module, "build_model", None))
 
 
 FAMILIES: dict[str, Family] = {
@@ -47,6 +53,7 @@ FAMILIES: dict[str, Family] = {
     "sdar": _family("sdar", sdar),
     "llada2_moe": _family("llada2_moe", llada2_moe),
     "llada_moe": _family("llada_moe", llada_moe),
+    "diffusion_gemma": _family("diffusion_gemma", diffusion_gemma),
 }
 
 

@@ -18,10 +18,12 @@ from torch import Tensor
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """A checkpoint tensor, or rows [lo, hi) of its first dimension."""
+    """A checkpoint tensor, or rows [lo, hi) of its first dimension, or (``inner``) [lo, hi) of
+    its second (DiffusionGemma's experts fuse gate and up as (E, 2I, d): each is one range)."""
 
     name: str
     rows: tuple[int, int] | None = None
+    inner: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,11 @@ def one(name: str) -> Source:
 
 def rows_of(name: str, lo: int, hi: int) -> Source:
     return Source((Piece(name, (lo, hi)),))
+
+
+def inner_of(name: str, lo: int, hi: int) -> Source:
+    """[lo, hi) of the second dimension of a checkpoint tensor (all of its first)."""
+    return Source((Piece(name, inner=(lo, hi)),))
 
 
 def stacked(names: Iterable[str]) -> Source:
@@ -77,6 +84,9 @@ def checkpoint_shapes(sources: dict[str, Source], module_shapes: dict[str, tuple
         for piece in src.pieces:
             if src.stack:
                 shapes[piece.name] = tuple(shape[1:])
+            elif piece.inner is not None:
+                inner = max(piece.inner[1], shapes.get(piece.name, (0, 0))[1])
+                shapes[piece.name] = (shape[0], inner, *shape[2:])
             elif piece.rows is None:
                 shapes[piece.name] = tuple(shape)
             else:
@@ -98,8 +108,12 @@ def to_checkpoint(sources: dict[str, Source], state: dict[str, Tensor]) -> dict[
     tensors rebuilt): the inverse of loading, used to write checkpoints."""
     out: dict[str, Tensor] = {}
     row_parts: dict[str, list[tuple[int, Tensor]]] = {}
+    inner_parts: dict[str, list[tuple[int, Tensor]]] = {}
     for module, src in sources.items():
         tensor = state[module]
+        if src.pieces[0].inner is not None:
+            inner_parts.setdefault(src.pieces[0].name, []).append((src.pieces[0].inner[0], tensor))
+            continue
         if src.stack:
             for e, piece in enumerate(src.pieces):
                 out[piece.name] = tensor[e]
@@ -115,4 +129,6 @@ def to_checkpoint(sources: dict[str, Source], state: dict[str, Tensor]) -> dict[
             at += n
     for name, parts in row_parts.items():
         out[name] = torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])])
+    for name, parts in inner_parts.items():
+        out[name] = torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])], dim=1)
     return out

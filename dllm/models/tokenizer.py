@@ -65,7 +65,7 @@ def check_tokenizer_fits(tokenizer: PreTrainedTokenizerFast, config: ArchConfig,
     special = [("mask_token_id", config.mask_token_id), ("pad_token_id", config.pad_token_id)]
     special += [("eos_token_id", eos) for eos in config.eos_token_ids]
     for name, token in special:
-        if token >= size:
+        if token is not None and token >= size:  # a uniform-state model has no mask token
             raise CheckpointError(
                 f"config.json in {path} sets {name}={token}, which the tokenizer ({size} tokens) "
                 "does not have; the tokenizer does not belong to these weights: use the "

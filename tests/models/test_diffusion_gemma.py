@@ -1,0 +1,173 @@
+"""DiffusionGemma: loaded from transformers' own ``save_pretrained`` files, its encoder and
+denoiser equal transformers' classes (the oracle) within float tolerance; load errors name the
+tensor. Skipped with the reason when the installed transformers has no ``diffusion_gemma``."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import dllm
+from dllm.models import CheckpointError, load_model
+from dllm.models.gemma import PrefixKV
+from tests.models.gemma_tiny import CANVAS, SLIDING_WINDOW, reference_classes, write_reference
+
+ATOL = 1e-4  # logits reach the soft-cap (30): float32 rounding of several matmuls
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    out = tmp_path_factory.mktemp("diffusion_gemma")
+    return out, write_reference(out)
+
+
+def _reference_cache(ref):
+    from transformers.cache_utils import DynamicCache
+
+    return DynamicCache(config=ref.config.get_text_config())
+
+
+def _positions(lo: int, n: int, batch: int) -> torch.Tensor:
+    return torch.arange(lo, lo + n)[None].expand(batch, n)
+
+
+def test_encoder_and_denoiser_logits_match_transformers(checkpoint):
+    """Prompt longer than the sliding window, two canvases, self-conditioning: every output of
+    dllm's module equals transformers' within float32 tolerance."""
+    path, ref = checkpoint
+    model = load_model(path)
+    gen = torch.Generator().manual_seed(1)
+    B, P = 2, SLIDING_WINDOW + 5
+    prompt = torch.randint(6, 300, (B, P), generator=gen)
+    canvas = torch.randint(0, 320, (B, CANVAS), generator=gen)
+    with torch.no_grad():
+        cache = _reference_cache(ref)
+        ref_hidden = ref.model.encoder(input_ids=prompt, cache=cache).last_hidden_state
+        ref_first = ref(decoder_input_ids=canvas, cache=cache).logits
+        ref_second = ref(decoder_input_ids=canvas, cache=cache, self_conditioning_logits=ref_first).logits
+
+        store = PrefixKV()
+        hidden = model.encode(prompt, _positions(0, P, B), torch.ones(B, P, dtype=torch.bool), store)
+        first = model.denoise(canvas, _positions(P, CANVAS, B), store)
+        second = model.denoise(canvas, _positions(P, CANVAS, B), store, first)
+    torch.testing.assert_close(hidden, ref_hidden, atol=ATOL, rtol=0)
+    assert ref_first.abs().max() > 1.0  # the perturbed weights give logits far from zero
+    torch.testing.assert_close(first, ref_first, atol=ATOL, rtol=0)
+    torch.testing.assert_close(second, ref_second, atol=ATOL, rtol=0)
+    assert (second - first).abs().max() > 1e-2  # self-conditioning changes the logits
+
+    # the accepted canvas joins the prefix through the encoder; the next canvas reads both
+    at = _positions(P, CANVAS, B)
+    nxt = torch.randint(0, 320, (B, CANVAS), generator=gen)
+    with torch.no_grad():
+        ref_hidden = ref.model.encoder(input_ids=canvas, cache=cache, position_ids=at).last_hidden_state
+        ref_next = ref(decoder_input_ids=nxt, cache=cache, decoder_position_ids=at + CANVAS).logits
+        hidden = model.encode(canvas, at, torch.ones(B, CANVAS, dtype=torch.bool), store)
+        logits = model.denoise(nxt, at + CANVAS, store)
+    torch.testing.assert_close(hidden, ref_hidden, atol=ATOL, rtol=0)
+    torch.testing.assert_close(logits, ref_next, atol=ATOL, rtol=0)
+
+
+def test_left_padded_row_equals_its_single_run(checkpoint):
+    """A short prompt left-padded in a batch gets the denoiser logits it gets alone (positions
+    are per row; the reference shares one position range over the batch)."""
+    path, _ = checkpoint
+    model = load_model(path)
+    gen = torch.Generator().manual_seed(2)
+    long_, short = torch.randint(6, 300, (1, 13), generator=gen), torch.randint(6, 300, (1, 4), generator=gen)
+    canvas = torch.randint(0, 320, (2, CANVAS), generator=gen)
+    pad = 13 - 4
+    ids = torch.cat([long_, torch.cat([torch.zeros(1, pad, dtype=torch.long), short], 1)])
+    valid = torch.ones(2, 13, dtype=torch.bool)
+    valid[1, :pad] = False
+    positions = torch.stack([torch.arange(13), (torch.arange(13) - pad).clamp(min=0)])
+    with torch.no_grad():
+        store = PrefixKV()
+        model.encode(ids, positions, valid, store)
+        batch = model.denoise(canvas, torch.stack([torch.arange(13, 21), torch.arange(4, 12)]), store)
+        alone = PrefixKV()
+        model.encode(short, _positions(0, 4, 1), torch.ones(1, 4, dtype=torch.bool), alone)
+        single = model.denoise(canvas[1:], _positions(4, CANVAS, 1), alone)
+    torch.testing.assert_close(batch[1:], single, atol=ATOL, rtol=0)
+
+
+def test_dllm_load_reads_the_text_model_and_says_what_it_skips(checkpoint, caplog):
+    path, ref = checkpoint
+    assert len(list(path.glob("model-*.safetensors"))) > 1  # sharded, with an index
+    with caplog.at_level(logging.WARNING, logger="dllm.models.loading"):
+        lm = dllm.load(path, device="cpu", dtype="float32")
+    assert "text model only" in caplog.text and "vision_tower" in caplog.text
+    assert lm.model.config.family == "diffusion_gemma" and "family='diffusion_gemma'" in repr(lm)
+    assert lm.model.skipped_weights and all(".vision_tower." in n or ".embed_vision." in n
+                                            for n in lm.model.skipped_weights)
+    assert lm.model.config.mask_token_id is None and lm.model.config.canvas_length == CANVAS
+    # the chat template and tokenizer come from the directory
+    assert lm.encode([{"role": "user", "content": "the fox"}])[0] == 2  # <bos>
+    n_ref = sum(p.numel() for n, p in ref.named_parameters() if "vision" not in n)
+    unique = {p.data_ptr(): p.numel() for p in lm.model.parameters()}  # the LM head is the embedding
+    assert sum(unique.values()) == n_ref
+
+
+def _single_file(path, tmp_path):
+    """The checkpoint as one model.safetensors (config, tokenizer alike)."""
+    out = tmp_path / "single"
+    out.mkdir(parents=True)
+    tensors = {}
+    for f in sorted(path.glob("model-*.safetensors")):
+        tensors.update(load_file(str(f)))
+    save_file(tensors, str(out / "model.safetensors"))
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (out / name).write_text((path / name).read_text())
+    return out, tensors
+
+
+def test_missing_and_misshaped_tensors_are_named(checkpoint, tmp_path):
+    path, _ = checkpoint
+    out, tensors = _single_file(path, tmp_path)
+    del tensors["model.decoder.layers.1.router.per_expert_scale"]
+    tensors["model.decoder.layers.0.experts.gate_up_proj"] = tensors["model.decoder.layers.0.experts.gate_up_proj"][:, :40].contiguous()
+    save_file(tensors, str(out / "model.safetensors"))
+    with pytest.raises(CheckpointError) as err:
+        load_model(out)
+    msg = str(err.value)
+    assert "missing tensors: ['model.decoder.layers.1.router.per_expert_scale']" in msg
+    assert "model.decoder.layers.0.experts.gate_up_proj: checkpoint [4, 40, 64] != config [4, 64, 64]" in msg
+
+
+def test_mixed_layouts_are_named(checkpoint, tiny_dirs, tmp_path):
+    """LLaDA weights under a DiffusionGemma config.json, and the reverse: the error names the
+    layout the weights are in."""
+    path, _ = checkpoint
+    out, _ = _single_file(path, tmp_path)
+    for f in tiny_dirs["llada"].glob("*.safetensors"):
+        (out / "model.safetensors").write_bytes(f.read_bytes())
+    with pytest.raises(CheckpointError, match=r"describes a diffusion_gemma checkpoint, but the weights are in the llada"):
+        load_model(out)
+    gemma_weights, _ = _single_file(path, tmp_path / "again")
+    (gemma_weights / "config.json").write_text((tiny_dirs["llada"] / "config.json").read_text())
+    with pytest.raises(CheckpointError, match=r"describes a llada checkpoint, but the weights are in the diffusion_gemma \(found model\.decoder"):
+        load_model(gemma_weights)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("use_bidirectional_attention", "all", "bidirectional encoder"),
+    ("hidden_activation", "silu", "gelu_pytorch_tanh"),
+    ("num_experts", None, "num_experts and top_k_experts"),
+])
+def test_unsupported_text_configs_are_refused(checkpoint, tmp_path, key, value, match):
+    path, _ = checkpoint
+    out, _ = _single_file(path, tmp_path)
+    raw = json.loads((out / "config.json").read_text())
+    raw["text_config"][key] = value
+    (out / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(CheckpointError, match=match):
+        load_model(out)
+
+
+def test_reference_classes_are_the_oracle():
+    """The oracle is transformers' own module (skips with the reason where it is missing)."""
+    config_cls, model_cls = reference_classes()
+    assert model_cls.__module__.startswith("transformers.models.diffusion_gemma")
