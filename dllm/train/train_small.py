@@ -49,6 +49,7 @@ from dllm.models.visibility import KeyVisibility
 from dllm.models.config import ATTENTION_KEY, BLOCK_ORIGIN_KEY, BLOCK_SIZE_KEY, block_causal_override
 from dllm.models.visibility import block_causal_spans
 from dllm.train.canvas_mix import CanvasMix
+from dllm.train.certainty_forcing import certainty_forcing_loss, certainty_forcing_masks
 from dllm.train.corpus import TRAIN_TASKS, TaskCorpus
 from dllm.train.init_from import init_from_checkpoint
 from dllm.train.objectives import block_diffusion_copies, block_diffusion_masks, d2f_loss, d2f_masks, llada_masks, name_part_masks
@@ -304,6 +305,33 @@ def make_d2f_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Ge
     return noisy, positions, KeyVisibility(valid=valid, spans=spans), ids, masked, rate
 
 
+def teacher_answers(teacher, rows: list[tuple[list[int], list[int]]]) -> list[tuple[list[int], list[int]]]:
+    """Each row's answer replaced by the teacher's own on the same canvas (one token per step,
+    ``low_confidence``, one block): the trajectories certainty forcing distils."""
+    out = list(rows)
+    for length in sorted({len(a) for _, a in rows}):
+        idx = [i for i, (_, a) in enumerate(rows) if len(a) == length]
+        result = decode(teacher, [rows[i][0] for i in idx],
+                        GenerationConfig(gen_length=length, steps=length, block_length=length))
+        for i, answer in zip(idx, result.answer.tolist()):
+            out[i] = (rows[i][0], answer)
+    return out
+
+
+def make_certainty_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, mask_id: int,
+                         teacher, block: int | None, mix: CanvasMix | None = None,
+                         mix_rng: random.Random | None = None):
+    """Certainty-forcing rows (``answer_aligned``) holding the teacher's answers, each twice with
+    complementary masks over one drawn segment (``certainty_forcing_masks``)."""
+    with torch.no_grad():
+        rows = teacher_answers(teacher, draw_rows(tokenizer, corpus, batch_size, mix, mix_rng))
+    ids, valid, answer, P = answer_aligned(tokenizer, rows)
+    hidden, scored = certainty_forcing_masks(answer, P, block, gen)
+    ids, valid = ids.repeat(2, 1), valid.repeat(2, 1)
+    positions = (valid.long().cumsum(-1) - 1).clamp_min(0)
+    return ids.masked_fill(hidden, mask_id), positions, KeyVisibility(valid=valid), ids, scored
+
+
 def d2f_config(raw: dict, bd_size: int) -> dict:
     """config.json of a D2F student: block-causal with the prompt as one block (origin "prompt");
     a bidirectional family (LLaDA, Dream) says so with dllm_attention / dllm_block_size, as a
@@ -482,13 +510,20 @@ def main(argv: list[str] | None = None) -> None:
                     help="the drawn canvas length's range (a row never gets less than its answer + 1)")
     ap.add_argument("--one-shot", type=float, default=0.0, metavar="RATE",
                     help="share of batches in the benchmark's one-shot format (one generated example first)")
-    ap.add_argument("--objective", choices=("family", "block_copies", "d2f"), default="family",
+    ap.add_argument("--cf-block", type=int, default=8, metavar="N",
+                    help="--objective certainty_forcing: the segment block (dParallel's LLaDA script: 32 of "
+                         "256-token answers; 0: the whole answer, its Dream script)")
+    ap.add_argument("--cf-weight", type=float, default=None, metavar="W",
+                    help="--objective certainty_forcing: the entropy term's weight (default: 2 for LLaDA "
+                         "layouts, 1 for Dream, as dParallel's scripts)")
+    ap.add_argument("--objective", choices=("family", "block_copies", "d2f", "certainty_forcing"), default="family",
                     help="family: the layout's own objective (LLaDA SFT for llada / dream, block diffusion over one "
                          "drawn block per row for fast_dllm_v2 / llada2_moe); block_copies: block diffusion over "
                          "every block at once, the clean answer beside two complementary noisy copies (Fast-dLLM "
                          "v2 / BD3-LM training; block-causal families); d2f: Discrete Diffusion Forcing (dllm/train/objectives.py "
                          "d2f_masks), a block-causal student of --bd-size blocks (a block-causal layout's own size) "
-                         "with the prompt as one block, decoded by the pipelined mode")
+                         "with the prompt as one block, decoded by the pipelined mode; certainty_forcing: "
+                         "dParallel's distillation of an --init model on its own answers (dllm/train/certainty_forcing.py)")
     ap.add_argument("--d2f-teacher", type=Path, default=None, metavar="DIR",
                     help="--objective d2f: distil this checkpoint (same vocabulary and logit shift) instead of "
                          "learning the data's tokens: its distribution over each masked position, read with every "
@@ -517,6 +552,10 @@ def main(argv: list[str] | None = None) -> None:
                  "(use fast_dllm_v2 or llada2_moe, or --objective d2f for a block-causal student of it)")
     if args.d2f_teacher and args.objective != "d2f":
         ap.error("--d2f-teacher distils into a D2F student; add --objective d2f")
+    if args.objective == "certainty_forcing" and not args.init:
+        ap.error("--objective certainty_forcing distils a trained model on its own answers: add --init DIR")
+    if args.objective == "certainty_forcing" and args.cf_block < 0:
+        ap.error(f"--cf-block {args.cf_block}: a block size, or 0 for the whole answer")
     if args.init and (args.tokenizer or args.init_weights):
         ap.error("--init already brings its checkpoint's tokenizer and weights; drop --tokenizer / --init-weights")
     if args.threads:
@@ -565,6 +604,10 @@ def main(argv: list[str] | None = None) -> None:
         model.layers[i].requires_grad_(False)
     name_parts = name_part_option(tokenizer, corpus, args.name_part_masking, args.name_part_classes)
     teacher = load_teacher(args.d2f_teacher, model) if args.d2f_teacher else None
+    cf_teacher = cf_weight = None
+    if args.objective == "certainty_forcing":  # the frozen starting model writes the trajectories
+        cf_teacher = load_model(args.init, dtype=torch.float32).eval().requires_grad_(False)
+        cf_weight = args.cf_weight if args.cf_weight is not None else (1.0 if model.config.shift_logits else 2.0)
     n_params = sum(p.numel() for p in model.parameters())
     heldout_corpus = TaskCorpus(data_dir, seed=args.seed + 10_000)
     heldout = [heldout_corpus.sample(task, shots=int(bool(mix.one_shot_share)))
@@ -589,6 +632,10 @@ def main(argv: list[str] | None = None) -> None:
             noisy, positions, attn, target, masked, read = make_block_copies_batch(
                 tokenizer, corpus, args.batch_size // 2, gen, raw["mask_token_id"], model.config.block_size,
                 model.config.shift_logits, mix, mix_rng)
+        elif args.objective == "certainty_forcing":
+            noisy, positions, attn, target, masked = make_certainty_batch(
+                tokenizer, corpus, args.batch_size // 2, gen, raw["mask_token_id"], cf_teacher,
+                args.cf_block or None, mix, mix_rng)
         elif args.objective == "d2f":
             noisy, positions, attn, target, masked, rate = make_d2f_batch(
                 tokenizer, corpus, args.batch_size, gen, raw["mask_token_id"], model.config.block_size, mix, mix_rng)
@@ -610,7 +657,9 @@ def main(argv: list[str] | None = None) -> None:
             logits, target, masked = logits[:, :-1], target[:, 1:], masked[:, 1:]
             rate = rate[:, 1:] if rate is not None else None
             taught = taught[:, :-1] if taught is not None else None
-        if rate is None:
+        if cf_weight is not None:
+            loss = certainty_forcing_loss(logits, target, masked, cf_weight)
+        elif rate is None:
             loss = F.cross_entropy(logits[masked], target[masked])
         else:  # D2F: each masked token's loss over its block's rate
             loss = d2f_loss(logits, target, masked, rate, taught)
