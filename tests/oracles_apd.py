@@ -76,3 +76,40 @@ def _crop_to(past, keep: int) -> None:
     drop = past.get_seq_length() - keep
     if drop > 0:
         past.crop(-drop)
+
+
+@torch.no_grad()
+def guided_generate(model, helper, prompt: list[int], *, gen_length: int, eos_id: int) -> tuple[list[int], int]:
+    """FlashDLM's guided diffusion with deterministic verification (batch 1): each round the
+    diffusion model's argmax at every mask is the draft, the helper's argmax after the clean
+    prefix and the draft before each position is the choice; choices are written from the first
+    mask up to the first one that differs from its draft, which ends the round; a chosen
+    end-of-text ends the decode. Returns the answer and the rounds (diffusion forwards)."""
+    mask_id = model.mask_token_id
+    P = len(prompt)
+    x = torch.full((1, P + gen_length), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    rounds = 0
+    while bool((x == mask_id).any()):
+        logits = model(x, torch.arange(x.shape[1])[None]).double()
+        logits[..., mask_id] = float("-inf")
+        if model.shift_logits:
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+        rounds += 1
+        masks = (x[0] == mask_id).nonzero().flatten().tolist()
+        drafts = logits[0, masks].argmax(-1).tolist()
+        seq = x[0, : masks[0]].tolist() + drafts  # the clean prefix, then the draft
+        choice_logits = helper(torch.tensor([seq])).logits[0].double()
+        choice_logits[:, mask_id] = float("-inf")
+        stop = False
+        for k, (pos, draft) in enumerate(zip(masks, drafts)):
+            chosen = int(choice_logits[pos - 1].argmax())
+            x[0, pos] = chosen
+            if chosen == eos_id:
+                stop = True
+                break
+            if chosen != draft:
+                break
+        if stop:
+            break
+    return x[0, P:].tolist(), rounds

@@ -1,7 +1,9 @@
 """APD reproduces its released loop (tests/oracles_apd.py) token for token on Dream-layout (and
 LLaDA-layout) checkpoints with a tiny Qwen2 helper written by transformers, in the same rounds;
 each row of a ragged batch is its single run (tokens and forwards), at temperature > 0 and with
-blocks too; what it does not compose with is refused with the reason."""
+blocks too; guided diffusion (FlashDLM) reproduces its loop and is the helper's greedy decode
+under every cache and in ragged batches; what either does not compose with is refused with the
+reason."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +13,7 @@ from dllm import GenerationConfig
 from dllm.engine.decoding import decode
 from dllm.engine.policies import check_policies
 from dllm.models.tiny import write_tiny_checkpoint
-from tests.oracles_apd import apd_generate
+from tests.oracles_apd import apd_generate, guided_generate
 from tests.tiny_helper import write_tiny_helper
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]
@@ -104,3 +106,69 @@ def test_bad_options_and_missing_helper(tiny_models):
             check_policies(GenerationConfig(gen_length=8, strategy="apd", strategy_args=args))
     with pytest.raises(ValueError, match="helper=PATH_OR_ID"):
         decode(tiny_models["dream"].model, [PROMPTS[0]], _apd(8, 0.7, 4))
+
+
+# --- guided diffusion (FlashDLM) ------------------------------------------------------------------
+
+def _helper_greedy(model, prompt: list[int], n: int) -> list[int]:
+    """The helper's own greedy continuation (transformers' generate), the mask id never chosen."""
+    import torch
+
+    helper = model.helper.model
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        for _ in range(n):
+            logits = helper(ids).logits[0, -1]
+            logits[model.mask_token_id] = float("-inf")
+            ids = torch.cat([ids, logits.argmax().view(1, 1)], 1)
+    return ids[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("family", ["dream", "llada"])
+def test_guided_equals_flashdlm_loop_and_the_helpers_greedy_decode(models, family):
+    """Random tiny models rarely agree (one token per round here); the bundled models' test below
+    shows rounds of many tokens."""
+    model = models[family]
+    for prompt in PROMPTS:
+        want, rounds = guided_generate(model, model.helper.model, prompt, gen_length=24, eos_id=-1)
+        assert want == _helper_greedy(model, prompt, 24)  # speculative decoding: the verifier's own answer
+        got = decode(model, [prompt], GenerationConfig(gen_length=24, block_length=24, strategy="guided",
+                                                       stop_at_eos=False))
+        assert got.answer[0].tolist() == want and int(got.nfe[0]) == rounds, prompt
+
+
+@pytest.mark.parametrize("options", [dict(cache="none", block_length=8), dict(cache="prefix", block_length=8),
+                                     dict(cache="dual", block_length=8), dict(cache="adaptive", block_length=8)],
+                         ids=lambda o: o["cache"])
+def test_guided_composes_with_caches_and_ragged_batches(models, options):
+    """Any cache changes the drafts, never the answer: each row is the helper's greedy decode, in a
+    batch as alone."""
+    model = models["dream"]
+    cfg = GenerationConfig(gen_length=24, strategy="guided", stop_at_eos=False, **options)
+    batch = decode(model, PROMPTS, cfg)
+    for row, prompt in enumerate(PROMPTS):
+        assert batch.answer[row].tolist() == _helper_greedy(model, prompt, 24), row
+        single = decode(model, [prompt], cfg)
+        assert int(batch.nfe[row]) == int(single.nfe[0]), row
+
+
+def test_guided_stops_at_end_of_text_as_released(models):
+    model = models["dream"]
+    eos = model.eos_token_ids[0]
+    for prompt in PROMPTS:
+        want, rounds = guided_generate(model, model.helper.model, prompt, gen_length=24, eos_id=eos)
+        got = decode(model, [prompt], GenerationConfig(gen_length=24, block_length=24, strategy="guided"))
+        end = want.index(eos) + 1 if eos in want else len(want)
+        assert got.answer[0].tolist()[:end] == want[:end] and int(got.nfe[0]) == rounds, prompt
+
+
+@pytest.mark.parametrize("options, reason", [
+    (dict(temperature=0.7), "temperature=0"), (dict(stopper="prophet"), "stopper='none'"),
+    (dict(cfg_scale=1.0), "cfg_scale=0"), (dict(policy="threshold"), "no unmasking rule"),
+])
+def test_guided_refusals_name_the_reason(models, options, reason):
+    cfg = GenerationConfig(gen_length=16, strategy="guided", **options)
+    with pytest.raises(ValueError, match=reason):
+        check_policies(cfg)
+    with pytest.raises(ValueError, match=reason):
+        decode(models["dream"], [PROMPTS[0]], cfg)

@@ -48,6 +48,15 @@ def keys_before(canvas, end: Tensor):
         canvas.valid, canvas.padded = saved
 
 
+def require_helper(state, strategy: str):
+    """The model's autoregressive helper (``dllm.models.helper``), or an error saying how to load one."""
+    helper = getattr(state.model, "helper", None)
+    if helper is None:
+        raise ValueError(f"strategy {strategy!r} needs an autoregressive helper of the model's tokenizer: "
+                         "dllm.load(..., helper=PATH_OR_ID) (--helper on the command line)")
+    return helper
+
+
 def helper_logits(helper, tokens: Tensor, valid: Tensor, positions: Tensor, start: int, stop: int) -> Tensor:
     """(B, stop - start, V_h) the helper's next-token logits for canvas positions [start, stop)
     (outputs start - 1 .. stop - 2) of ``tokens`` (B, >= stop): left padding masked out, each
@@ -91,10 +100,7 @@ class APD:
     def step(self, state) -> Tensor:
         """One round; returns the tokens each row committed (its base steps)."""
         self.check_config(state.config)
-        helper = getattr(state.model, "helper", None)
-        if helper is None:
-            raise ValueError("strategy 'apd' needs an autoregressive helper of the model's tokenizer: "
-                             "dllm.load(..., helper=PATH_OR_ID) (--helper on the command line)")
+        helper = require_helper(state, "apd")
         canvas, bs, be = state.canvas, state.bs, state.be
         eligible = state.eligible() & state.runner.active[:, None]  # (B, W) the row's masks left (a suffix)
         moving = eligible.any(-1)
