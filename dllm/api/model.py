@@ -62,7 +62,8 @@ class DiffusionLM:
                  *, chat: bool | None = None, seeds: Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
                  stop_token_ids: Sequence[int] | None = None, max_tokens: int | None = None, n: int = 1,
                  echo: bool = False, regex: str | None = None, choice: Sequence[str] | None = None,
-                 json_schema: dict | str | None = None, **options: Any) -> GenerationOutput:
+                 json_schema: dict | str | None = None, grammar: str | None = None,
+                 **options: Any) -> GenerationOutput:
         """Generate for one prompt or many (ragged lengths are fine).
 
         ``options`` are GenerationConfig fields, applied on top of ``config``. ``seeds``: one
@@ -71,12 +72,12 @@ class DiffusionLM:
         row's text before the first one; ``max_tokens`` sets the answer length (instead of
         ``gen_length``); ``n`` samples per prompt (seeds ``seed, seed + 1, ...``; rows grouped
         by prompt); ``echo`` puts the prompt's text before each answer. Every row says why it
-        ended in ``finish_reasons``. ``regex`` / ``choice`` / ``json_schema`` (one of them) keep
+        ended in ``finish_reasons``. ``regex`` / ``choice`` / ``json_schema`` / ``grammar`` (Lark EBNF; one of them) keep
         every answer a word of that language, ending within ``max_tokens`` (structured output,
         ``dllm.samplers.constraints``). All of it is checked before any model work.
         """
         request = self._request(stop, stop_token_ids, max_tokens, n, echo)
-        spec = parse_constraint(regex, choice, json_schema)
+        spec = parse_constraint(regex, choice, json_schema, grammar)
         config = merge_config(config, options, request.max_tokens)
         ids = [self.encode(p, chat) for p in prompt_batch(prompts)]
         return self._generate(ids, config, seeds, request, row_constraint(self, spec, request.stops, request.max_tokens, config))
@@ -85,10 +86,11 @@ class DiffusionLM:
                      seeds: Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
                      stop_token_ids: Sequence[int] | None = None, max_tokens: int | None = None, n: int = 1,
                      echo: bool = False, regex: str | None = None, choice: Sequence[str] | None = None,
-                     json_schema: dict | str | None = None, **options: Any) -> GenerationOutput:
+                     json_schema: dict | str | None = None, grammar: str | None = None,
+                     **options: Any) -> GenerationOutput:
         """``generate`` from token ids (a list of prompts, each a list of ids of this model)."""
         request = self._request(stop, stop_token_ids, max_tokens, n, echo)
-        spec = parse_constraint(regex, choice, json_schema)
+        spec = parse_constraint(regex, choice, json_schema, grammar)
         config = merge_config(config, options, request.max_tokens)
         return self._generate(ids, config, seeds, request, row_constraint(self, spec, request.stops, request.max_tokens, config))
 
@@ -100,7 +102,7 @@ class DiffusionLM:
         ``finished=True``. Same tokens as ``generate``; ``stop`` / ``stop_token_ids`` end the
         text (and the decode) at the first stop, ``max_tokens`` sets the answer length as in
         ``generate``. Bad input raises here, before any model work."""
-        constrained = sorted({"regex", "choice", "json_schema"} & set(options))
+        constrained = sorted({"regex", "choice", "json_schema", "grammar"} & set(options))
         if constrained:
             raise ValueError(f"stream does not decode under a constraint yet ({', '.join(constrained)}); "
                              "use generate for structured output")

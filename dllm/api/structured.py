@@ -1,5 +1,6 @@
-"""generate(..., regex=, choice=, json_schema=): a request's constraint compiled for this model's
-vocabulary (once per regex and vocabulary) and checked against the rest of the request."""
+"""generate(..., regex=, choice=, json_schema=, grammar=): a request's constraint compiled for this
+model's vocabulary (once per regex or grammar and vocabulary) and checked against the rest of the
+request."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,8 +10,8 @@ from dllm.engine.config import GenerationConfig
 from dllm.samplers.constraints import ConstraintSpec, RowConstraint, cached_dfa, check_supported, token_bytes
 
 
-def parse_constraint(regex: Any, choice: Any, json_schema: Any) -> ConstraintSpec | None:
-    return ConstraintSpec.parse(regex=regex, choice=choice, json_schema=json_schema)
+def parse_constraint(regex: Any, choice: Any, json_schema: Any, grammar: Any = None) -> ConstraintSpec | None:
+    return ConstraintSpec.parse(regex=regex, choice=choice, json_schema=json_schema, grammar=grammar)
 
 
 def row_constraint(lm, spec: ConstraintSpec | None, stops: StopConditions, max_tokens: int | None,
@@ -28,12 +29,20 @@ def row_constraint(lm, spec: ConstraintSpec | None, stops: StopConditions, max_t
     spelled = getattr(lm, "_token_bytes", None)
     if spelled is None:
         spelled = lm._token_bytes = tuple(token_bytes(lm.tokenizer, lm.model.config.vocab_size))
+    room = config.gen_length if max_tokens is None else min(max_tokens, config.gen_length)
+    if spec.grammar is not None:
+        from dllm.samplers.constraints.token_grammar import cached_grammar
+
+        language = cached_grammar(spec.grammar, spelled, lm.model.eos_token_ids[0])
+        if language.shortest_word(cap=room) is None:
+            raise ValueError(f"no sentence of the grammar that this model's tokens can write fits in {room} "
+                             "answer tokens; raise max_tokens (or gen_length), or loosen the grammar")
+        return RowConstraint(dfa=language, limit=max_tokens)
     dfa = cached_dfa(spec.to_regex(), spelled, lm.model.eos_token_ids[0])
     shortest = dfa.shortest_word()
     if shortest is None:
         raise ValueError(f"no answer this model's tokens can write matches the constraint {dfa.regex[:120]!r}; "
                          "loosen it (tokens that are pieces of a character are never used)")
-    room = config.gen_length if max_tokens is None else min(max_tokens, config.gen_length)
     if shortest > room:
         raise ValueError(f"the shortest answer of the constraint takes {shortest} tokens, more than the {room} "
                          "the answer may have; raise max_tokens (or gen_length), or loosen the constraint")

@@ -1,5 +1,6 @@
-"""``dllm generate --regex | --choice | --json-schema FILE``: structured output on the command
-line, checked before the model loads (a bad pattern, an unreadable or invalid schema)."""
+"""``dllm generate --regex | --choice | --json-schema FILE | --grammar FILE``: structured output on
+the command line, checked before the model loads (a bad pattern, an unreadable or invalid schema,
+a grammar that does not parse)."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +15,8 @@ def add_structured_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--choice", nargs="+", metavar="TEXT", default=None, help="each answer is one of TEXT ...")
     g.add_argument("--json-schema", metavar="FILE", default=None,
                    help="each answer is a JSON instance of the JSON schema in FILE")
+    g.add_argument("--grammar", metavar="FILE", default=None,
+                   help="each answer is a sentence of the Lark EBNF grammar in FILE (start rule 'start')")
 
 
 def constraint_spec(args: argparse.Namespace, config=None):
@@ -30,7 +33,13 @@ def constraint_spec(args: argparse.Namespace, config=None):
             schema = json.loads(path.read_text())
         except json.JSONDecodeError as err:
             raise ValueError(f"--json-schema {path} is not JSON ({err}); give a file holding a JSON schema") from err
-    spec = ConstraintSpec.parse(regex=args.regex, choice=args.choice, json_schema=schema)
+    grammar = None
+    if args.grammar is not None:
+        path = Path(args.grammar)
+        if not path.is_file():
+            raise FileNotFoundError(f"--grammar {path}: no such file; give a file holding a Lark grammar")
+        grammar = path.read_text()
+    spec = ConstraintSpec.parse(regex=args.regex, choice=args.choice, json_schema=schema, grammar=grammar)
     if spec is not None and config is not None:
         check_supported(config)
     return spec

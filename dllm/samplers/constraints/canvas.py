@@ -49,7 +49,10 @@ def position_kinds(dfa: TokenDFA, tokens: np.ndarray, mask_id: int, eos_ids: np.
 
 def canvas_sets(dfa: TokenDFA, kinds: np.ndarray, start: int, limit: int | None = None) -> CanvasSets:
     """Forward and backward sets over the positions ``kinds`` from DFA state ``start``. A run of
-    holes stops recomputing once its set repeats (it then repeats to the run's end)."""
+    holes stops recomputing once its set repeats (it then repeats to the run's end). A grammar
+    (token_grammar.py) answers for itself."""
+    if not isinstance(dfa, TokenDFA):
+        return dfa.canvas_sets(kinds, start, limit)
     L, S1 = len(kinds), dfa.num_states
     reach = np.zeros((L + 1, S1), dtype=bool)
     ended = np.zeros(L + 1, dtype=bool)
@@ -90,6 +93,8 @@ def canvas_sets(dfa: TokenDFA, kinds: np.ndarray, start: int, limit: int | None 
 def allowed_classes(dfa: TokenDFA, sets: CanvasSets, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For holes at ``positions`` (K,): (K, C) bool, the token classes that keep the canvas
     completable, and (K,) bool, whether end-of-text does."""
+    if not isinstance(dfa, TokenDFA):
+        return dfa.allowed_classes(sets, positions)
     reach = sets.reach[positions]  # (K, S + 1)
     after = sets.ok[positions + 1]  # (K, S + 1)
     lands = after[:, dfa.table]  # (K, S + 1, C): whether each state's move by each class can still end a word

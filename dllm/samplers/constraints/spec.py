@@ -1,5 +1,6 @@
 """What a request constrains its answer to: ``regex``, ``choice`` or ``json_schema``, each turned
-into one regular expression over the answer's text, checked before any model work."""
+into one regular expression over the answer's text, or ``grammar`` (Lark EBNF, a context-free
+language), checked before any model work."""
 from __future__ import annotations
 
 import json
@@ -13,21 +14,31 @@ from dllm.validation import OptionTypeError
 @dataclass(frozen=True, slots=True)
 class ConstraintSpec:
     """One of: a regex the whole answer must match, a list of allowed answers, a JSON schema
-    (a dict) the answer must be an instance of (through outlines-core's schema -> regex)."""
+    (a dict) the answer must be an instance of (through outlines-core's schema -> regex), a
+    grammar in Lark's EBNF the whole answer must be a sentence of (start rule ``start``)."""
 
     regex: str | None = None
     choice: tuple[str, ...] | None = None
     json_schema: dict | None = None
+    grammar: str | None = None
 
     @classmethod
-    def parse(cls, *, regex: Any = None, choice: Any = None, json_schema: Any = None) -> "ConstraintSpec | None":
+    def parse(cls, *, regex: Any = None, choice: Any = None, json_schema: Any = None,
+              grammar: Any = None) -> "ConstraintSpec | None":
         """None when nothing is constrained; bad values name the fix."""
-        given = [name for name, value in (("regex", regex), ("choice", choice), ("json_schema", json_schema))
-                 if value is not None]
+        given = [name for name, value in (("regex", regex), ("choice", choice), ("json_schema", json_schema),
+                                          ("grammar", grammar)) if value is not None]
         if len(given) > 1:
-            raise ValueError(f"give one of regex, choice, json_schema, not {' and '.join(given)}")
+            raise ValueError(f"give one of regex, choice, json_schema, grammar, not {' and '.join(given)}")
         if not given:
             return None
+        if grammar is not None:
+            if not isinstance(grammar, str) or not grammar.strip():
+                raise OptionTypeError(f"grammar must be a non-empty str in Lark's EBNF, got {grammar!r}")
+            from dllm.samplers.constraints.grammar import parse_grammar
+
+            parse_grammar(grammar)  # refused here, before any model work, when it does not parse
+            return cls(grammar=grammar)
         if regex is not None:
             if not isinstance(regex, str) or not regex:
                 raise OptionTypeError(f"regex must be a non-empty str, got {regex!r}")
@@ -49,7 +60,9 @@ class ConstraintSpec:
         return cls(json_schema=json_schema)
 
     def to_regex(self) -> str:
-        """The regular expression of the answers this spec allows."""
+        """The regular expression of the answers this spec allows (a grammar has none)."""
+        if self.grammar is not None:
+            raise ValueError("a grammar is context-free: compile it with token_grammar.compile_grammar")
         if self.regex is not None:
             return self.regex
         if self.choice is not None:

@@ -1,0 +1,187 @@
+"""Is a canvas with holes still completable into a word of a context-free grammar, and which
+values may each hole take so that it stays so?
+
+After Mündler et al. ("Constrained Decoding of Diffusion LLMs with Context-Free Grammars"): the
+canvas is completable iff the grammar's language meets the regular language of its completions.
+Here that regular language is a lattice over terminals: node (i, x) is answer position i with
+lexer state x (lexer.py); a decided token at i, or any token at a hole, is an edge to position
+i + 1 emitting the terminals its text completes (through private chain nodes when it completes
+several); end-of-text at i (every later position a hole or end-of-text, i within the limit) is an
+edge to the final node emitting the terminal left open. An Earley parse of the lattice in
+position order (the Bar-Hillel intersection, computed only where reachable from the start)
+decides emptiness; walking its derivations back from the final item marks the edges that lie on
+a completion, and a hole allows exactly the tokens of its marked edges (and end-of-text where a
+marked end lies at or before it).
+
+Cost per check: Earley over N = positions x lexer states nodes, at worst O(N^3 x rules), plus one
+scan per hole per edge group out of each reached lexer state (at most the vocabulary's size).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from dllm.samplers.constraints.canvas import EOS, HOLE
+from dllm.samplers.constraints.grammar import Grammar
+from dllm.samplers.constraints.lexer import BETWEEN, TokenLexer
+
+
+class _Parse:
+    """One Earley parse of a canvas's lattice; ``items[node]`` maps (rule, dot, origin) to the
+    ways it was derived (kept only when ``trace``)."""
+
+    def __init__(self, grammar: Grammar, lexer: TokenLexer, trace: bool) -> None:
+        self.rules = [*grammar.rules, (-1, (grammar.start,))]  # the last rule: the augmented start
+        self.root = len(self.rules) - 1
+        self.by_lhs: dict[int, list[int]] = defaultdict(list)
+        for r, (lhs, _) in enumerate(self.rules):
+            self.by_lhs[lhs].append(r)
+        self.nullable = grammar.nullable()
+        self.lexer, self.trace, self.ignored = lexer, trace, grammar.ignored
+        self.items: list[dict] = []
+        self.waiting: list[dict[int, list]] = []  # by node: next symbol -> items expecting it
+        self.nodes: dict = {}
+
+    def node(self, key) -> int:
+        if key not in self.nodes:
+            self.nodes[key] = len(self.items)
+            self.items.append({})
+            self.waiting.append(defaultdict(list))
+        return self.nodes[key]
+
+    def add(self, v: int, item: tuple, how: tuple, agenda: list | None) -> None:
+        ways = self.items[v]
+        if item not in ways:
+            ways[item] = [how] if self.trace else None
+            if agenda is not None:
+                agenda.append(item)
+        elif self.trace:
+            ways[item].append(how)
+
+    def close(self, v: int, agenda: list, predict: bool) -> None:
+        """Complete, predict (at nodes between terminals) and step over nullable nonterminals."""
+        rules, waiting = self.rules, self.waiting
+        while agenda:
+            item = agenda.pop()
+            r, dot, origin = item
+            rhs = rules[r][1]
+            if dot == len(rhs):
+                for parent in list(waiting[origin].get(rules[r][0], ())):
+                    self.add(v, (parent[0], parent[1] + 1, parent[2]), ("c", origin, parent, item), agenda)
+                continue
+            symbol = rhs[dot]
+            waiting[v][symbol].append(item)
+            if symbol >= 0:
+                if predict and len(waiting[v][symbol]) == 1:
+                    for r2 in self.by_lhs[symbol]:
+                        self.add(v, (r2, 0, v), ("p",), agenda)
+                if symbol in self.nullable:  # Aycock and Horspool: step over what may derive nothing
+                    self.add(v, (r, dot + 1, origin), ("n", item), agenda)
+
+    def scan(self, u: int, at: int, terminals: tuple[int, ...], target: tuple, edge) -> None:
+        """Items of node ``u`` (position ``at``) across an edge emitting ``terminals`` into the
+        node ``target``. Chain nodes, one per (u, terminals so far), hold the items between two
+        emitted terminals, and after the last one when the token goes on to start a terminal
+        (its constituents are predicted there); each is closed when first filled."""
+        pending = self.lexer.pending[target[2]] if target[0] == "p" else None
+        chained = len(terminals) if pending is not None or not terminals else len(terminals) - 1
+        current = u
+        for k in range(chained):
+            key = ("c", at, u, terminals[: k + 1])
+            if key not in self.nodes:
+                v, fresh = self.node(key), []
+                for item in list(self.waiting[current].get(-1 - terminals[k], ())):
+                    self.add(v, (item[0], item[1] + 1, item[2]), ("s", current, item, None), fresh)
+                self.close(v, fresh, predict=True)
+            current = self.nodes[key]
+        v = self.node(target)
+        if chained == len(terminals):  # no terminal left: copy what waits for the one started
+            sources = (self.items[current] if pending is None or pending in self.ignored
+                       else self.waiting[current].get(-1 - pending, ()))
+            for item in list(sources):
+                self.add(v, item, ("e", current, item, edge), None)
+            return
+        for item in list(self.waiting[current].get(-1 - terminals[-1], ())):
+            self.add(v, (item[0], item[1] + 1, item[2]), ("s", current, item, edge), None)
+
+
+def _parse(grammar: Grammar, lexer: TokenLexer, kinds: np.ndarray, tokens: np.ndarray, limit: int,
+           trace: bool) -> tuple[_Parse, int, int]:
+    """Parse the lattice of the canvas (``kinds``: HOLE, EOS or a token's kind, ``tokens`` the ids);
+    returns the parse, the final node and the start node."""
+    p = _Parse(grammar, lexer, trace)
+    L = len(kinds)
+    tail_eos = np.ones(L + 1, dtype=bool)  # every position from i on may be end-of-text
+    for i in range(L - 1, -1, -1):
+        tail_eos[i] = tail_eos[i + 1] and kinds[i] in (HOLE, EOS)
+    start = p.node(("p", 0, BETWEEN))
+    agenda: list = []
+    p.add(start, (p.root, 0, start), ("p",), agenda)
+    final = p.node(("f",))
+    done = (p.root, 1, start)
+    for i in range(L + 1):
+        for key in [k for k in list(p.nodes) if k[0] == "p" and k[1] == i]:
+            u, x = p.nodes[key], key[2]
+            p.close(u, list(p.items[u]), predict=lexer.pending[x] is None or lexer.pending[x] in grammar.ignored)
+            if tail_eos[i] and i <= limit and lexer.ends[x] is not None:  # the word may end here
+                ends = lexer.ends[x]
+                if ends:
+                    p.scan(u, i, ends, ("f",), ("end", i))
+                elif done in p.items[u]:
+                    p.add(final, done, ("e", u, done, ("end", i)), None)
+            if i == L or i >= limit or kinds[i] == EOS:
+                continue
+            if kinds[i] == HOLE:
+                edges = [(lexer.groups[g][1], lexer.groups[g][2], (i, g)) for g in lexer.state_groups[x]]
+            else:
+                known = lexer.token_edges[tokens[i]] if tokens[i] < len(lexer.token_edges) else None
+                edges = [(w, y, (i, None)) for w, y in (known or {}).get(x, ())]
+            for emitted, y, edge in edges:
+                p.scan(u, i, emitted, ("p", i + 1, y), edge)
+    p.close(final, list(p.items[final]), predict=False)
+    return p, final, start
+
+
+def completable(grammar: Grammar, lexer: TokenLexer, kinds: np.ndarray, tokens: np.ndarray, limit: int) -> bool:
+    p, final, start = _parse(grammar, lexer, kinds, tokens, limit, trace=False)
+    return (p.root, 1, start) in p.items[final]
+
+
+def allowed_tokens(grammar: Grammar, lexer: TokenLexer, kinds: np.ndarray, tokens: np.ndarray, limit: int,
+                   positions: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """For holes at ``positions`` (K,): (K, V) bool, the tokens that keep the canvas completable,
+    and (K,) bool, whether end-of-text does (all False when it is not completable)."""
+    p, final, start = _parse(grammar, lexer, kinds, tokens, limit, trace=True)
+    allowed = np.zeros((len(positions), vocab_size), dtype=bool)
+    eos = np.zeros(len(positions), dtype=bool)
+    done = (p.root, 1, start)
+    if done not in p.items[final]:
+        return allowed, eos
+    used: set = set()
+    seen = {(final, done)}
+    stack = [(final, done)]
+    while stack:
+        v, item = stack.pop()
+        for how in p.items[v][item]:
+            if how[0] == "p":
+                continue
+            if how[0] == "n":
+                pairs = [(v, how[1])]
+            elif how[0] == "c":
+                pairs = [(how[1], how[2]), (v, how[3])]
+            else:  # a scan or a copy across an edge
+                pairs = [(how[1], how[2])]
+                if how[3] is not None:
+                    used.add(how[3])
+            for pair in pairs:
+                if pair not in seen:
+                    seen.add(pair)
+                    stack.append(pair)
+    row = {int(pos): k for k, pos in enumerate(positions)}
+    for where, group in used:
+        if where == "end":
+            eos[[k for pos, k in row.items() if pos >= group]] = True
+        elif group is not None and where in row:
+            allowed[row[where], lexer.group_tokens[group]] = True
+    return allowed, eos

@@ -1,0 +1,110 @@
+"""A context-free grammar compiled once against a vocabulary, in the place of a token DFA.
+
+``TokenGrammar`` answers the canvas questions of canvas.py (``canvas_sets``, ``allowed_classes``)
+with the Earley parse of cfg_canvas.py, so rows.py treats grammar rows and regular rows alike.
+Its token classes are the token ids themselves (class ``V``: never allowed). A row resumed
+after answer tokens keeps them as a prefix the canvas check reads first: its "state" numbers
+the prefixes met so far.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dllm.samplers.constraints.canvas import HOLE
+from dllm.samplers.constraints.cfg_canvas import allowed_tokens, completable
+from dllm.samplers.constraints.grammar import Grammar, parse_grammar
+from dllm.samplers.constraints.lexer import TokenLexer, build_lexer
+
+
+@dataclass(slots=True)
+class GrammarSets:
+    """A canvas (kinds) read after the prefix ``prefix``; its completability computed once."""
+
+    grammar: "TokenGrammar"
+    kinds: np.ndarray  # (L,) token id, HOLE or EOS; the prefix's tokens first
+    start: int  # positions before it are the prefix
+    limit: int  # in kinds' positions
+    _completable: bool | None = None
+
+    def completable(self, state: int | None = None) -> bool:
+        if self._completable is None:
+            g = self.grammar
+            self._completable = completable(g.grammar, g.lexer, self.kinds, self.kinds, self.limit)
+        return self._completable
+
+
+@dataclass(eq=False)
+class TokenGrammar:
+    """A grammar's language over a vocabulary's token ids (end-of-text excluded)."""
+
+    grammar: Grammar
+    lexer: TokenLexer
+    vocab_size: int
+    prefixes: list[tuple[int, ...]] = field(default_factory=lambda: [()])  # state -> answer tokens before the canvas
+
+    start = 0
+
+    @property
+    def regex(self) -> str:
+        """How messages name the constraint."""
+        return "grammar " + " ".join(self.grammar.text.split())
+
+    @functools.cached_property
+    def token_class(self) -> np.ndarray:
+        return np.arange(self.vocab_size, dtype=np.int64)
+
+    @property
+    def dead_class(self) -> int:
+        return self.vocab_size
+
+    def run(self, state: int, tokens: list[int]) -> int:
+        """The state after answer ``tokens`` (a number for the prefix they extend)."""
+        prefix = self.prefixes[state] + tuple(int(t) for t in tokens)
+        if prefix not in self.prefixes:
+            self.prefixes.append(prefix)
+        return self.prefixes.index(prefix)
+
+    def canvas_sets(self, kinds: np.ndarray, state: int, limit: int | None = None) -> GrammarSets:
+        prefix = np.array(self.prefixes[state], dtype=np.int64)
+        full = np.concatenate([prefix, kinds])
+        return GrammarSets(self, full, len(prefix), len(full) if limit is None else len(prefix) + limit)
+
+    def allowed_classes(self, sets: GrammarSets, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(K, V) the tokens each hole at ``positions`` may take, (K,) whether end-of-text may."""
+        return allowed_tokens(self.grammar, self.lexer, sets.kinds, sets.kinds, sets.limit,
+                              np.asarray(positions) + sets.start, self.vocab_size)
+
+    def shortest_word(self, cap: int = 1024) -> int | None:
+        """The fewest tokens of a word (None: none within ``cap`` tokens): completability of
+        all-hole canvases, doubling then halving."""
+        def fits(n: int) -> bool:
+            kinds = np.full(n, HOLE, dtype=np.int64)
+            return self.canvas_sets(kinds, 0, n).completable()
+
+        if fits(0):
+            return 0
+        high = 1
+        while not fits(high):
+            if high >= cap:
+                return None
+            high = min(2 * high, cap)
+        low = high // 2  # does not fit
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (low, mid) if fits(mid) else (mid, high)
+        return high
+
+
+def compile_grammar(text: str, spelled: tuple[bytes | None, ...], eos_id: int) -> TokenGrammar:
+    grammar = parse_grammar(text)
+    return TokenGrammar(grammar=grammar, lexer=build_lexer(grammar, spelled, eos_id), vocab_size=len(spelled))
+
+
+@functools.lru_cache(maxsize=16)
+def cached_grammar(text: str, spelled: tuple[bytes | None, ...], eos_id: int) -> TokenGrammar:
+    """``compile_grammar`` once per (grammar, vocabulary)."""
+    return compile_grammar(text, spelled, eos_id)
+
