@@ -1,6 +1,6 @@
 """OpenAI's ``response_format`` on completions and chat: ``text`` (free), ``json_object`` (any
-JSON object) or ``json_schema`` (``{"name", "schema", "strict"}``), compiled into the rows'
-constraint (``dllm.api.structured``) while the request is parsed, before any model work.
+JSON object) or ``json_schema`` (``{"name", "schema", "strict"}``), and dllm's ``grammar``
+(``{"type": "grammar", "grammar": "<Lark EBNF>"}``), compiled into the rows' constraint (``dllm.api.structured``) while the request is parsed, before any model work.
 
 A constraint is always enforced: ``strict: false`` (OpenAI: the schema is followed when the model
 manages) gets the same guarantee as ``strict: true``, never less."""
@@ -26,7 +26,8 @@ def response_schema(value: Any) -> dict | None:
     if value is None:
         return None
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
-        raise _error('response_format must be an object with a "type": "text", "json_object" or "json_schema"')
+        raise _error('response_format must be an object with a "type": "text", "json_object", "json_schema" '
+                     'or "grammar"')
     kind = value["type"]
     if kind == "text" and set(value) == {"type"}:
         return None
@@ -43,12 +44,26 @@ def response_schema(value: Any) -> dict | None:
             raise _error("response_format.json_schema.schema must be a JSON schema object")
         return spec["schema"]
     raise _error(f"response_format {value!r} is not one of {{\"type\": \"text\"}}, {{\"type\": \"json_object\"}}, "
-                 '{"type": "json_schema", "json_schema": {...}}')
+                 '{"type": "json_schema", "json_schema": {...}}, {"type": "grammar", "grammar": "<Lark EBNF>"}')
+
+
+def response_grammar(value: Any) -> str | None:
+    """The Lark grammar a ``{"type": "grammar", "grammar": str}`` response_format asks for (None:
+    another kind)."""
+    if not isinstance(value, dict) or value.get("type") != "grammar":
+        return None
+    if set(value) != {"type", "grammar"} or not isinstance(value["grammar"], str):
+        raise _error(f'response_format of type grammar must be {{"type": "grammar", "grammar": "<Lark EBNF>"}}, '
+                     f"got {value!r}")
+    return value["grammar"]
 
 
 def response_constraint(value: Any, model, stops: StopConditions, max_tokens: int,
                         config: GenerationConfig) -> RowConstraint | None:
     """The constraint of a request's rows; ValueError / TypeError naming the fix."""
+    grammar = response_grammar(value)
+    if grammar is not None:
+        return row_constraint(model, parse_constraint(None, None, None, grammar), stops, max_tokens, config)
     schema = response_schema(value)
     if schema is None:
         return None

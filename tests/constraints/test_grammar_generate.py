@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from dllm import GenerationConfig
+from dllm.engine.decoding import Decoding, RowStart, decode
+
 lark = pytest.importorskip("lark")
 
 PROMPTS = ["hello there", "a much longer prompt that goes on", "x"]
@@ -44,6 +47,22 @@ def test_ragged_rows_decode_as_alone(tiny_models):
     for i, prompt in enumerate(PROMPTS):
         alone = lm.generate([prompt], grammar=NESTED, max_tokens=10, chat=False, temperature=0.8, seeds=[i + 1])
         assert alone.token_ids[0] == together.token_ids[i]
+
+
+def test_a_row_resumed_at_a_block_boundary_keeps_its_grammar(tiny_models):
+    from dllm.api.structured import parse_constraint, row_constraint
+    from dllm.api.stops import StopConditions
+
+    lm = tiny_models["llada"]
+    config = GenerationConfig(gen_length=12, block_length=6)
+    prompt = lm.encode("hello", chat=False)
+    constraint = row_constraint(lm, parse_constraint(None, None, None, NESTED), StopConditions.parse(None, None),
+                                12, config)
+    whole = decode(lm.model, [prompt], config, constraints=[constraint]).answer[0].tolist()
+    resumed = Decoding(lm.model, [RowStart(prefix=prompt + whole[:6], gen_length=6, answer_offset=6,
+                                           constraint=constraint)], config).run()
+    assert resumed.answer[0].tolist() == whole[6:]  # the first block read as the prefix of every canvas check
+    assert _parses(NESTED, lm.tokenizer.decode([t for t in whole if t not in lm.model.eos_token_ids]))
 
 
 @pytest.mark.parametrize("grammar, message", [
