@@ -20,7 +20,7 @@ stalls the launch queue until the device catches up. The loop is written to stay
 """
 from __future__ import annotations
 
-READS_PER_ROUND = {"plain": 1, "freedave": 2, "lopa": 2, "ssd": 2}
+READS_PER_ROUND = {"plain": 1, "freedave": 2, "lopa": 2, "ssd": 2, "uniform": 1}
 READS_PER_ROUND_PIPELINED = 1  # the blocks in flight over the batch: [lo, hi)
 READS_PER_WINDOW = 2
 READS_PER_FORWARD_TRUNCATED = 1  # EoTP: the furthest end over active rows, before the next forward

@@ -194,6 +194,23 @@ class DiffusionGemma(nn.Module):
     def eos_token_ids(self) -> tuple[int, ...]:
         return self.config.eos_token_ids
 
+    # what the engine reads: no mask token, so its "undecided" placeholder is an id past the
+    # vocabulary (never embedded: the uniform strategy forwards its own canvas)
+    @property
+    def mask_token_id(self) -> int:
+        return self.config.vocab_size
+
+    shift_logits = False
+    attention = "encoder_denoiser"
+
+    def new_prefix(self) -> PrefixKV:
+        return PrefixKV()
+
+    def forward(self, *args, **kwargs):
+        raise ValueError("DiffusionGemma is a uniform-state model (no mask token): decode it with "
+                         "strategy='uniform' and cache='encoder'; mask-based rules, strategies and caches do "
+                         "not apply")
+
     def _embed(self, ids: Tensor) -> Tensor:
         scale = torch.tensor(self.config.d_model ** 0.5, dtype=self.dtype, device=self.device)
         return self.embed(ids) * scale

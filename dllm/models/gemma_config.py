@@ -68,6 +68,13 @@ class GemmaConfig:
         if not self.eos_token_ids:
             raise ValueError("eos_token_id is empty; set the end-of-text id(s) in text_config of config.json")
 
+    @property
+    def block_size(self) -> int:
+        """The model's block: one canvas (the engine's block geometry reads it)."""
+        return self.canvas_length
+
+    block_origin = "answer"  # canvases follow the prompt
+
     def is_sliding(self, i: int) -> bool:
         return self.layer_types[i] == "sliding_attention"
 

@@ -123,6 +123,26 @@ class ModelRunner:
             self.last = None if rows is not None else LastForward(logits, q_start + head_lo, charged)
         return logits[:, lo - head_lo : hi - head_lo] if (head_lo, head_hi) != (lo, hi) else logits
 
+    def new_prefix(self):
+        """An empty prefix store of an encoder-denoiser model (``cache="encoder"``)."""
+        return self.model.new_prefix()
+
+    def encode(self, tokens: Tensor, q_start: int, store) -> None:
+        """Encoder-denoiser models: run canvas tokens (B, T) from ``q_start`` through the encoder,
+        appending their K/V to ``store``. Not an NFE: its tokens count as token-forwards."""
+        span = slice(q_start, q_start + tokens.shape[1])
+        self.model.encode(tokens, self.canvas.positions[:, span], self.canvas.valid[:, span], store)
+        self.token_forwards += self.active.long() * tokens.shape[1]
+
+    def denoise(self, tokens: Tensor, q_start: int, store, self_conditioning: Tensor | None,
+                count: Tensor | None = None) -> Tensor:
+        """Encoder-denoiser models: logits (B, T, V) of the window tokens (B, T) at canvas offset
+        ``q_start`` over the encoded prefix; one forward, charged like ``forward``'s."""
+        positions = self.canvas.positions[:, q_start : q_start + tokens.shape[1]]
+        logits = self.model.denoise(tokens, positions, store, self_conditioning)
+        self._count(tokens.shape[1], tokens.shape[0], None, count)
+        return logits
+
     def charge(self, token_counts: Tensor, rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
         """Count one forward that a cache ran layer by layer itself: ``token_counts`` (N,) are
         the query tokens each input really had computed (``rows``: as in forward). Returns the

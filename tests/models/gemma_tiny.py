@@ -2,7 +2,8 @@
 
 Three layers (two sliding, one full with its own head size and one K/V head), four experts,
 a sliding window shorter than the prompts the tests use, a tiny vision tower (the loader must
-skip it) and a byte-level BPE tokenizer with Gemma's special tokens first (pad 0, eos 1, bos 2).
+skip it) and a byte-level BPE tokenizer with Gemma's special tokens first (pad 0, eos 1, bos 2),
+as many rows as the tokenizer has tokens.
 Every weight, norm and scale is perturbed away from its initial value so that each one matters.
 """
 from __future__ import annotations
@@ -20,7 +21,6 @@ TEMPLATE = ("{{ bos_token }}{% for message in messages %}<start_of_turn>{{ messa
             "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
 CORPUS = ["the quick brown fox jumps over the lazy dog", "uniform state diffusion renoises rejected tokens",
           "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"] * 4
-VOCAB = 320
 CANVAS = 8
 SLIDING_WINDOW = 8
 
@@ -34,11 +34,13 @@ def reference_classes():
     return DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
 
-def write_reference(out: Path, *, seed: int = 0, max_shard_size: str | None = "60KB", **text_overrides):
+def write_reference(out: Path, *, seed: int = 0, max_shard_size: str | None = "60KB", std: float = 0.15,
+                    **text_overrides):
     """Write a tiny checkpoint with ``save_pretrained`` (sharded by default) plus a tokenizer;
     returns the reference model in eval mode."""
     config_cls, model_cls = reference_classes()
-    text = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+    tok = train_bpe(CORPUS, vocab_size=300, special_tokens=SPECIALS)
+    text = dict(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96, num_hidden_layers=3,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
                 num_global_key_value_heads=1, sliding_window=SLIDING_WINDOW,
                 layer_types=["sliding_attention", "sliding_attention", "full_attention"], num_experts=4,
@@ -57,13 +59,12 @@ def write_reference(out: Path, *, seed: int = 0, max_shard_size: str | None = "6
             if "scale" in name or "norm" in name:
                 p.uniform_(0.5, 1.5)
             else:
-                p.normal_(0.0, 0.15)
+                p.normal_(0.0, std)
         for name, b in model.named_buffers():
             if name.endswith("layer_scalar"):
                 b.uniform_(0.5, 1.5)
     kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
     model.save_pretrained(out, **kwargs)
-    tok = train_bpe(CORPUS, vocab_size=300, special_tokens=SPECIALS)
     save_tokenizer_dir(tok, out, special={"pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>"},
                        chat_template=TEMPLATE)
     return model

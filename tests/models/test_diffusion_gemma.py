@@ -41,8 +41,8 @@ def test_encoder_and_denoiser_logits_match_transformers(checkpoint):
     model = load_model(path)
     gen = torch.Generator().manual_seed(1)
     B, P = 2, SLIDING_WINDOW + 5
-    prompt = torch.randint(6, 300, (B, P), generator=gen)
-    canvas = torch.randint(0, 320, (B, CANVAS), generator=gen)
+    prompt = torch.randint(6, 250, (B, P), generator=gen)
+    canvas = torch.randint(0, ref.config.text_config.vocab_size, (B, CANVAS), generator=gen)
     with torch.no_grad():
         cache = _reference_cache(ref)
         ref_hidden = ref.model.encoder(input_ids=prompt, cache=cache).last_hidden_state
@@ -61,7 +61,7 @@ def test_encoder_and_denoiser_logits_match_transformers(checkpoint):
 
     # the accepted canvas joins the prefix through the encoder; the next canvas reads both
     at = _positions(P, CANVAS, B)
-    nxt = torch.randint(0, 320, (B, CANVAS), generator=gen)
+    nxt = torch.randint(0, ref.config.text_config.vocab_size, (B, CANVAS), generator=gen)
     with torch.no_grad():
         ref_hidden = ref.model.encoder(input_ids=canvas, cache=cache, position_ids=at).last_hidden_state
         ref_next = ref(decoder_input_ids=nxt, cache=cache, decoder_position_ids=at + CANVAS).logits
@@ -77,8 +77,8 @@ def test_left_padded_row_equals_its_single_run(checkpoint):
     path, _ = checkpoint
     model = load_model(path)
     gen = torch.Generator().manual_seed(2)
-    long_, short = torch.randint(6, 300, (1, 13), generator=gen), torch.randint(6, 300, (1, 4), generator=gen)
-    canvas = torch.randint(0, 320, (2, CANVAS), generator=gen)
+    long_, short = torch.randint(6, 250, (1, 13), generator=gen), torch.randint(6, 250, (1, 4), generator=gen)
+    canvas = torch.randint(0, model.config.vocab_size, (2, CANVAS), generator=gen)
     pad = 13 - 4
     ids = torch.cat([long_, torch.cat([torch.zeros(1, pad, dtype=torch.long), short], 1)])
     valid = torch.ones(2, 13, dtype=torch.bool)

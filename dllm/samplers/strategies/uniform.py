@@ -1,0 +1,97 @@
+"""strategy="uniform": uniform-state decoding (DiffusionGemma) inside the engine's loop.
+
+The engine's canvas keeps its "undecided" placeholder (the model's ``mask_token_id``, an id
+past its vocabulary) in the active window until a row's canvas is final; the strategy holds the
+window's working canvas of random tokens, and each round is one denoising step of every row
+still moving: the denoiser's logits over the working canvas (``cache="encoder"``: the prefix
+K/V, the previous step's logits as self-conditioning) -> the scheduled temperature -> a sampled
+token per position -> entropy-bound acceptance -> re-noise the rest -> the stable-and-confident
+stopper. A row whose canvas stops (or runs out of steps: ``steps_per_block`` of them) commits
+its argmax canvas through ``state.commit``, so end-of-text, ``finish_rows``, streaming and the
+result read it as any committed block. Steps count down from ``steps_per_block`` per row.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from dllm.samplers.base import register_strategy
+from dllm.samplers.uniform_state import (
+    CounterDraws, GeneratorDraws, StableConfident, entropy_bound_accept, scheduled_temperature, token_entropy,
+)
+
+DRAWS = ("counter", "generator")
+
+
+@register_strategy("uniform")
+@dataclass(kw_only=True, slots=True)
+class UniformState:
+    """Options are transformers' DiffusionGemma generation options under the same names;
+    ``draws="generator"`` is the parity mode (``samplers/uniform_state.py``)."""
+
+    candidate_rows = 1  # rows one canvas row occupies in a forward (dllm.engine.memory)
+    t_min: float = 0.4
+    t_max: float = 0.8
+    entropy_bound: float = 0.1
+    stability_threshold: int = 1
+    confidence_threshold: float = 0.005
+    draws: str = "counter"
+    _window: int = field(default=-1, init=False)
+    _canvas: Tensor | None = field(default=None, init=False)  # (B, W) working canvas
+    _argmax: Tensor | None = field(default=None, init=False)  # (B, W) the last step's argmax
+    _finished: Tensor | None = field(default=None, init=False)  # (B,) rows whose canvas stopped
+    _stopper: StableConfident | None = field(default=None, init=False)
+    _source: CounterDraws | GeneratorDraws | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.draws not in DRAWS:
+            raise ValueError(f"strategy 'uniform': draws={self.draws!r}; expected one of {DRAWS}")
+        if not 0 <= self.t_min < self.t_max:
+            raise ValueError(f"strategy 'uniform': needs 0 <= t_min < t_max, got t_min={self.t_min}, t_max={self.t_max}")
+        if self.entropy_bound <= 0 or self.confidence_threshold <= 0 or self.stability_threshold < 0:
+            raise ValueError("strategy 'uniform': entropy_bound and confidence_threshold must be > 0 and "
+                             "stability_threshold >= 0")
+        self._stopper = StableConfident(stability=self.stability_threshold, confidence=self.confidence_threshold)
+
+    def step(self, state) -> Tensor:
+        if self._window != state.bs:  # a new canvas
+            self._begin(state)
+        num_steps = state.config.steps_per_block
+        moving = state.moving_rows()
+        remaining = num_steps - int(state.step)
+        vocab = state.model.config.vocab_size
+        tokens = state.tokens.clone()
+        tokens[:, state.bs:state.be] = self._canvas
+        logits = state.block_logits(tokens)  # (B, W, V) float32, self-conditioned by the cache
+        tempered = logits / scheduled_temperature(remaining, num_steps, self.t_min, self.t_max)
+        noise = state.noise()
+        sampled = self._source.sample(noise, tempered)
+        argmax = tempered.argmax(-1)
+        accept = entropy_bound_accept(token_entropy(tempered), self.entropy_bound)
+        renoised = torch.where(accept, sampled, self._source.renoise(noise, vocab))  # after the sample draw
+        still = ~self._finished  # rows whose canvas stopped keep it (and their logits)
+        self._canvas = torch.where(still[:, None], renoised, self._canvas)
+        self._argmax = torch.where(still[:, None], argmax, self._argmax)
+        sc = state.cache.self_conditioning
+        state.cache.self_conditioning = tempered if sc is None else torch.where(still[:, None, None], tempered, sc)
+        self._finished |= self._stopper(self._argmax, token_entropy(state.cache.self_conditioning))
+        final = (self._finished | (remaining <= 1)) & moving
+        state.commit(final[:, None].expand_as(self._argmax), self._argmax)
+        return moving.long()
+
+    def _begin(self, state) -> None:
+        if getattr(state.cache, "self_conditioning", "missing") == "missing":
+            raise ValueError("strategy 'uniform' decodes encoder-denoiser models (DiffusionGemma) with "
+                             "cache='encoder'; set cache='encoder'")
+        if self._source is None:
+            self._source = (CounterDraws() if self.draws == "counter"
+                            else GeneratorDraws(state.config.seed, state.tokens.device))
+        self._window = state.bs
+        self._canvas = self._source.canvas(state.noise(), state.model.config.vocab_size)
+        self._argmax = self._canvas.clone()
+        self._finished = torch.zeros(state.tokens.shape[0], dtype=torch.bool, device=state.tokens.device)
+        self._stopper.reset()
+        state.cache.self_conditioning = None
+

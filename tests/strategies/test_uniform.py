@@ -1,0 +1,139 @@
+"""strategy="uniform" (DiffusionGemma's uniform-state decoding) in the engine's loop.
+
+Parity mode (``draws="generator"``) reproduces transformers' ``generate`` token for token on a
+tiny checkpoint written by its own classes; each piece of the default mode's step (schedule,
+entropy-bound acceptance, re-noise, stopper) equals the reference's given the same canvas and
+draws; the default mode's counter-based draws make a row decode alike alone and in a ragged
+batch. Skipped with the reason when the installed transformers has no ``diffusion_gemma``."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dllm.engine.config import GenerationConfig
+from dllm.engine.decoding import decode
+from dllm.models import load_model
+from dllm.samplers.noise import RowNoise
+from dllm.samplers.uniform_state import (
+    CounterDraws, StableConfident, entropy_bound_accept, scheduled_temperature, token_entropy,
+)
+from tests.models.gemma_tiny import CANVAS, reference_classes, write_reference
+
+STEPS = 5
+PROMPT = [2, 7, 9, 11, 40, 50, 60, 70, 80, 90, 100]
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    """The reference read back from its files, and dllm's model. Weights drawn with std 0.05:
+    with the logit tests' 0.15 the tiny model is so high-gain that self-conditioning grows float
+    rounding 1000-fold in four steps, and argmax near-ties then flip even between transformers'
+    own in-memory and reloaded copies of one checkpoint."""
+    out = tmp_path_factory.mktemp("uniform_gemma")
+    write_reference(out, seed=3, std=0.05)
+    _, model_cls = reference_classes()
+    return model_cls.from_pretrained(out).eval(), load_model(out)
+
+
+def _config(**strategy_args) -> GenerationConfig:
+    return GenerationConfig(gen_length=3 * CANVAS, block_length=CANVAS, steps=3 * STEPS, strategy="uniform",
+                            cache="encoder", seed=5, strategy_args=strategy_args)
+
+
+def _until_eos(ids: list[int]) -> list[int]:
+    return ids[: ids.index(1) + 1] if 1 in ids else ids
+
+
+@pytest.mark.parametrize("options", [
+    dict(),  # transformers' defaults: the schedule 0.8 -> 0.4, bound 0.1, stability 1, confidence 0.005
+    dict(stability_threshold=0, confidence_threshold=6.0),  # every canvas stops after its first step
+    dict(t_min=0.1, t_max=1.5, entropy_bound=2.0, stability_threshold=2, confidence_threshold=6.0),
+])
+def test_parity_mode_reproduces_transformers_generate(gemma, options):
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
+
+    ref, model = gemma
+    args = {"t_min": 0.4, "t_max": 0.8, "entropy_bound": 0.1, "stability_threshold": 1,
+            "confidence_threshold": 0.005, **options}
+    torch.manual_seed(5)
+    with torch.no_grad():
+        out = ref.generate(torch.tensor([PROMPT]), max_new_tokens=3 * CANVAS, max_denoising_steps=STEPS,
+                           t_min=args["t_min"], t_max=args["t_max"],
+                           sampler_config=EntropyBoundSamplerConfig(entropy_bound=args["entropy_bound"]),
+                           stability_threshold=args["stability_threshold"],
+                           confidence_threshold=args["confidence_threshold"], eos_token_id=1, pad_token_id=0)
+    result = decode(model, [PROMPT], _config(draws="generator", **args))
+    expected = _until_eos(out.sequences[0, len(PROMPT):].tolist())
+    assert _until_eos(result.answer[0].tolist())[: len(expected)] == expected
+    canvases = -(-len(expected) // CANVAS)
+    # denoiser forwards: the reference's tokens per forward over the canvases it decoded
+    assert int(result.nfe[0]) == round(canvases * CANVAS / float(out.tokens_per_forward[0]))
+
+
+def test_default_mode_rows_decode_alike_alone_and_in_a_ragged_batch(gemma):
+    _, model = gemma
+    short = [2, 7, 9]
+    config = _config()
+    alone = decode(model, [short], config, seeds=[11]).answer
+    batch = decode(model, [PROMPT, short, PROMPT], config, seeds=[5, 11, 6]).answer
+    assert torch.equal(batch[1], alone[0])
+    assert not torch.equal(batch[0], batch[2])  # another seed, other draws
+    assert torch.equal(decode(model, [short], config, seeds=[11]).answer, alone)  # reproducible
+
+
+def test_step_pieces_equal_the_reference_given_the_same_canvas_and_draws():
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
+        EntropyBoundSampler, EntropyBoundSamplerConfig, LinearTemperatureScheduleLogitsProcessor,
+        StableAndConfidentStoppingCriteria,
+    )
+
+    gen = torch.Generator().manual_seed(0)
+    B, W, V = 3, 8, 50
+    noise = RowNoise(seed=torch.tensor([1, 2, 3]), clock=torch.tensor([0, 4, 9]), positions=torch.arange(W))
+    draws = CounterDraws()
+    canvas = draws.canvas(noise, V)
+    schedule = LinearTemperatureScheduleLogitsProcessor(t_min=0.4, t_max=0.8, max_denoising_steps=STEPS)
+    stopper = StableConfident(stability=2, confidence=3.5)
+    ref_stopper = StableAndConfidentStoppingCriteria(stability_threshold=2, confidence_threshold=3.5)
+    for remaining in range(STEPS, 0, -1):
+        logits = torch.randn(B, W, V, generator=gen) * 3
+        tempered = logits / scheduled_temperature(remaining, STEPS, 0.4, 0.8)
+        torch.testing.assert_close(tempered, schedule(None, logits, cur_step=torch.tensor(remaining)))
+        sampled, fresh = draws.sample(noise, tempered), draws.renoise(noise, V)
+        sampler = EntropyBoundSampler(EntropyBoundSamplerConfig(entropy_bound=1.5), W, V, STEPS)
+        sampler.initialize_canvas = lambda batch_size, device: fresh  # the same re-noise draws
+        accepted = sampler.accept_canvas(canvas, sampled, tempered, remaining)
+        expected = sampler.renoise_canvas(accepted, remaining)
+        accept = entropy_bound_accept(token_entropy(tempered), 1.5)
+        assert torch.equal(accept, sampler.accepted_token_mask)
+        assert 0 < int(accept.sum()) < B * W
+        new_canvas = torch.where(accept, sampled, fresh)
+        assert torch.equal(new_canvas, expected)
+        argmax = tempered.argmax(-1) if remaining > 2 else torch.zeros(B, W, dtype=torch.long)  # stable at the end
+        assert torch.equal(stopper(argmax, token_entropy(tempered)), ref_stopper(argmax, tempered))
+        canvas = new_canvas
+        noise = RowNoise(seed=noise.seed, clock=noise.clock + 1, positions=noise.positions)
+
+
+def test_counter_sampling_follows_the_softmax():
+    logits = torch.tensor([[[0.0, 1.0, 2.0, -1.0]]]).expand(1, 4000, 4)
+    noise = RowNoise(seed=torch.tensor([7]), clock=torch.tensor([0]), positions=torch.arange(4000))
+    counts = torch.bincount(CounterDraws().sample(noise, logits).flatten(), minlength=4).float() / 4000
+    torch.testing.assert_close(counts, logits[0, 0].softmax(-1), atol=0.025, rtol=0)
+
+
+def test_what_cannot_apply_is_refused_with_the_reason(gemma, tiny_models):
+    _, model = gemma
+    with pytest.raises(ValueError, match="uniform-state model .*strategy='uniform' and cache='encoder'"):
+        decode(model, [PROMPT], GenerationConfig(gen_length=CANVAS, block_length=CANVAS, steps=CANVAS))
+    with pytest.raises(ValueError, match="set cache='encoder'"):
+        decode(model, [PROMPT], GenerationConfig(gen_length=CANVAS, block_length=CANVAS, steps=STEPS,
+                                                 strategy="uniform"))
+    with pytest.raises(ValueError, match=r"token editing \(edit_threshold\) runs with strategy 'plain', not 'uniform'"):
+        decode(model, [PROMPT], GenerationConfig(gen_length=CANVAS, block_length=CANVAS, steps=STEPS,
+                                                 strategy="uniform", cache="encoder", edit_threshold=0.9))
+    with pytest.raises(ValueError, match="cache 'encoder' is for encoder-denoiser models"):
+        decode(tiny_models["llada"].model, [[5, 6, 7]],
+               GenerationConfig(gen_length=8, block_length=8, steps=8, strategy="uniform", cache="encoder"))
+    with pytest.raises(ValueError, match="draws='gumbel'; expected one of"):
+        _config(draws="gumbel") and decode(model, [PROMPT], _config(draws="gumbel"))
