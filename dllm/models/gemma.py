@@ -223,7 +223,12 @@ class DiffusionGemma(nn.Module):
     def encode(self, ids: Tensor, positions: Tensor, valid: Tensor, store: PrefixKV) -> Tensor:
         """Run ids (B, T) at positions (B, T) (``valid`` (B, T): False for left padding) causally
         over the stored prefix and themselves, append their K/V to ``store``; returns the final
-        hidden states (B, T, d) (after the norm)."""
+        hidden states (B, T, d) (after the norm). A prompt holding the image token is refused:
+        dllm reads the text model only."""
+        image = self.config.image_token_id
+        if store.positions is None and image is not None and bool((ids[valid] == image).any()):
+            raise ValueError(f"the prompt holds the image token (id {image}); dllm runs DiffusionGemma's text "
+                             "model only (the vision tower is not loaded): send text")
         old_pos = store.positions if store.positions is not None else positions[:, :0]
         old_valid = store.valid if store.valid is not None else valid[:, :0]
         key_pos, key_valid = torch.cat([old_pos, positions], 1), torch.cat([old_valid, valid], 1)
