@@ -160,7 +160,8 @@ class GemmaLayer(nn.Module):
         router_x = self.router_norm(x) * self.router_scale * self.root
         experts = self.post_feedforward_layernorm_2(self.moe(self.pre_feedforward_layernorm_2(x), router_x))
         x = x + self.post_feedforward_layernorm(dense + experts)
-        return x * (self.encoder_layer_scalar if store is not None else self.layer_scalar)
+        scalar = self.encoder_layer_scalar if store is not None else self.layer_scalar
+        return x * scalar.to(x.dtype)  # a float32 buffer under bfloat16 weights (transformers multiplies in place)
 
 
 class DiffusionGemma(nn.Module):

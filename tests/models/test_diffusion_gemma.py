@@ -171,3 +171,26 @@ def test_reference_classes_are_the_oracle():
     """The oracle is transformers' own module (skips with the reason where it is missing)."""
     config_cls, model_cls = reference_classes()
     assert model_cls.__module__.startswith("transformers.models.diffusion_gemma")
+
+
+def test_bfloat16_load_runs_in_bfloat16_and_stays_close(checkpoint):
+    """The float32 layer_scalar buffers must not lift bfloat16 activations to float32 (a dtype
+    clash in the next linear); the logits stay within bfloat16 rounding of transformers' own
+    bfloat16 model."""
+    path, _ = checkpoint
+    _, model_cls = reference_classes()
+    ref = model_cls.from_pretrained(path, dtype=torch.bfloat16).eval()
+    model = load_model(path, dtype="bfloat16")
+    gen = torch.Generator().manual_seed(4)
+    prompt = torch.randint(6, 250, (2, 13), generator=gen)
+    canvas = torch.randint(0, model.config.vocab_size, (2, CANVAS), generator=gen)
+    with torch.no_grad():
+        cache = _reference_cache(ref)
+        ref.model.encoder(input_ids=prompt, cache=cache)
+        expected = ref(decoder_input_ids=canvas, cache=cache).logits
+        store = PrefixKV()
+        model.encode(prompt, _positions(0, 13, 2), torch.ones(2, 13, dtype=torch.bool), store)
+        logits = model.denoise(canvas, _positions(13, CANVAS, 2), store)
+    assert store.keys[0].dtype == torch.bfloat16
+    assert (logits - expected).abs().max() < 0.05 * expected.abs().max()
+    assert (logits.argmax(-1) == expected.argmax(-1)).float().mean() >= 0.9
