@@ -31,14 +31,16 @@ def row_constraint(lm, spec: ConstraintSpec | None, stops: StopConditions, max_t
         spelled = lm._token_bytes = tuple(token_bytes(lm.tokenizer, lm.model.config.vocab_size))
     room = config.gen_length if max_tokens is None else min(max_tokens, config.gen_length)
     if spec.grammar is not None:
-        from dllm.samplers.constraints.token_grammar import cached_grammar
+        from dllm.samplers.constraints.token_grammar import TokenGrammar, cached_grammar
 
-        language = cached_grammar(spec.grammar, spelled, lm.model.eos_token_ids[0])
-        if language.shortest_word(cap=room) is None:
-            raise ValueError(f"no sentence of the grammar that this model's tokens can write fits in {room} "
-                             "answer tokens; raise max_tokens (or gen_length), or loosen the grammar")
-        return RowConstraint(dfa=language, limit=max_tokens)
-    dfa = cached_dfa(spec.to_regex(), spelled, lm.model.eos_token_ids[0])
+        dfa = cached_grammar(spec.grammar, spelled, lm.model.eos_token_ids[0])  # a token DFA when regular
+        if isinstance(dfa, TokenGrammar):
+            if dfa.shortest_word(cap=room) is None:
+                raise ValueError(f"no sentence of the grammar that this model's tokens can write fits in {room} "
+                                 "answer tokens; raise max_tokens (or gen_length), or loosen the grammar")
+            return RowConstraint(dfa=dfa, limit=max_tokens)
+    else:
+        dfa = cached_dfa(spec.to_regex(), spelled, lm.model.eos_token_ids[0])
     shortest = dfa.shortest_word()
     if shortest is None:
         raise ValueError(f"no answer this model's tokens can write matches the constraint {dfa.regex[:120]!r}; "

@@ -102,3 +102,34 @@ def test_a_bad_grammar_is_refused_with_what_to_change():
         parse_grammar('%import common.ESCAPED_STRING\nstart: ESCAPED_STRING')
     with pytest.raises(ValueError, match="zero-width"):  # Lark's own check, before ours
         parse_grammar("start: A\nA: /x*/")
+
+
+def test_a_regular_grammar_takes_the_dfa_path_and_agrees_with_the_parse():
+    from dllm.samplers.constraints.canvas import allowed_classes, canvas_sets, position_kinds
+    from dllm.samplers.constraints.token_dfa import TokenDFA
+    from dllm.samplers.constraints.token_grammar import TokenGrammar, compile_grammar
+
+    text = 'start: NAME ("," NAME)*\nNAME: /[a-b]+/\n%ignore " "\n'
+    vocab = (None, None, b"a", b"b", b",", b"a,", b" ", b",b", b"ab ", None)
+    dfa = compile_grammar(text, vocab, EOS)
+    assert isinstance(dfa, TokenDFA)  # Lark's ("," NAME)* loop is seen as a loop, not recursion
+    grammar = parse_grammar(text)
+    parse = TokenGrammar(grammar=grammar, lexer=build_lexer(grammar, vocab, EOS), vocab_size=len(vocab))
+    assert isinstance(compile_grammar('start: "(" start? ")"', vocab, EOS), TokenGrammar)  # recursive
+    agreed = 0
+    for length in range(1, 4):
+        for canvas in itertools.product([MASK, EOS, 2, 3, 4, 5, 6, 7, 8], repeat=length):
+            tokens = np.array(canvas)
+            answers = []
+            for language in (dfa, parse):
+                kinds = position_kinds(language, tokens, MASK, np.array([EOS]), None)
+                sets = canvas_sets(language, kinds, language.start)
+                holes = np.flatnonzero(tokens == MASK)
+                allowed = None
+                if sets.completable(language.start) and len(holes):
+                    classes, eos = allowed_classes(language, sets, holes)
+                    allowed = (classes[:, language.token_class[: len(vocab)]].tolist(), eos.tolist())
+                answers.append((sets.completable(language.start), allowed))
+            assert answers[0] == answers[1], canvas
+            agreed += answers[0][1] is not None
+    assert agreed > 50

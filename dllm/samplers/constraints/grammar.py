@@ -89,3 +89,39 @@ def _terminal_regex(terminal) -> str:
         raise ValueError(f"the grammar's terminal {terminal.name} = /{regex[:200]}/ matches the empty text; "
                          "make it match at least one character (make the rule optional instead)")
     return regex
+
+
+def grammar_regex(grammar: Grammar, max_length: int = 100_000) -> str | None:
+    """The grammar's language as one regex when no rule reaches itself except as ``X: X a | b``
+    (Lark's expansion of ``*`` and ``+``: b a*), None when it is recursive otherwise or the
+    inlined regex would pass ``max_length`` characters. %ignore'd terminals may come before every
+    terminal and at the end, as between-terminal text."""
+    rules: dict[int, list[tuple[int, ...]]] = {}
+    for lhs, rhs in grammar.rules:
+        rules.setdefault(lhs, []).append(rhs)
+    ignored = "|".join(f"(?:{grammar.patterns[t]})" for t in sorted(grammar.ignored))
+    skip = f"(?:{ignored})*" if ignored else ""
+    done: dict[int, str] = {}
+
+    def inline(symbol: int, path: frozenset[int]) -> str | None:
+        if symbol < 0:
+            return f"{skip}(?:{grammar.patterns[-1 - symbol]})"
+        if symbol in path:
+            return None  # recursive
+        if symbol not in done:
+            alternatives = {False: [], True: []}  # (starts with the symbol itself) -> the rest
+            for rhs in rules.get(symbol, []):
+                looped = bool(rhs) and rhs[0] == symbol
+                pieces = [inline(s, path | {symbol}) for s in rhs[looped:]]
+                if any(p is None for p in pieces):
+                    return None
+                alternatives[looped].append("".join(pieces))
+            base = "(?:" + "|".join(alternatives[False]) + ")" if alternatives[False] else "(?!)"
+            loop = "(?:" + "|".join(alternatives[True]) + ")*" if alternatives[True] else ""
+            done[symbol] = f"(?:{base}{loop})"
+            if len(done[symbol]) > max_length:
+                return None
+        return done[symbol]
+
+    body = inline(grammar.start, frozenset())
+    return None if body is None else body + skip

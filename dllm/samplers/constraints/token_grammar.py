@@ -1,4 +1,5 @@
-"""A context-free grammar compiled once against a vocabulary, in the place of a token DFA.
+"""A context-free grammar compiled once against a vocabulary, in the place of a token DFA (a
+grammar whose language is regular becomes one: ``compile_grammar``).
 
 ``TokenGrammar`` answers the canvas questions of canvas.py (``canvas_sets``, ``allowed_classes``)
 with the Earley parse of cfg_canvas.py, so rows.py treats grammar rows and regular rows alike.
@@ -15,8 +16,9 @@ import numpy as np
 
 from dllm.samplers.constraints.canvas import HOLE
 from dllm.samplers.constraints.cfg_canvas import allowed_tokens, completable
-from dllm.samplers.constraints.grammar import Grammar, parse_grammar
+from dllm.samplers.constraints.grammar import Grammar, grammar_regex, parse_grammar
 from dllm.samplers.constraints.lexer import TokenLexer, build_lexer
+from dllm.samplers.constraints.token_dfa import TokenDFA, compile_regex
 
 
 @dataclass(slots=True)
@@ -98,13 +100,18 @@ class TokenGrammar:
         return high
 
 
-def compile_grammar(text: str, spelled: tuple[bytes | None, ...], eos_id: int) -> TokenGrammar:
+def compile_grammar(text: str, spelled: tuple[bytes | None, ...], eos_id: int) -> TokenGrammar | TokenDFA:
+    """A grammar against a vocabulary: a token DFA when its language is regular in a way
+    ``grammar_regex`` sees (no recursion but Lark's ``*`` / ``+`` loops), else a TokenGrammar."""
     grammar = parse_grammar(text)
+    regex = grammar_regex(grammar)
+    if regex is not None:
+        return compile_regex(regex, spelled, eos_id)
     return TokenGrammar(grammar=grammar, lexer=build_lexer(grammar, spelled, eos_id), vocab_size=len(spelled))
 
 
 @functools.lru_cache(maxsize=16)
-def cached_grammar(text: str, spelled: tuple[bytes | None, ...], eos_id: int) -> TokenGrammar:
+def cached_grammar(text: str, spelled: tuple[bytes | None, ...], eos_id: int) -> TokenGrammar | TokenDFA:
     """``compile_grammar`` once per (grammar, vocabulary)."""
     return compile_grammar(text, spelled, eos_id)
 
