@@ -23,6 +23,7 @@ from dllm.engine.config import GenerationConfig
 from dllm.kernels import StatsScratch, TokenStats, confidence_stats
 from dllm.engine.logprobs import CommitLogprobs
 from dllm.engine.memory import check_memory_budget, plan_memory
+from dllm.engine.uniform_state import uniform_state_config
 from dllm.runner.model_runner import ModelRunner
 from dllm.samplers import make_rule, make_stopper, make_strategy
 from dllm.samplers.base import RuleInput
@@ -427,7 +428,7 @@ class Decoding:
 
     @torch.inference_mode()
     def __init__(self, model, rows: list[RowStart], config: GenerationConfig) -> None:
-        config = model_block_windows(model, config)
+        config = uniform_state_config(model, model_block_windows(model, config))
         check_rows(rows, config, model.config.max_sequence_length)
         check_seeds([r.seed for r in rows], len(rows))
         original = rows

@@ -203,6 +203,7 @@ class DiffusionGemma(nn.Module):
 
     shift_logits = False
     attention = "encoder_denoiser"
+    uniform_state = True  # dllm.engine.uniform_state: strategy "uniform", cache "encoder"
 
     def new_prefix(self) -> PrefixKV:
         return PrefixKV()

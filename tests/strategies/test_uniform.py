@@ -121,20 +121,38 @@ def test_counter_sampling_follows_the_softmax():
     torch.testing.assert_close(counts, logits[0, 0].softmax(-1), atol=0.025, rtol=0)
 
 
-def test_what_cannot_apply_is_refused_with_the_reason(gemma, tiny_models):
+def test_the_defaults_become_uniform_state_decoding(gemma):
+    """strategy 'plain' and cache 'none' (the defaults) mean the uniform strategy and the encoder
+    cache for a uniform-state model."""
     _, model = gemma
-    with pytest.raises(ValueError, match="uniform-state model .*strategy='uniform' and cache='encoder'"):
-        decode(model, [PROMPT], GenerationConfig(gen_length=CANVAS, block_length=CANVAS, steps=CANVAS))
-    with pytest.raises(ValueError, match="set cache='encoder'"):
-        decode(model, [PROMPT], GenerationConfig(gen_length=CANVAS, block_length=CANVAS, steps=STEPS,
-                                                 strategy="uniform"))
-    with pytest.raises(ValueError, match=r"token editing \(edit_threshold\) runs with strategy 'plain', not 'uniform'"):
-        decode(model, [PROMPT], GenerationConfig(gen_length=CANVAS, block_length=CANVAS, steps=STEPS,
-                                                 strategy="uniform", cache="encoder", edit_threshold=0.9))
-    with pytest.raises(ValueError, match="cache 'encoder' is for encoder-denoiser models"):
+    plain = GenerationConfig(gen_length=2 * CANVAS, block_length=CANVAS, steps=2 * STEPS, seed=5)
+    explicit = GenerationConfig(gen_length=2 * CANVAS, block_length=CANVAS, steps=2 * STEPS, seed=5,
+                                strategy="uniform", cache="encoder")
+    assert torch.equal(decode(model, [PROMPT], plain).answer, decode(model, [PROMPT], explicit).answer)
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(strategy="freedave"), "strategy 'freedave': mask-based"),
+    (dict(cache="dual"), "cache 'dual': mask-based"),
+    (dict(policy="threshold"), "policy 'threshold': mask-based.*entropy_bound"),
+    (dict(stopper="sched"), "stopper 'sched': mask-based.*stability_threshold"),
+    (dict(temperature=1.0), "temperature / top_k / top_p: the temperatures are strategy_args' t_min / t_max"),
+    (dict(cfg_scale=1.0), "cfg_scale"),
+    (dict(block_length=2 * CANVAS), f"canvases of {CANVAS} tokens .*set block_length={CANVAS}"),
+    (dict(edit_threshold=0.9, strategy="uniform"), r"token editing \(edit_threshold\) runs with strategy 'plain'"),
+    (dict(strategy="uniform", strategy_args={"draws": "gumbel"}), "draws='gumbel'; expected one of"),
+])
+def test_what_cannot_apply_is_refused_with_the_reason(gemma, options, match):
+    _, model = gemma
+    with pytest.raises(ValueError, match=match):
+        decode(model, [PROMPT], GenerationConfig(**{"gen_length": 2 * CANVAS, "block_length": CANVAS,
+                                                     "steps": 2 * STEPS, **options}))
+
+
+def test_uniform_state_options_on_a_mask_model_and_image_prompts_are_refused(gemma, tiny_models):
+    _, model = gemma
+    with pytest.raises(ValueError, match="decode uniform-state models .*this model is mask-based"):
         decode(tiny_models["llada"].model, [[5, 6, 7]],
                GenerationConfig(gen_length=8, block_length=8, steps=8, strategy="uniform", cache="encoder"))
     with pytest.raises(ValueError, match="image token .*text model only"):
         decode(model, [[2, 5, 9]], _config())  # id 5 is the tiny checkpoint's image token
-    with pytest.raises(ValueError, match="draws='gumbel'; expected one of"):
-        _config(draws="gumbel") and decode(model, [PROMPT], _config(draws="gumbel"))

@@ -82,9 +82,6 @@ class UniformState:
         return moving.long()
 
     def _begin(self, state) -> None:
-        if getattr(state.cache, "self_conditioning", "missing") == "missing":
-            raise ValueError("strategy 'uniform' decodes encoder-denoiser models (DiffusionGemma) with "
-                             "cache='encoder'; set cache='encoder'")
         if self._source is None:
             self._source = (CounterDraws() if self.draws == "counter"
                             else GeneratorDraws(state.config.seed, state.tokens.device))
