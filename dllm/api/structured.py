@@ -31,10 +31,15 @@ def row_constraint(lm, spec: ConstraintSpec | None, stops: StopConditions, max_t
         spelled = lm._token_bytes = tuple(token_bytes(lm.tokenizer, lm.model.config.vocab_size))
     room = config.gen_length if max_tokens is None else min(max_tokens, config.gen_length)
     if spec.grammar is not None:
-        from dllm.samplers.constraints.token_grammar import TokenGrammar, cached_grammar
+        from dllm.samplers.constraints.token_grammar import MAX_GRAMMAR_TOKENS, TokenGrammar, cached_grammar
 
         dfa = cached_grammar(spec.grammar, spelled, lm.model.eos_token_ids[0])  # a token DFA when regular
         if isinstance(dfa, TokenGrammar):
+            if room > MAX_GRAMMAR_TOKENS:
+                raise ValueError(f"a recursive grammar is checked by a parse whose cost grows with the cube of the "
+                                 f"answer's length, so it takes answers of at most {MAX_GRAMMAR_TOKENS} tokens, not "
+                                 f"{room}; lower max_tokens (or gen_length), or use a grammar without recursion, "
+                                 "a regex or a json_schema")
             if dfa.shortest_word(cap=room) is None:
                 raise ValueError(f"no sentence of the grammar that this model's tokens can write fits in {room} "
                                  "answer tokens; raise max_tokens (or gen_length), or loosen the grammar")

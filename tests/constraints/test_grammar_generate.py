@@ -65,16 +65,17 @@ def test_a_row_resumed_at_a_block_boundary_keeps_its_grammar(tiny_models):
     assert _parses(NESTED, lm.tokenizer.decode([t for t in whole if t not in lm.model.eos_token_ids]))
 
 
-@pytest.mark.parametrize("grammar, message", [
-    ("start: (", "does not parse as Lark EBNF"),
-    ('start: A\nA: /(?<=x)y/', "lookarounds"),
-    ('start: "[" "a"~20 "]"', "more than the 6"),  # regular: the token DFA's shortest word
-    ('start: "(" start ")" | "a"~20', "fits in 6 answer tokens"),  # recursive: the parse's
+@pytest.mark.parametrize("grammar, max_tokens, message", [
+    ("start: (", 6, "does not parse as Lark EBNF"),
+    ('start: A\nA: /(?<=x)y/', 6, "lookarounds"),
+    ('start: "[" "a"~20 "]"', 6, "more than the 6"),  # regular: the token DFA's shortest word
+    ('start: "(" start ")" | "a"~20', 6, "fits in 6 answer tokens"),  # recursive: the parse's
+    ('start: "(" start ")" | "a"', 65, "at most 64 tokens, not 65"),  # the parse's cost
 ])
-def test_a_bad_grammar_is_refused_before_any_forward(tiny_models, monkeypatch, grammar, message):
+def test_a_bad_grammar_is_refused_before_any_forward(tiny_models, monkeypatch, grammar, max_tokens, message):
     lm = tiny_models["llada"]
     monkeypatch.setattr(lm.model, "forward", lambda *a, **k: pytest.fail("a forward ran"))
     with pytest.raises(ValueError, match=message):
-        lm.generate(PROMPTS[:1], max_tokens=6, chat=False, grammar=grammar)
+        lm.generate(PROMPTS[:1], max_tokens=max_tokens, chat=False, grammar=grammar)
     with pytest.raises(ValueError, match="not regex and grammar"):
         lm.generate(PROMPTS[:1], max_tokens=6, chat=False, grammar=NESTED, regex="a")

@@ -21,6 +21,11 @@ from dllm.samplers.constraints.lexer import TokenLexer, build_lexer
 from dllm.samplers.constraints.token_dfa import TokenDFA, compile_regex
 
 
+# answer tokens a recursive grammar may span: its check is an Earley parse, cubic in the positions
+# (about 3 s to check and 14 s to mask 48 all-hole positions of the bundled vocabulary, pure Python)
+MAX_GRAMMAR_TOKENS = 64
+
+
 @dataclass(slots=True)
 class GrammarSets:
     """A canvas (kinds) read after the prefix ``prefix``; its completability computed once."""
