@@ -74,6 +74,9 @@ def check_plan(cfg, size: int) -> None:
         raise TensorPlanError(f"tensor_parallel must be a positive int, got {size!r}")
     if size == 1:
         return
+    if getattr(cfg, "family", None) == "diffusion_gemma":  # its own module: no sharding plan yet
+        raise TensorPlanError("diffusion_gemma checkpoints cannot be split by tensor parallelism yet; load "
+                              "without tensor_parallel")
     problems = []
     if cfg.n_heads % size:
         problems.append(f"{cfg.n_heads} attention heads")

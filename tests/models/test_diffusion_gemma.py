@@ -194,3 +194,18 @@ def test_bfloat16_load_runs_in_bfloat16_and_stays_close(checkpoint):
     assert store.keys[0].dtype == torch.bfloat16
     assert (logits - expected).abs().max() < 0.05 * expected.abs().max()
     assert (logits.argmax(-1) == expected.argmax(-1)).float().mean() >= 0.9
+
+
+def test_tensor_parallelism_is_refused_before_the_group_forms(checkpoint):
+    path, _ = checkpoint
+    with pytest.raises(ValueError, match="diffusion_gemma checkpoints cannot be split by tensor parallelism yet"):
+        dllm.load(path, tensor_parallel=2)
+
+
+def test_likelihood_evaluation_is_refused_with_the_reason(checkpoint):
+    """lm-eval's loglikelihood is the masked-diffusion bound: not defined without a mask token."""
+    from dllm.eval.likelihood import check_likelihood_model
+
+    path, _ = checkpoint
+    with pytest.raises(ValueError, match="'encoder_denoiser' attention, so evaluate it on generate_until"):
+        check_likelihood_model(load_model(path))
