@@ -156,3 +156,18 @@ def test_uniform_state_options_on_a_mask_model_and_image_prompts_are_refused(gem
                GenerationConfig(gen_length=8, block_length=8, steps=8, strategy="uniform", cache="encoder"))
     with pytest.raises(ValueError, match="image token .*text model only"):
         decode(model, [[2, 5, 9]], _config())  # id 5 is the tiny checkpoint's image token
+
+
+def test_stream_gives_generate_s_tokens_canvas_by_canvas(tmp_path):
+    """``stream`` drives the same loop: its last update's ids are ``generate``'s, and each
+    canvas arrives whole, in the round its denoising stops."""
+    import dllm
+
+    write_reference(tmp_path, seed=3, std=0.05)
+    lm = dllm.load(tmp_path, device="cpu", dtype="float32")
+    options = dict(gen_length=2 * CANVAS, block_length=CANVAS, steps=2 * STEPS, seed=7, chat=False)
+    expected = lm.generate("the quick fox", **options).token_ids[0]
+    updates = list(lm.stream("the quick fox", **options))
+    assert updates[-1].finished and updates[-1].final_ids == expected
+    commits = [sorted(u.committed) for u in updates if u.committed]
+    assert commits and all(c == list(range(c[0], c[0] + CANVAS)) and c[0] % CANVAS == 0 for c in commits)
