@@ -42,8 +42,6 @@ def test_constrained_answers_are_the_apis(tiny_dirs, tmp_path, capsys):
     (["--regex", "a("], "cannot be compiled"),
     (["--regex", "a", "--choice", "b"], "give one of regex, choice, json_schema"),
     (["--json-schema", "no-such-schema.json"], "no such file"),
-    (["--choice", "a", "--strategy", "freedave"], "use strategy='plain'"),
-    (["--choice", "a", "--stopper", "eotp"], "use stopper='none'"),
 ])
 def test_bad_structured_options_are_one_error_line_before_loading(monkeypatch, capsys, argv, expected):
     monkeypatch.setattr("dllm.load", lambda *a, **k: pytest.fail("the model was loaded before the check"))

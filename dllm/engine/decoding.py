@@ -146,17 +146,19 @@ class DecodeState:
             self.logprobs.saw(logits, rows, self.canvas.batch_size, self.tp)
         return logits
 
-    def statistics(self, logits: Tensor, rows: Tensor | None = None, steps: Tensor | None = None) -> TokenStats:
+    def statistics(self, logits: Tensor, rows: Tensor | None = None, steps: Tensor | None = None,
+                   tokens: Tensor | None = None) -> TokenStats:
         """One kernel call: (N, W, V) logits -> TokenStats with (N, W) fields.
 
         ``rows`` (N,): the canvas row of each input (default: the canvas rows); ``steps`` (N,):
         the window step of the state each input holds (default: its row's ``row_step``), e.g.
-        FreeDave's draft k sits k steps ahead. At temperature > 0 the noise of each position is
-        keyed by its row's seed and that state's step count and answer position."""
-        if self.constraints is not None:  # candidates that keep the canvas completable only
-            if rows is not None:
-                raise RuntimeError("constrained rows decode with the plain strategy only (check_supported)")
-            logits = self.constraints.mask_logits(self, logits)
+        FreeDave's draft k sits k steps ahead; ``tokens`` (N, L): the states forwarded (default:
+        the canvas), which a constrained row's mask is decided on. At temperature > 0 the noise
+        of each position is keyed by its row's seed and that state's step count and answer position."""
+        if self.constraints is not None:  # candidates that keep each state's canvas completable only
+            if rows is not None and tokens is None:
+                raise ValueError("statistics of candidate states under a constraint need their tokens")
+            logits = self.constraints.mask_logits(self, logits, tokens, rows)
         N, W, V = logits.shape
         flat = logits.reshape(N * W, V)
         if self.config.top_k is not None or self.config.top_p is not None:
@@ -168,8 +170,8 @@ class DecodeState:
             noise = dict(seed=key.seed[:, None].expand(N, W).reshape(-1), counter=key.counters().reshape(-1))
         stats = self.row_statistics(flat, temperature=self.config.temperature, scratch=self.stats_scratch, **noise)
         stats = stats.reshape(N, W)
-        if self.constraints is not None:
-            self.constraints.scores = stats.prob  # the order in which commits are tried
+        if self.constraints is not None and rows is None:
+            self.constraints.scores = stats.prob  # the order in which the canvas's commits are tried
         return stats
 
     def row_statistics(self, flat: Tensor, *, temperature: float = 0.0, scratch: StatsScratch | None = None,
@@ -212,11 +214,27 @@ class DecodeState:
                          num_steps=self.config.steps_per_block, block_masks=block_masks,
                          noise=functools.partial(self.noise, rows, step))
 
+    def keep_completable(self, mask: Tensor, token: Tensor, tokens: Tensor | None = None,
+                         rows: Tensor | None = None, scores: Tensor | None = None) -> Tensor:
+        """``mask`` (N, W) of commits of ``token`` to the states ``tokens`` (default: the canvas) of
+        canvas ``rows``, less those that would leave a constrained state's canvas without a word
+        (tried most ``scores`` first; dllm/samplers/constraints/rows.py). Unchanged with no
+        constrained row: a constrained base step is the rule's step through this filter."""
+        if self.constraints is None:
+            return mask
+        active = self.runner.active if rows is None else self.runner.active[rows]
+        mask = mask & self.eligible(tokens) & active[:, None]
+        return self.constraints.filter_commit(self, mask, token, tokens=tokens, rows=rows, scores=scores)
+
     def commit(self, mask: Tensor, token: Tensor) -> None:
         """Write ``token`` where ``mask`` (B, W) is set, for active rows only."""
         mask = mask & self.eligible() & self.runner.active[:, None]
         if self.constraints is not None:  # together, the commits must keep each canvas completable
-            mask = self.constraints.filter_commit(self, mask, token)
+            # most probable first by the last canvas statistics (the plain step's); a candidate
+            # strategy's chosen state keeps the canvas completable whole and needs no order
+            scores = self.constraints.scores
+            scores = scores if scores is not None and scores.shape == mask.shape else None
+            mask = self.constraints.filter_commit(self, mask, token, scores=scores)
         block = self.tokens[:, self.bs : self.be]
         block.copy_(torch.where(mask, token, block))  # no boolean indexing: no host sync on a GPU
         offset = self.bs - self.canvas.prompt_width
@@ -256,11 +274,14 @@ class DecodeState:
                                "give its class needs_answer_stats = True")
         return self.answer_view.update(self, stats)
 
-    def commit_answer(self, mask: Tensor, token: Tensor) -> None:
+    def commit_answer(self, mask: Tensor, token: Tensor, scores: Tensor | None = None) -> None:
         """Write ``token`` where ``mask`` (B, G) is set over the whole answer (stoppers that
-        commit outside the window, e.g. SchED's all-in fill), for active rows' masks only."""
+        commit outside the window, e.g. SchED's all-in fill), for active rows' masks only; a
+        constrained row keeps only what keeps its canvas completable (most ``scores`` first)."""
         answer = self.tokens[:, self.canvas.prompt_width :]
         mask = mask & (answer == self.mask_id) & self.runner.active[:, None]
+        if self.constraints is not None:
+            mask = self.constraints.filter_commit(self, mask, token, scores=scores, offset=self.canvas.prompt_width)
         answer.copy_(torch.where(mask, token, answer))
         self.order.masked_fill_(mask, self.forwards)
 
@@ -268,8 +289,11 @@ class DecodeState:
         """EoTP: end each row's answer before canvas position ``end`` (B,) (>= the row's
         current end: no change). Later positions become end-of-text and invisible keys, so the
         row decodes exactly as if its canvas were shorter; forwards stop at the furthest end
-        over active rows (max with the window end) and blocks past every end cost nothing."""
+        over active rows (max with the window end) and blocks past every end cost nothing. A
+        constrained row is not cut where no word would fit before ``end``."""
         end = torch.minimum(self.end, end)
+        if self.constraints is not None:
+            end = self.constraints.completable_ends(self, end)
         idx = torch.arange(self.canvas.length, device=end.device)
         after = idx[None, :] >= end[:, None]  # (B, L)
         after[:, : self.canvas.prompt_width] = False

@@ -51,7 +51,8 @@ class BranchParallelEvaluator:
         drafts_before, tokens_before = runner.draft_rows.clone(), runner.token_forwards.clone()
         logits = state.block_logits(candidates[mine], rows=rows[mine], count=count)
         # noise is keyed by each candidate's row and step, so a share draws what one process draws
-        local = state.statistics(logits, rows=rows[mine], steps=None if steps is None else steps[mine])
+        local = state.statistics(logits, rows=rows[mine], steps=None if steps is None else steps[mine],
+                                 tokens=candidates[mine])
         if not sizes[self.rank]:
             local = local.index(slice(0, 0))
         # query tokens per candidate row, from whichever ranks forwarded a charged row

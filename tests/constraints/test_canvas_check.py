@@ -79,7 +79,7 @@ def _state(canvas: list[list[int]], bs: int, be: int):
     return SimpleNamespace(tokens=tokens, canvas=SimpleNamespace(prompt_width=1), lead=None,
                            end=torch.full((tokens.shape[0],), tokens.shape[1]), bs=bs, be=be,
                            runner=SimpleNamespace(active=torch.ones(tokens.shape[0], dtype=torch.bool)),
-                           eligible=lambda: tokens[:, bs:be] == MASK)
+                           eligible=lambda states=None: (tokens if states is None else states)[:, bs:be] == MASK)
 
 
 def test_commits_fine_alone_but_not_together_keep_the_most_probable():
@@ -88,11 +88,11 @@ def test_commits_fine_alone_but_not_together_keep_the_most_probable():
     state = _state([[7, MASK, MASK, MASK], [7, MASK, MASK, MASK]], 1, 4)
     commit = torch.tensor([[True, True, False], [True, True, False]])
     token = torch.tensor([[2, 2, 0], [2, 2, 0]])  # "a" then "a": each fine alone, "aa" is no word
-    checks.scores = torch.tensor([[0.3, 0.9, 0.0], [0.3, 0.9, 0.0]])
-    kept = checks.filter_commit(state, commit, token)
+    scores = torch.tensor([[0.3, 0.9, 0.0], [0.3, 0.9, 0.0]])
+    kept = checks.filter_commit(state, commit, token, scores=scores)
     assert kept.tolist() == [[False, True, False], [True, True, False]]  # the free row is untouched
-    checks.scores = torch.tensor([[0.9, 0.3, 0.0], [0.3, 0.9, 0.0]])
-    assert checks.filter_commit(state, commit, token)[0].tolist() == [True, False, False]
+    scores = torch.tensor([[0.9, 0.3, 0.0], [0.3, 0.9, 0.0]])
+    assert checks.filter_commit(state, commit, token, scores=scores)[0].tolist() == [True, False, False]
 
 
 def test_masked_logits_leave_only_completions():
@@ -104,3 +104,31 @@ def test_masked_logits_leave_only_completions():
     assert finite[0].all()  # decided: not touched
     assert finite[1].nonzero().flatten().tolist() == [2]
     assert finite[2].nonzero().flatten().tolist() == [EOS]
+
+
+def test_candidate_states_are_checked_each_on_its_own_canvas():
+    """FreeDave's drafts, SSD's nodes, LoPA's branches: states (N, L) of canvas rows (N,)."""
+    dfa = compile_regex(r"ab|ba", SPELLED, EOS)
+    checks = CanvasConstraints([RowConstraint(dfa=dfa), None], MASK, [EOS])
+    state = _state([[7, MASK, MASK, MASK], [7, MASK, MASK, MASK]], 1, 4)
+    states = torch.tensor([[7, 2, MASK, MASK], [7, 3, MASK, MASK], [7, 3, MASK, MASK]])  # "a", "b"; a free row
+    rows = torch.tensor([0, 0, 1])
+    finite = torch.isfinite(checks.mask_logits(state, torch.zeros(3, 3, 8), states, rows))
+    assert finite[0, 1].nonzero().flatten().tolist() == [3] and finite[1, 1].nonzero().flatten().tolist() == [2]
+    assert finite[2].all()
+    commit = torch.tensor([[False, True, False]] * 3)
+    kept = checks.filter_commit(state, commit, torch.full((3, 3), 3), tokens=states, rows=rows)
+    assert kept[:, 1].tolist() == [True, False, True]  # "ab" is a word, "bb" no prefix of one
+
+
+def test_a_stopper_fills_and_cuts_only_what_keeps_a_word():
+    dfa = compile_regex(r"(ab|ba)c?", SPELLED, EOS)
+    checks = CanvasConstraints([RowConstraint(dfa=dfa), RowConstraint(dfa=dfa)], MASK, [EOS])
+    state = _state([[7, 2, MASK, MASK], [7, 2, MASK, MASK]], 1, 2)
+    # SchED / Prophet's all-in fill over the answer (offset: the answer start), most probable first
+    fill = torch.tensor([[False, True, True], [False, True, True]])
+    token = torch.tensor([[0, 2, 6], [0, 3, 6]])  # "a a c": no word; "a b c": a word
+    kept = checks.filter_commit(state, fill, token, scores=torch.tensor([[0, 0.2, 0.9], [0, 0.2, 0.9]]), offset=1)
+    assert kept.tolist() == [[False, False, True], [False, True, True]]
+    # EoTP: "a" then end-of-text before position 2 is no word, before position 3 may be ("ab")
+    assert checks.completable_ends(state, torch.tensor([2, 3])).tolist() == [4, 3]

@@ -105,9 +105,6 @@ def test_block_causal_rows_with_prompt_tails(tmp_path):
 
 
 @pytest.mark.parametrize("options, fix", [
-    (dict(strategy="freedave"), "strategy='plain'"),
-    (dict(strategy="lopa"), "strategy='plain'"),
-    (dict(stopper="eotp"), "stopper='none'"),
     (dict(edit_threshold=0.9), "edit_threshold"),
     (dict(stop="]"), "drop the stops"),
     (dict(stop_token_ids=[7]), "drop the stops"),
@@ -131,11 +128,16 @@ def test_what_is_not_covered_is_refused_before_any_model_work(tiny_models, monke
     assert fix in str(err.value)
 
 
-def test_pipelined_mode_is_refused(tiny_models):
+def test_what_composes_passes_the_check_and_the_rest_is_refused_by_name():
     from dllm.samplers.constraints import check_supported
 
-    with pytest.raises(ValueError, match="block_add_threshold"):
-        check_supported(GenerationConfig(gen_length=32, block_length=8, block_add_threshold=0.1))
+    for options in (dict(block_add_threshold=0.1), dict(strategy="freedave"), dict(strategy="ssd"),
+                    dict(strategy="lopa"), dict(stopper="eotp"), dict(stopper="sched"), dict(stopper="prophet")):
+        check_supported(GenerationConfig(gen_length=32, block_length=8, **options))
+    with pytest.raises(ValueError, match="edit_threshold"):
+        check_supported(GenerationConfig(gen_length=32, block_length=8, edit_threshold=0.9))
+    with pytest.raises(ValueError, match="strategy 'apd' commits states the constraint does not check"):
+        check_supported(GenerationConfig(gen_length=32, block_length=8, strategy="apd"))
     with pytest.raises(ValueError, match="tensor_parallel=1"):
         check_supported(GenerationConfig(gen_length=32), tensor_parallel=True)
 

@@ -7,6 +7,12 @@ the tokens, and end-of-text, through which some completion of the canvas is a wo
 ``filter_commit`` (the rule's commits taken together must keep the canvas completable; if they do
 not, they are taken one by one, most probable first, each kept only if it does: the first always
 is, so a step that commits commits something). Unconstrained rows pass through untouched.
+
+Both also run on candidate states (FreeDave's drafts, SSD's tree nodes, LoPA's branches): a
+candidate's statistics are masked for its own canvas and its base-rule step is filtered on it,
+so the step verified from a candidate is the constrained decode's step from that state.
+Stoppers go through the same filter (SchED / Prophet's all-in fill, ``offset``) or ask
+``completable_ends`` (EoTP's cut).
 """
 from __future__ import annotations
 
@@ -41,86 +47,122 @@ class RowConstraint:
 
 
 class CanvasConstraints:
-    """The constrained rows of one decode (None: a free row)."""
+    """The constrained rows of one decode (None: a free row). Every method takes the states it
+    works on: the canvas (``tokens=None``), or candidate canvases (N, L) of canvas ``rows`` (N,)
+    (FreeDave's drafts, SSD's tree nodes, LoPA's branches), each checked as its own canvas."""
 
     def __init__(self, rows: list[RowConstraint | None], mask_id: int, eos_ids: list[int]) -> None:
         self.rows, self.mask_id = rows, mask_id
         self.eos_ids = np.asarray(eos_ids, dtype=np.int64)
-        self.scores: Tensor | None = None  # (B, W) the last statistics' probabilities: commit order
+        self.scores: Tensor | None = None  # (B, W) the last canvas statistics' probabilities: the commit order
 
-    def _regions(self, state) -> tuple[np.ndarray, list[tuple[int, int]]]:
-        """The canvas on the host and each row's answer span [start, end) in canvas positions."""
-        tokens = state.tokens.cpu().numpy()
+    def _regions(self, state, tokens: Tensor | None = None,
+                 rows: Tensor | None = None) -> tuple[np.ndarray, list[int], list[tuple[int, int]]]:
+        """The states on the host, the canvas row of each and its answer span [start, end) in
+        canvas positions (after the row's prompt tail, before its end)."""
+        host = (state.tokens if tokens is None else tokens).cpu().numpy()
+        row_of = list(range(len(self.rows))) if rows is None else rows.tolist()
         P = state.canvas.prompt_width
         lead = [0] * len(self.rows) if state.lead is None else state.lead.tolist()
         ends = state.end.tolist()
-        return tokens, [(P + lead[r], ends[r]) for r in range(len(self.rows))]
+        return host, row_of, [(P + lead[r], ends[r]) for r in row_of]
 
     def _sets(self, row: int, region: np.ndarray):
         constraint = self.rows[row]
         kinds = position_kinds(constraint.dfa, region, self.mask_id, self.eos_ids, constraint.limit)
         return canvas_sets(constraint.dfa, kinds, constraint.state, constraint.limit)
 
+    def _completable(self, row: int, region: np.ndarray) -> bool:
+        return self._sets(row, region).completable(self.rows[row].state)
+
     def check_start(self, state) -> None:
         """Refuse, before any forward, a row whose canvas holds no word of its language."""
-        tokens, spans = self._regions(state)
+        tokens, _, spans = self._regions(state)
         for row, constraint in enumerate(self.rows):
             if constraint is None:
                 continue
             lo, hi = spans[row]
-            if not self._sets(row, tokens[row, lo:hi]).completable(constraint.state):
+            if not self._completable(row, tokens[row, lo:hi]):
                 room = hi - lo if constraint.limit is None else min(hi - lo, constraint.limit)
                 raise ValueError(f"row {row}: no word of the constraint {constraint.dfa.regex[:120]!r} fits in "
                                  f"{room} answer tokens; raise max_tokens (or gen_length), or loosen the constraint")
 
-    def mask_logits(self, state, logits: Tensor) -> Tensor:
-        """(B, W, V) logits with -inf at every token (and end-of-text) that would leave an eligible
-        window position of a constrained row without a completion in the language."""
-        eligible = (state.eligible() & state.runner.active[:, None]).cpu().numpy()
-        tokens, spans = self._regions(state)
-        keep = None  # (B, W, V) bool, built on the host and applied in one masked_fill
-        for row, constraint in enumerate(self.rows):
-            cols = np.flatnonzero(eligible[row])
+    def mask_logits(self, state, logits: Tensor, tokens: Tensor | None = None, rows: Tensor | None = None) -> Tensor:
+        """(N, W, V) logits with -inf at every token (and end-of-text) that would leave an eligible
+        window position of a constrained state without a completion in the language. A candidate
+        state that is not completable itself (an SSD swap node) is left unmasked: no verified step
+        starts from it, so its statistics decide nothing; the canvas always is."""
+        active = state.runner.active if rows is None else state.runner.active[rows]
+        eligible = (state.eligible(tokens) & active[:, None]).cpu().numpy()
+        host, row_of, spans = self._regions(state, tokens, rows)
+        keep = None  # (N, W, V) bool, built on the host and applied in one masked_fill
+        for n, row in enumerate(row_of):
+            constraint = self.rows[row]
+            cols = np.flatnonzero(eligible[n])
             if constraint is None or len(cols) == 0:
                 continue
-            lo, hi = spans[row]
-            sets = self._sets(row, tokens[row, lo:hi])
+            lo, hi = spans[n]
+            sets = self._sets(row, host[n, lo:hi])
+            if not sets.completable(constraint.state):
+                if rows is None:  # every commit and cut keeps the canvas completable: a bug if not
+                    raise RuntimeError(f"row {row}'s canvas no longer holds a word of its constraint")
+                continue
             classes, eos = allowed_classes(constraint.dfa, sets, cols + state.bs - lo)
             if keep is None:
                 keep = np.ones(logits.shape, dtype=bool)
             V = min(len(constraint.dfa.token_class), logits.shape[-1])
             allowed = classes[:, constraint.dfa.token_class[:V]]  # (K, V)
             allowed[:, self.eos_ids] = eos[:, None]
-            keep[row, cols, :V] = allowed
-            keep[row, cols, V:] = False  # ids past the tokenizer: never allowed
+            keep[n, cols, :V] = allowed
+            keep[n, cols, V:] = False  # ids past the tokenizer: never allowed
         if keep is None:
             return logits
         return logits.masked_fill(~torch.from_numpy(keep).to(logits.device), float("-inf"))
 
-    def filter_commit(self, state, mask: Tensor, token: Tensor) -> Tensor:
-        """``mask`` (B, W) without the commits that would make a constrained row's canvas
-        uncompletable (see the module's docstring for the order)."""
+    def filter_commit(self, state, mask: Tensor, token: Tensor, *, tokens: Tensor | None = None,
+                      rows: Tensor | None = None, scores: Tensor | None = None, offset: int | None = None) -> Tensor:
+        """``mask`` (N, W) without the commits that would make a constrained state's canvas
+        uncompletable (see the module's docstring for the order: ``scores`` (N, W); None: left to
+        right). Column 0 of ``mask`` is canvas position ``offset`` (default
+        the window start; SchED's all-in fill passes the answer start)."""
+        offset = state.bs if offset is None else offset
         host_mask = mask.cpu().numpy().copy()
         host_token = token.cpu().numpy()
-        tokens, spans = self._regions(state)
-        scores = None if self.scores is None else self.scores.float().cpu().numpy()
+        host, row_of, spans = self._regions(state, tokens, rows)
+        order_by = None if scores is None else scores.float().cpu().numpy()
         changed = False
-        for row, constraint in enumerate(self.rows):
-            cols = np.flatnonzero(host_mask[row])
+        for n, row in enumerate(row_of):
+            constraint = self.rows[row]
+            cols = np.flatnonzero(host_mask[n])
             if constraint is None or len(cols) == 0:
                 continue
-            lo, hi = spans[row]
-            region = tokens[row, lo:hi].copy()
-            at = cols + state.bs - lo
-            region[at] = host_token[row, cols]
-            if self._sets(row, region).completable(constraint.state):
+            lo, hi = spans[n]
+            region = host[n, lo:hi].copy()
+            cols = cols[(cols + offset >= lo) & (cols + offset < hi)]  # a prompt tail, past the end: not answer
+            at = cols + offset - lo
+            region[at] = host_token[n, cols]
+            if self._completable(row, region):
                 continue
             region[at] = self.mask_id
-            order = cols if scores is None else cols[np.argsort(-scores[row, cols], kind="stable")]
+            order = cols if order_by is None else cols[np.argsort(-order_by[n, cols], kind="stable")]
             for col in order:
-                region[col + state.bs - lo] = host_token[row, col]
-                if not self._sets(row, region).completable(constraint.state):
-                    region[col + state.bs - lo] = self.mask_id
-                    host_mask[row, col] = False
+                region[col + offset - lo] = host_token[n, col]
+                if not self._completable(row, region):
+                    region[col + offset - lo] = self.mask_id
+                    host_mask[n, col] = False
                     changed = True
         return torch.from_numpy(host_mask).to(mask.device) if changed else mask
+
+    def completable_ends(self, state, end: Tensor) -> Tensor:
+        """(B,) ``end`` with each constrained row's cut dropped (its end kept) where ending the
+        answer before ``end`` leaves its canvas without a word (EoTP's truncation)."""
+        host, _, spans = self._regions(state)
+        wanted, current = end.tolist(), state.end.tolist()
+        kept = list(wanted)
+        for row, constraint in enumerate(self.rows):
+            lo = spans[row][0]
+            if constraint is None or wanted[row] >= current[row]:
+                continue
+            if not self._completable(row, host[row, lo : max(lo, wanted[row])]):
+                kept[row] = current[row]
+        return end if kept == wanted else torch.tensor(kept, dtype=end.dtype, device=end.device)

@@ -1,20 +1,26 @@
-"""Which decodes a constraint may join today; every other one is refused with its reason."""
+"""Which decodes a constraint may join today; every other one is refused with its reason.
+
+Covered: every rule, every cache, sampling, ragged batches, block-causal families and the
+pipelined mode, the candidate strategies (FreeDave and SSD verify the constrained base step,
+LoPA's anchor and branches are constrained) and the stoppers (SchED / Prophet's all-in fill keeps
+what keeps the canvas completable, EoTP cuts only where a word still fits)."""
 from __future__ import annotations
+
+# the strategies whose every commit goes through the constraint's filter, drafted and verified
+# states included (DecodeState.keep_completable); a new strategy joins this list with its test
+COVERED_STRATEGIES = ("plain", "freedave", "lopa", "ssd")
 
 
 def unsupported_reasons(config, tensor_parallel: bool) -> list[str]:
     """Why ``config`` cannot decode constrained rows (empty: it can). Each reason names the
     setting to change; nothing is ignored silently."""
     reasons = []
-    if config.strategy != "plain":
-        reasons.append(f"strategy {config.strategy!r} commits from draft states the constraint does not "
-                       "check yet; use strategy='plain'")
-    if config.stopper != "none":
-        reasons.append(f"stopper {config.stopper!r} commits or cuts outside the rule's step; use stopper='none'")
+    if config.strategy not in COVERED_STRATEGIES:
+        reasons.append(f"strategy {config.strategy!r} commits states the constraint does not check; use one of "
+                       f"{', '.join(COVERED_STRATEGIES)}")
     if config.edit_threshold is not None:
-        reasons.append("token editing (edit_threshold) rewrites decided tokens; leave edit_threshold unset")
-    if config.block_add_threshold is not None:
-        reasons.append("the pipelined mode (block_add_threshold) is not covered; leave block_add_threshold unset")
+        reasons.append("token editing (edit_threshold) rewrites decided tokens, which the commit filter does "
+                       "not check yet; leave edit_threshold unset")
     if tensor_parallel:
         reasons.append("under tensor parallelism each rank holds a vocabulary shard the mask does not "
                        "cover yet; run with tensor_parallel=1")

@@ -80,7 +80,7 @@ class MarginExit:
         fill = self.exited[:, None] & (answer == state.mask_id) & view.seen
         P = state.canvas.prompt_width
         fill[:, state.bs - P : state.be - P] = False  # the window goes through ``commit``
-        state.commit_answer(fill, view.token)
+        state.commit_answer(fill, view.token, scores=view.prob)  # a constrained row: what keeps it completable
         return commit | (eligible & self.exited[:, None])
 
 

@@ -21,7 +21,7 @@ def local_evaluator(state, candidates: Tensor, rows: Tensor, count: Tensor | Non
     One forward, charged once to each canvas row in ``count`` (default: every active row);
     ``steps`` (N,): the window step of each candidate state, which keys its row's noise."""
     logits = state.block_logits(candidates, rows=rows, count=count)
-    return state.statistics(logits, rows=rows, steps=steps)
+    return state.statistics(logits, rows=rows, steps=steps, tokens=candidates)
 
 
 _EVALUATOR: list[Evaluator] = [local_evaluator]

@@ -31,13 +31,17 @@ from dllm.samplers.strategies.candidates import evaluate_candidates
 def rule_steps(state, tokens: Tensor, stats: TokenStats, depth: int, rows: Tensor | None = None,
                first_step: Tensor | None = None) -> list[Tensor]:
     """Canvases after 1..depth base-rule steps from ``tokens`` with fixed ``stats``; the first
-    step is each state's ``first_step`` (default: its row's ``row_step``)."""
+    step is each state's ``first_step`` (default: its row's ``row_step``). A constrained row's
+    step keeps only the commits that leave its canvas completable, as the base decode's commit
+    does (``DecodeState.keep_completable``), so step 1 is the constrained base step itself."""
     if first_step is None:
         first_step = state.row_step if rows is None else state.row_step[rows]
     step = first_step
     out, cur = [], tokens
     for d in range(depth):
         commit = state.rule(state.rule_input(stats, cur, rows=rows, step=step + d))
+        if state.constraints is not None:
+            commit = state.keep_completable(commit, stats.token, cur, rows=rows, scores=stats.prob)
         block = cur[:, state.bs : state.be]
         cur = cur.clone()
         cur[:, state.bs : state.be] = torch.where(commit, stats.token, block)

@@ -72,6 +72,7 @@ class LoPA:
         block = slice(state.bs, state.be)
         commit = state.rule(state.rule_input(stats))
         commit = state.stopper(state, stats, commit)
+        commit = state.keep_completable(commit, stats.token, scores=stats.prob)  # a constrained row's base step
         anchor = state.tokens.clone()
         anchor[:, block] = torch.where(commit & state.eligible(), stats.token, anchor[:, block])
         candidates = self.spawn(state, anchor, stats)  # (B, N, L), anchor first
@@ -117,7 +118,8 @@ class LoPA:
 
     def spawn(self, state, anchor: Tensor, stats: TokenStats) -> Tensor:
         """(B, N, L): the anchor, then branch j = anchor + its j-th most confident mask filled
-        (a row with fewer masks repeats the anchor, which then wins the tie)."""
+        (a row with fewer masks repeats the anchor, which then wins the tie; so does a
+        constrained row's branch whose fill would leave its canvas without a word)."""
         block = slice(state.bs, state.be)
         masked = state.eligible(anchor)  # (B, W): the masks this row may fill
         out = [anchor]
@@ -126,6 +128,7 @@ class LoPA:
         for j in range(self.branches):
             pick = topk_mask(conf, torch.full_like(masked[:, 0], j + 1, dtype=torch.long), masked) & ~taken
             taken |= pick
+            pick = state.keep_completable(pick, stats.token, anchor)  # a constrained row: the anchor if it would not be
             branch = anchor.clone()
             branch[:, block] = torch.where(pick, stats.token, anchor[:, block])
             out.append(branch)
