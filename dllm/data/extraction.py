@@ -22,6 +22,15 @@ SCHEMA = {
     "additionalProperties": False,
 }
 
+# the same records as a Lark grammar (keys in schema order, spaces between terminals)
+GRAMMAR = r"""
+start: "{" "\"name\"" ":" STRING "," "\"age\"" ":" INT "," "\"city\"" ":" STRING "," "\"member\"" ":" BOOL "}"
+STRING: /"[^"\\]*"/
+INT: /-?(0|[1-9][0-9]*)/
+BOOL: "true" | "false"
+%ignore " "
+"""
+
 PROMPT = ('Extract the person\'s name, age, city and membership from the text as a JSON object '
           'with the keys "name", "age", "city" and "member" (true or false).\nText: {text}')
 
