@@ -96,19 +96,21 @@ class DiffusionLM:
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None,
                seed: int | None = None, stop: Any = None, stop_token_ids: Any = None,
-               max_tokens: int | None = None, **options: Any) -> Iterator[StreamUpdate]:
+               max_tokens: int | None = None, regex: str | None = None, choice: Sequence[str] | None = None,
+               json_schema: dict | str | None = None, grammar: str | None = None,
+               **options: Any) -> Iterator[StreamUpdate]:
         """Decode one prompt, yielding a ``StreamUpdate`` after each forward (newly committed
         positions, the canvas, the final prefix and its new text), then a last one with
         ``finished=True``. Same tokens as ``generate``; ``stop`` / ``stop_token_ids`` end the
         text (and the decode) at the first stop, ``max_tokens`` sets the answer length as in
-        ``generate``. Bad input raises here, before any model work."""
-        constrained = sorted({"regex", "choice", "json_schema", "grammar"} & set(options))
-        if constrained:
-            raise ValueError(f"stream does not decode under a constraint yet ({', '.join(constrained)}); "
-                             "use generate for structured output")
+        ``generate``, and so do ``regex`` / ``choice`` / ``json_schema`` / ``grammar`` (the final
+        prefix of a constrained answer is a prefix of a word). Bad input raises here, before any
+        model work."""
         request = OutputRequest.parse(stop=stop, stop_token_ids=stop_token_ids, max_tokens=max_tokens,
                                       vocab_size=self.model.config.vocab_size)
+        spec = parse_constraint(regex, choice, json_schema, grammar)
         config = merge_config(config, options, request.max_tokens)
+        constraint = row_constraint(self, spec, request.stops, request.max_tokens, config)
         prompts = prompt_batch(prompt)
         if len(prompts) != 1:
             raise ValueError(f"stream takes one prompt (a string or chat messages), got {len(prompts)}; "
@@ -116,7 +118,8 @@ class DiffusionLM:
         ids = check_token_ids([self.encode(prompts[0], chat)], self.model.config.vocab_size)
         check_prompts(ids, config, self.model.config.max_sequence_length)
         seed = config.seed if seed is None else seed
-        decoding = Decoding(self.model, [RowStart(prefix=ids[0], gen_length=config.gen_length, seed=seed)], config)
+        row = RowStart(prefix=ids[0], gen_length=config.gen_length, seed=seed, constraint=constraint)
+        decoding = Decoding(self.model, [row], config)
         return stream_decoding(self, decoding, request)
 
     def _request(self, stop, stop_token_ids, max_tokens, n, echo) -> OutputRequest:

@@ -150,8 +150,3 @@ def test_the_engine_refuses_a_canvas_that_holds_no_word(tiny_models, monkeypatch
     monkeypatch.setattr(lm.model, "forward", lambda *a, **k: pytest.fail("a forward ran"))
     with pytest.raises(ValueError, match="row 1: no word .* fits in 8 answer tokens"):
         decode(lm.model, [[5, 6], [7]], GenerationConfig(gen_length=8), constraints=[None, RowConstraint(dfa=dfa)])
-
-
-def test_stream_refuses_a_constraint_by_name(tiny_models):
-    with pytest.raises(ValueError, match="stream does not decode under a constraint yet .*json_schema"):
-        tiny_models["llada"].stream("hi", json_schema=SCHEMA)
