@@ -93,7 +93,11 @@ def adaptive_state_bytes(model, batch: int, length: int) -> int:
 
 
 def kv_cache_bytes(model, batch: int, length: int) -> int:
-    """Bytes of the K and V buffers of every layer for ``batch`` rows of ``length`` positions."""
+    """Bytes of the K and V buffers of every layer for ``batch`` rows of ``length`` positions (a
+    model whose layers differ in K/V shape, DiffusionGemma, says its own)."""
+    own = getattr(model, "kv_cache_bytes", None)
+    if own is not None:
+        return own(batch, length)
     return 2 * model.config.n_layers * math.prod(KVBuffers.shape(model, batch, length)) * _itemsize(model)
 
 
@@ -138,6 +142,8 @@ def activation_bytes(model, shape: ForwardShape) -> int:
     mlp = max([e * (3 * F + d)] + [moe_token_bytes(m, e) for m in model.modules() if isinstance(m, MoEMLP)])
     per_token = 2 * d * e + 2 * D * f + max(norm, attention, mlp)
     key_mask = shape.rows * shape.keys * (1 + 1 + f)  # row-selected validity, its negation, float
+    if getattr(model, "dense_attention_mask", False):  # (queries x keys) bool masks, SDPA's float copy
+        key_mask = shape.rows * shape.queries * shape.keys * (3 + f)
     tile = FLASH_Q_TILE * (2 * FLASH_KV_TILE + D + 2) * f
     dequant = dequant_workspace_bytes(model)  # a quantized linear's weight cast back for its GEMM
     return shape.rows * shape.queries * per_token + key_mask + torch.get_num_threads() * tile + dequant

@@ -204,6 +204,13 @@ class DiffusionGemma(nn.Module):
     shift_logits = False
     attention = "encoder_denoiser"
     uniform_state = True  # dllm.engine.uniform_state: strategy "uniform", cache "encoder"
+    dense_attention_mask = True  # dllm.engine.memory: (queries x keys) masks, not key spans
+
+    def kv_cache_bytes(self, batch: int, length: int) -> int:
+        """The encoder's K/V of ``length`` positions for ``batch`` rows (layers differ in shape)."""
+        item = torch.empty((), dtype=self.dtype).element_size()
+        shapes = [self.config.layer_heads(i) for i in range(self.config.n_layers)]
+        return sum(2 * batch * kv * length * dim * item for dim, kv in shapes)
 
     def new_prefix(self) -> PrefixKV:
         return PrefixKV()
@@ -234,12 +241,12 @@ class DiffusionGemma(nn.Module):
         old_pos = store.positions if store.positions is not None else positions[:, :0]
         old_valid = store.valid if store.valid is not None else valid[:, :0]
         key_pos, key_valid = torch.cat([old_pos, positions], 1), torch.cat([old_valid, valid], 1)
-        back = positions[:, :, None] - key_pos[:, None, :]  # (B, T, S) query minus key position
-        T, S = back.shape[1:]
+        T, S = positions.shape[1], key_pos.shape[1]
         itself = torch.zeros(T, S, dtype=torch.bool, device=ids.device)
         itself[:, S - T:] = torch.eye(T, dtype=torch.bool, device=ids.device)  # a pad query sees itself: no NaN
-        causal = (key_valid[:, None, :] & (back >= 0)) | itself
-        sliding = causal & (back < self.config.sliding_window)
+        query, key = positions[:, :, None], key_pos[:, None, :]  # (B, T, 1), (B, 1, S): bool (B, T, S) masks only
+        causal = (key_valid[:, None, :] & (key <= query)) | itself
+        sliding = causal & (key > query - self.config.sliding_window)
         store.positions, store.valid = key_pos, key_valid
         local, full = self._freqs()
         x = self._embed(ids)

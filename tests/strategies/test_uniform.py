@@ -171,3 +171,13 @@ def test_stream_gives_generate_s_tokens_canvas_by_canvas(tmp_path):
     assert updates[-1].finished and updates[-1].final_ids == expected
     commits = [sorted(u.committed) for u in updates if u.committed]
     assert commits and all(c == list(range(c[0], c[0] + CANVAS)) and c[0] % CANVAS == 0 for c in commits)
+
+
+def test_memory_plan_counts_each_layer_s_k_v_and_the_cache_stays_within_it(gemma):
+    _, model = gemma
+    cfg = model.config
+    result = decode(model, [PROMPT, [2, 7]], _config())
+    length = len(PROMPT) + 3 * CANVAS
+    per_position = sum(2 * kv * dim * 4 for dim, kv in (cfg.layer_heads(i) for i in range(cfg.n_layers)))
+    assert result.memory["kv_cache_bytes"] == 2 * length * per_position
+    assert 0 < result.memory["kv_cache_peak_bytes"] <= result.memory["kv_cache_bytes"]
