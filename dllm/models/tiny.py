@@ -113,7 +113,7 @@ def write_tiny_checkpoint(
     """Write a random ``family`` checkpoint (config.json, safetensors, tokenizer) to out_dir.
 
     ``block_size``: block-causal families only (0: the family's default: 8 for the tiny
-    Fast-dLLM v2, SDAR's 4). ``n_experts`` / ``top_k`` / ``expert_hidden``: MoE families only
+    Fast-dLLM v2, SDAR's 4), and DiffusionGemma's canvas_length (default 8). ``n_experts`` / ``top_k`` / ``expert_hidden``: MoE families only
     (LLaDA2: layer 0 dense, one shared expert; LLaDA-MoE: every layer MoE, a shared expert)."""
     if family not in FAMILIES or family not in ("llada", "dream", "fast_dllm_v2", *tiny_formats.TOKENIZER_LAYOUTS):
         raise ValueError(f"tiny checkpoints exist for 'llada', 'dream', 'fast_dllm_v2' and "
@@ -134,6 +134,9 @@ def write_tiny_checkpoint(
         raw = tiny_formats.llada2_config(ids, **sizes, vocab=vocab, max_len=max_len, **moe)
     elif family == "llada_moe":
         raw = tiny_formats.llada_moe_config(ids, **sizes, vocab=vocab, max_len=max_len, **moe)
+    elif family == "diffusion_gemma":
+        raw = tiny_formats.diffusion_gemma_config(ids, **sizes, vocab=vocab, max_len=max_len, **moe,
+                                                  canvas_length=block_size or 8, image_id=tok.token_to_id("<image>"))
     else:
         raw = _config(layout, tok, special, **sizes, vocab_size=vocab_size, max_len=max_len)
     if family == "fast_dllm_v2":
@@ -142,23 +145,24 @@ def write_tiny_checkpoint(
     fam = FAMILIES[family]
     cfg = fam.parse_config(raw)
     sources = tensor_sources(fam, cfg)
-    _save(to_checkpoint(sources, _random_state(cfg, list(sources), seed, dtype)), out, num_shards)
+    _save(to_checkpoint(sources, _random_state(cfg, list(sources), seed, dtype, fam.build_model)), out, num_shards)
     return out
 
 
-def _random_state(cfg, modules: list[str], seed: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def _random_state(cfg, modules: list[str], seed: int, dtype: torch.dtype, build=None) -> dict[str, torch.Tensor]:
     """Random module tensors, drawn in ``modules`` order (checkpoint order, so the dense
-    families' tiny checkpoints stay as they were): norms near 1, small biases, unit embeddings,
-    projections scaled so that random logits are peaked enough to avoid near-ties."""
+    families' tiny checkpoints stay as they were): norms and scales near 1, small biases, unit
+    embeddings, projections scaled so that random logits are peaked enough to avoid near-ties.
+    ``build``: the family's own module (``Family.build_model``), else the shared transformer."""
     from dllm.models.transformer import DiffusionTransformer
 
     with torch.device("meta"):
-        shapes = {k: v.shape for k, v in DiffusionTransformer(cfg).state_dict().items()}
+        shapes = {k: v.shape for k, v in (build or DiffusionTransformer)(cfg).state_dict().items()}
     gen = torch.Generator().manual_seed(seed)
     state = {}
     for module in modules:
         shape = shapes[module]
-        if module.endswith("norm.weight"):
+        if module.endswith(("norm.weight", "scale", "scalar")):  # DiffusionGemma's router / expert / layer scales
             t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
         elif module.endswith("bias"):  # q/k/v/o biases and MoE routing biases
             t = 0.1 * torch.randn(shape, generator=gen)

@@ -25,10 +25,18 @@ LING_CHAT_TEMPLATE = (
     "{{ message['content'] }}<|role_end|>{% endfor %}"
     "{% if add_generation_prompt %}<role>ASSISTANT</role>{% endif %}"
 )
+# DiffusionGemma: Gemma's special tokens first (pad 0, eos 1, bos 2), no mask token, turn template.
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", "<image>"]
+GEMMA_ROLES = {"pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>"}
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<start_of_turn>{{ message['role'] }}\n"
+    "{{ message['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
 TOKENIZER_LAYOUTS = {
     "sdar": (SDAR_SPECIALS, SDAR_ROLES, SDAR_CHAT_TEMPLATE),
     "llada2_moe": (LING_SPECIALS, LING_ROLES, LING_CHAT_TEMPLATE),
     "llada_moe": (LING_SPECIALS, LING_ROLES, LING_CHAT_TEMPLATE),
+    "diffusion_gemma": (GEMMA_SPECIALS, GEMMA_ROLES, GEMMA_CHAT_TEMPLATE),
 }
 
 
@@ -97,3 +105,34 @@ def llada_moe_config(ids: dict[str, int], *, d_model: int, n_layers: int, n_head
         "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "vocab_size": vocab, "use_cache": False,
         "torch_dtype": "float32", **_ids(ids),
     }
+
+
+def diffusion_gemma_config(ids: dict[str, int], *, d_model: int, n_layers: int, n_heads: int, n_kv_heads: int,
+                           mlp_hidden: int, vocab: int, max_len: int, n_experts: int, top_k: int,
+                           expert_hidden: int, canvas_length: int, image_id: int) -> dict[str, Any]:
+    """config.json as transformers' ``save_pretrained`` writes it for DiffusionGemma: ``text_config``
+    with sliding layers and a last full layer of twice the head size and one K/V head
+    (``per_layer_config``), a sliding window of one canvas, and a tiny vision tower's config (its
+    weights are not written: dllm reads the text model only)."""
+    head = d_model // n_heads
+    layer_types = ["sliding_attention"] * (n_layers - 1) + ["full_attention"]
+    text = {
+        "model_type": "diffusion_gemma_text", "vocab_size": vocab, "hidden_size": d_model,
+        "intermediate_size": mlp_hidden, "num_hidden_layers": n_layers, "num_attention_heads": n_heads,
+        "num_key_value_heads": n_kv_heads, "head_dim": head, "layer_types": layer_types,
+        "per_layer_config": {str(n_layers - 1): {"head_dim": 2 * head, "num_key_value_heads": 1}},
+        "sliding_window": canvas_length, "num_experts": n_experts, "top_k_experts": top_k,
+        "moe_intermediate_size": expert_hidden, "max_position_embeddings": max_len, "rms_norm_eps": 1e-6,
+        "hidden_activation": "gelu_pytorch_tanh", "attention_bias": False, "tie_word_embeddings": True,
+        "use_bidirectional_attention": None,
+        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                               "rope_theta": 1000000.0}},
+        "pad_token_id": ids["pad_token"], "eos_token_id": ids["eos_token"], "bos_token_id": ids["bos_token"],
+    }
+    vision = {"model_type": "gemma4_vision", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 8, "position_embedding_size": 16,
+              "patch_size": 4}
+    return {"architectures": ["DiffusionGemmaForBlockDiffusion"], "model_type": "diffusion_gemma",
+            "text_config": text, "vision_config": vision, "canvas_length": canvas_length,
+            "image_token_id": image_id, "tie_word_embeddings": True, "dtype": "float32"}

@@ -209,3 +209,26 @@ def test_likelihood_evaluation_is_refused_with_the_reason(checkpoint):
     path, _ = checkpoint
     with pytest.raises(ValueError, match="'encoder_denoiser' attention, so evaluate it on generate_until"):
         check_likelihood_model(load_model(path))
+
+
+def test_dllm_s_tiny_writer_is_the_layout_transformers_reads(tmp_path):
+    """``write_tiny_checkpoint(dir, "diffusion_gemma")`` (no transformers needed to write it) is
+    read by transformers' own from_pretrained, and both give the same logits."""
+    from dllm.models.tiny import write_tiny_checkpoint
+
+    _, model_cls = reference_classes()
+    path = write_tiny_checkpoint(tmp_path / "tiny", "diffusion_gemma", n_layers=3, seed=1, num_shards=2)
+    ref = model_cls.from_pretrained(path).eval()
+    model = load_model(path)
+    gen = torch.Generator().manual_seed(5)
+    prompt = torch.randint(6, 250, (2, 13), generator=gen)
+    canvas = torch.randint(0, model.config.vocab_size, (2, CANVAS), generator=gen)
+    with torch.no_grad():
+        cache = _reference_cache(ref)
+        ref.model.encoder(input_ids=prompt, cache=cache)
+        expected = ref(decoder_input_ids=canvas, cache=cache).logits
+        store = PrefixKV()
+        model.encode(prompt, _positions(0, 13, 2), torch.ones(2, 13, dtype=torch.bool), store)
+        logits = model.denoise(canvas, _positions(13, CANVAS, 2), store)
+    torch.testing.assert_close(logits, expected, atol=ATOL, rtol=0)
+    assert model.config.layer_types[-1] == "full_attention" and model.config.global_head_dim == 2 * model.config.head_dim
