@@ -22,7 +22,8 @@ from dllm.engine.config import GenerationConfig, block_aligned_gen_length, sampl
 from dllm.api.inputs import check_messages, check_token_ids
 from dllm.serve.budget import one_row_mib
 from dllm.serve.limits import ServerLimits
-from dllm.serve.response_format import response_constraint
+from dllm.serve.structured_fields import FIELDS as CONSTRAINT_FIELDS, ConstraintFieldError, requested_constraint
+from dllm.api.structured import parse_constraint, row_constraint
 from dllm.samplers.constraints import RowConstraint
 from dllm.api.stops import StopConditions
 
@@ -36,7 +37,7 @@ DLLM_OPTIONS = ("policy", "policy_args", "strategy", "strategy_args", "stopper",
 # accepted with any value and ignored, as vLLM does (README, "Serving")
 IGNORED_FIELDS = {"store", "metadata", "service_tier", "user", "parallel_tool_calls"}
 COMMON_FIELDS = {"model", "max_tokens", "n", "seed", "temperature", "top_p", "stop", "stop_token_ids",
-                 "stream", "stream_options", "logprobs", "response_format"} | IGNORED_FIELDS
+                 "stream", "stream_options", "logprobs", "response_format"} | IGNORED_FIELDS | CONSTRAINT_FIELDS
 COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo"}
 CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs"}
 # OpenAI fields that would change the answer and that dllm does not implement: accepted only at
@@ -159,14 +160,30 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
         raise RequestError(str(err), "stop") from None
     _check_lengths(prompt_ids, config, max_tokens, length_field, context)
     _check_budget(model, max(len(ids) for ids in prompt_ids), config, length_field)
-    try:
-        constraint = response_constraint(body.get("response_format"), model, stops, max_tokens, config)
-    except (ValueError, TypeError) as err:
-        raise RequestError(f"response_format: {err}", "response_format") from None
+    constraint = _constraint(body, model, stops, max_tokens, config)
     return ParsedRequest(chat=chat, prompt_ids=prompt_ids, prompt_texts=prompt_texts, config=config,
                          seeds=sample_seeds(seed, n), max_tokens=max_tokens, stops=stops, stream=stream,
                          include_usage=include_usage, echo=_flag(body, "echo"), seed=seed,
                          top_logprobs=top_logprobs, constraint=constraint)
+
+
+def _constraint(body: dict, model, stops: StopConditions, max_tokens: int,
+                config: GenerationConfig) -> RowConstraint | None:
+    """The rows' constraint from response_format or one of vLLM's structured-output fields (a 400
+    on the field asking, before any model work: two constraints, a bad value, an undecodable one)."""
+    try:
+        asked = requested_constraint(body)
+    except ConstraintFieldError as err:
+        raise RequestError(str(err), err.field) from None
+    if asked is None:
+        return None
+    field, argument = asked
+    try:
+        spec = parse_constraint(argument.get("regex"), argument.get("choice"), argument.get("json_schema"),
+                                argument.get("grammar"))
+        return row_constraint(model, spec, stops, max_tokens, config)
+    except (ValueError, TypeError) as err:
+        raise RequestError(f"{field}: {err}", field.split(".")[0]) from None
 
 
 def _check_fields(body: dict, allowed: set[str], chat: bool) -> None:

@@ -1,17 +1,14 @@
 """OpenAI's ``response_format`` on completions and chat: ``text`` (free), ``json_object`` (any
 JSON object) or ``json_schema`` (``{"name", "schema", "strict"}``), and dllm's ``grammar``
-(``{"type": "grammar", "grammar": "<Lark EBNF>"}``), compiled into the rows' constraint (``dllm.api.structured``) while the request is parsed, before any model work.
+(``{"type": "grammar", "grammar": "<Lark EBNF>"}``): the schema or grammar it asks for, read by
+``structured_fields.py`` beside vLLM's structured-output fields and compiled into the rows'
+constraint (``dllm.api.structured``) while the request is parsed, before any model work.
 
 A constraint is always enforced: ``strict: false`` (OpenAI: the schema is followed when the model
 manages) gets the same guarantee as ``strict: true``, never less."""
 from __future__ import annotations
 
 from typing import Any
-
-from dllm.api.stops import StopConditions
-from dllm.api.structured import parse_constraint, row_constraint
-from dllm.engine.config import GenerationConfig
-from dllm.samplers.constraints import RowConstraint
 
 FIELD = "response_format"
 JSON_SCHEMA_KEYS = {"name", "schema", "strict", "description"}
@@ -57,14 +54,3 @@ def response_grammar(value: Any) -> str | None:
                      f"got {value!r}")
     return value["grammar"]
 
-
-def response_constraint(value: Any, model, stops: StopConditions, max_tokens: int,
-                        config: GenerationConfig) -> RowConstraint | None:
-    """The constraint of a request's rows; ValueError / TypeError naming the fix."""
-    grammar = response_grammar(value)
-    if grammar is not None:
-        return row_constraint(model, parse_constraint(None, None, None, grammar), stops, max_tokens, config)
-    schema = response_schema(value)
-    if schema is None:
-        return None
-    return row_constraint(model, parse_constraint(None, None, schema), stops, max_tokens, config)

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dllm.samplers.constraints.schema_support import check_enforceable
 from dllm.validation import OptionTypeError
 
 
@@ -89,7 +90,8 @@ def check_regex(regex: str) -> None:
 
 
 def _check_schema(schema: dict) -> None:
-    """The schema itself must be valid JSON Schema (jsonschema's meta-schema check)."""
+    """The schema itself must be valid JSON Schema (jsonschema's meta-schema check), using only
+    keywords the constraint enforces (schema_support.py)."""
     try:
         import jsonschema
     except ImportError as err:
@@ -98,6 +100,7 @@ def _check_schema(schema: dict) -> None:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as err:
         raise ValueError(f"json_schema is not a valid JSON Schema: {err.message}") from err
+    check_enforceable(schema)
 
 
 def json_answer_errors(text: str, schema: dict) -> str | None:

@@ -1,0 +1,60 @@
+"""JSON Schema keywords the constraint cannot enforce, found before any model work.
+
+outlines-core's ``build_regex_from_schema`` turns a schema into a regex and ignores some keywords
+without a word: an answer of such a regex can break the schema (measured on 0.2.14: ``minimum``
+4 >= 5 passes, ``uniqueItems`` [1, 1] passes, ``oneOf`` of integer and number takes 1). Those
+keywords are refused here by name and place, so every constrained answer validates against its
+schema; the rest (types, properties, required, additionalProperties, enum, const, items,
+prefixItems, min/maxItems, min/maxLength, pattern, format, anyOf, allOf, $ref, min/maxProperties)
+is enforced by the regex.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+# keyword -> what to do instead
+UNENFORCED = {
+    "minimum": "drop the bound (or use an enum)", "maximum": "drop the bound (or use an enum)",
+    "exclusiveMinimum": "drop the bound (or use an enum)", "exclusiveMaximum": "drop the bound (or use an enum)",
+    "multipleOf": "drop it (or use an enum)", "uniqueItems": "drop it",
+    "contains": "drop it", "minContains": "drop it", "maxContains": "drop it",
+    "patternProperties": "list the properties instead", "propertyNames": "list the properties instead",
+    "if": "drop if / then / else", "then": "drop if / then / else", "else": "drop if / then / else",
+    "not": "drop it", "oneOf": "use anyOf (the regex cannot keep the branches exclusive)",
+    "dependentSchemas": "drop it", "dependencies": "drop it",
+}
+# keywords whose value is a subschema, a list of them, or a mapping name -> subschema
+_ONE = ("items", "additionalProperties", "unevaluatedProperties", "unevaluatedItems", "additionalItems",
+        "not", "if", "then", "else", "contains", "propertyNames")
+_MANY = ("anyOf", "allOf", "oneOf", "prefixItems", "items")
+_MAPPED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def unenforced_keywords(schema: Any, path: str = "") -> list[tuple[str, str]]:
+    """(keyword, JSON pointer of the schema using it) for every keyword of ``UNENFORCED`` in
+    ``schema`` and its subschemas."""
+    if not isinstance(schema, dict):
+        return []
+    found = [(key, path or "/") for key in schema if key in UNENFORCED]
+    for key in _ONE:
+        if isinstance(schema.get(key), dict):
+            found += unenforced_keywords(schema[key], f"{path}/{key}")
+    for key in _MANY:
+        if isinstance(schema.get(key), list):
+            for i, sub in enumerate(schema[key]):
+                found += unenforced_keywords(sub, f"{path}/{key}/{i}")
+    for key in _MAPPED:
+        if isinstance(schema.get(key), dict):
+            for name, sub in schema[key].items():
+                found += unenforced_keywords(sub, f"{path}/{key}/{name}")
+    return found
+
+
+def check_enforceable(schema: dict) -> None:
+    """Refuse a schema with a keyword the constraint would ignore, naming it, where, and the fix."""
+    found = unenforced_keywords(schema)
+    if found:
+        key, where = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise ValueError(f"json_schema uses {key!r} at {where}{more}, which structured output cannot enforce "
+                         f"(its schema -> regex ignores it, so an answer could break the schema); {UNENFORCED[key]}")

@@ -1,0 +1,23 @@
+"""Schema keywords the regex would ignore are refused by name and place; a property that merely
+has such a keyword's name is not one."""
+from __future__ import annotations
+
+import pytest
+
+from dllm.samplers.constraints import ConstraintSpec
+from dllm.samplers.constraints.schema_support import unenforced_keywords
+
+
+def test_keywords_are_found_in_subschemas_only():
+    schema = {"type": "object", "properties": {"minimum": {"type": "integer"},
+                                               "tags": {"type": "array", "items": {"uniqueItems": True}}},
+              "$defs": {"n": {"anyOf": [{"type": "integer", "maximum": 3}]}}}
+    assert unenforced_keywords(schema) == [("uniqueItems", "/properties/tags/items"),
+                                           ("maximum", "/$defs/n/anyOf/0")]
+    assert unenforced_keywords({"type": "object", "properties": {"minimum": {"type": "integer"}}}) == []
+
+
+def test_the_api_refuses_them_before_any_model_work():
+    with pytest.raises(ValueError, match=r"'exclusiveMaximum' at /items.*drop the bound"):
+        ConstraintSpec.parse(json_schema={"type": "array", "items": {"type": "number", "exclusiveMaximum": 1}})
+    assert ConstraintSpec.parse(json_schema={"type": "integer", "enum": [1, 2]}) is not None
