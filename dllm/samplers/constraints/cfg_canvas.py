@@ -41,6 +41,7 @@ class _Parse:
         self.lexer, self.trace, self.ignored = lexer, trace, grammar.ignored
         self.items: list[dict] = []
         self.waiting: list[dict[int, list]] = []  # by node: next symbol -> items expecting it
+        self.completed: list[dict] = []  # by node: (nonterminal, origin) -> the complete items of it
         self.nodes: dict = {}
 
     def node(self, key) -> int:
@@ -48,6 +49,7 @@ class _Parse:
             self.nodes[key] = len(self.items)
             self.items.append({})
             self.waiting.append(defaultdict(list))
+            self.completed.append({})
         return self.nodes[key]
 
     def add(self, v: int, item: tuple, how: tuple, agenda: list | None) -> None:
@@ -61,14 +63,27 @@ class _Parse:
 
     def close(self, v: int, agenda: list, predict: bool) -> None:
         """Complete, predict (at nodes between terminals) and step over nullable nonterminals."""
-        rules, waiting = self.rules, self.waiting
+        rules, waiting, ways, trace = self.rules, self.waiting, self.items[v], self.trace
+        done = self.completed[v]
         while agenda:
             item = agenda.pop()
             r, dot, origin = item
             rhs = rules[r][1]
             if dot == len(rhs):
-                for parent in list(waiting[origin].get(rules[r][0], ())):
-                    self.add(v, (parent[0], parent[1] + 1, parent[2]), ("c", origin, parent, item), agenda)
+                group = (rules[r][0], origin)
+                if group in done:  # its parents moved on already: only the way is new
+                    done[group].append(item)
+                    continue
+                done[group] = [item]
+                # origin is an earlier node, whose waiting items are final (or this one, for a
+                # nullable nonterminal, whose later parents the Aycock-Horspool step moves on)
+                for parent in waiting[origin].get(group[0], ()):
+                    new = (parent[0], parent[1] + 1, parent[2])
+                    if new not in ways:
+                        ways[new] = [("c", origin, parent, group)] if trace else None
+                        agenda.append(new)
+                    elif trace:
+                        ways[new].append(("c", origin, parent, group))
                 continue
             symbol = rhs[dot]
             waiting[v][symbol].append(item)
@@ -168,8 +183,8 @@ def allowed_tokens(grammar: Grammar, lexer: TokenLexer, kinds: np.ndarray, token
                 continue
             if how[0] == "n":
                 pairs = [(v, how[1])]
-            elif how[0] == "c":
-                pairs = [(how[1], how[2]), (v, how[3])]
+            elif how[0] == "c":  # the parent, and every complete item of the group that moved it on
+                pairs = [(how[1], how[2])] + [(v, whole) for whole in p.completed[v][how[3]]]
             else:  # a scan or a copy across an edge
                 pairs = [(how[1], how[2])]
                 if how[3] is not None:
