@@ -181,3 +181,42 @@ def test_memory_plan_counts_each_layer_s_k_v_and_the_cache_stays_within_it(gemma
     per_position = sum(2 * kv * dim * 4 for dim, kv in (cfg.layer_heads(i) for i in range(cfg.n_layers)))
     assert result.memory["kv_cache_bytes"] == 2 * length * per_position
     assert 0 < result.memory["kv_cache_peak_bytes"] <= result.memory["kv_cache_bytes"]
+
+
+def test_default_mode_is_transformers_generate_given_the_same_draws(gemma, monkeypatch):
+    """transformers' generate with its three draws (canvas, sampled tokens, re-noise) replaced by
+    dllm's counter-based ones, keyed as dllm keys them (the row's seed, its steps so far, the
+    answer position), gives the default mode's tokens: every step's logic is the reference's."""
+    from transformers.models.diffusion_gemma import generation_diffusion_gemma as reference
+
+    ref, model = gemma
+    seed, vocab, draws = 9, model.config.vocab_size, CounterDraws()
+    clock = {"steps": 0, "window": -1}
+
+    def noise() -> RowNoise:
+        positions = clock["window"] * CANVAS + torch.arange(CANVAS)
+        return RowNoise(seed=torch.tensor([seed]), clock=torch.tensor([clock["steps"]]), positions=positions)
+
+    def initialize_canvas(self, batch_size, device):  # a canvas's start: the next window
+        clock["window"] += 1
+        return draws.canvas(noise(), vocab)
+
+    def renoise_canvas(self, accepted, cur_step):
+        fresh = draws.renoise(noise(), vocab)
+        clock["steps"] += 1  # the step's last draw
+        return torch.where(~self.accepted_token_mask, fresh, accepted)
+
+    def multinomial(probs, num_samples):
+        return draws.sample(noise(), probs.log().view(1, CANVAS, -1)).view(-1, 1)
+
+    monkeypatch.setattr(reference.EntropyBoundSampler, "initialize_canvas", initialize_canvas)
+    monkeypatch.setattr(reference.EntropyBoundSampler, "renoise_canvas", renoise_canvas)
+    monkeypatch.setattr(reference.torch, "multinomial", multinomial)
+    with torch.no_grad():
+        out = ref.generate(torch.tensor([PROMPT]), max_new_tokens=3 * CANVAS, max_denoising_steps=STEPS,
+                           t_min=0.4, t_max=0.8, sampler_config=reference.EntropyBoundSamplerConfig(entropy_bound=0.1),
+                           stability_threshold=1, confidence_threshold=0.005, eos_token_id=1, pad_token_id=0)
+    monkeypatch.undo()
+    expected = _until_eos(out.sequences[0, len(PROMPT):].tolist())
+    result = decode(model, [PROMPT], _config(), seeds=[seed])
+    assert _until_eos(result.answer[0].tolist())[: len(expected)] == expected
