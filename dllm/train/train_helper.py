@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--one-shot", type=float, default=0.3, metavar="RATE", help="share of one-shot batches")
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--heldout-per-task", type=int, default=4)
+    ap.add_argument("--init", type=Path, default=None, metavar="DIR",
+                    help="continue from a helper this script wrote (its weights; a new schedule)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
@@ -116,7 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     heldout_corpus = TaskCorpus(data_dir, seed=args.seed + 10_000)
     heldout = [heldout_corpus.sample(t) for t in corpus.tasks for _ in range(args.heldout_per_task)]
     mix, mix_rng = CanvasMix(one_shot_share=args.one_shot), random.Random(args.seed + 20_000)
-    model = Qwen2ForCausalLM(helper_config(tokenizer, args))
+    model = (Qwen2ForCausalLM.from_pretrained(args.init, dtype=torch.float32) if args.init
+             else Qwen2ForCausalLM(helper_config(tokenizer, args)))
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup) * (
         0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))))
