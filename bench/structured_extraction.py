@@ -1,7 +1,8 @@
 """JSON extraction free and constrained side by side (issue 40, item 4): the sentences of
 dllm.data.extraction (a person's name, age, city and membership) answered as a JSON object of
-its schema, each batch decoded free and under ``json_schema=`` back to back with the same
-prompts, seeds and decoding, on each bundled model named. Prints and writes per model, mode and
+its schema, each batch decoded free, under ``json_schema=`` and under ``grammar=`` (the same
+records as a Lark grammar, which compiles to a token DFA) back to back with the same prompts, seeds
+and decoding, on each bundled model named. Prints and writes per model, mode and
 tokens per step: share of answers valid under the schema (jsonschema decides), field accuracy
 (share of the four fields stated exactly, an invalid JSON answer scoring none), tokens per
 forward (answer tokens before end-of-text over forwards), wall seconds per decode step and the
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 import dllm
-from dllm.data.extraction import SCHEMA, field_accuracy, generate_extraction
+from dllm.data.extraction import GRAMMAR, SCHEMA, field_accuracy, generate_extraction
 from dllm.data.names import load_names
 from dllm.data.prompts import default_data_dir
 from dllm.samplers.constraints import json_answer_errors
@@ -29,7 +30,7 @@ from dllm.samplers.constraints.rows import CanvasConstraints
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from structured_waiting_line import _timed  # noqa: E402  the same per-method clock
 
-MODES = ("free", "json_schema")
+MODES = ("free", "json_schema", "grammar")
 
 
 def _answer_tokens(lm, text: str) -> int:
@@ -50,6 +51,8 @@ def run_model(name: str, samples: list[dict], args, clock: dict) -> list[dict]:
                                steps=args.max_tokens // tps)
                 if mode == "json_schema":
                     options["json_schema"] = SCHEMA
+                elif mode == "grammar":
+                    options["grammar"] = GRAMMAR
                 clock.clear()
                 began = time.perf_counter()
                 out = lm.generate_ids(ids, **options)
@@ -98,7 +101,8 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         command = "bench/structured_extraction.py " + " ".join(sys.argv[1:])
         args.out.write_text(json.dumps({"command": command, "samples": args.samples, "seed": args.seed,
-                                        "max_tokens": args.max_tokens, "schema": SCHEMA, "rows": rows},
+                                        "max_tokens": args.max_tokens, "schema": SCHEMA, "grammar": GRAMMAR,
+                                        "rows": rows},
                                        indent=1) + "\n")
 
 
