@@ -246,7 +246,8 @@ class DecodeState:
         """Token editing: rewrite the window positions ``decided`` (B, W) before this step in the
         rows this step moved (not a prompt tail) whose forward token differs and whose
         probability passes edit_threshold, never past the row's end (a ragged batch's shorter
-        answer, an EoTP cut: end-of-text fill, not answer).
+        answer, an EoTP cut: end-of-text fill, not answer); a constrained row's rewrites go
+        through the commit filter (most probable first), so its canvas stays completable.
         An edit is seen like a commit (order, logprobs); rows count their edits. A row that had
         no mask at this step and edited nothing ends its window's editing."""
         window = self.tokens[:, self.bs : self.be]
@@ -256,6 +257,8 @@ class DecodeState:
         if self.lead_mask is not None:
             editable &= ~self.lead_mask[:, offset : offset + window.shape[1]]
         edit = editable & (stats.prob > self.config.edit_threshold) & (stats.token != window)
+        if self.constraints is not None:  # a constrained row rewrites only what keeps a word in reach
+            edit = self.constraints.filter_commit(self, edit, stats.token, scores=stats.prob)
         window.copy_(torch.where(edit, stats.token, window))
         self.order[:, offset : offset + edit.shape[1]].masked_fill_(edit, self.forwards)
         if self.logprobs is not None:

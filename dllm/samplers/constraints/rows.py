@@ -121,8 +121,8 @@ class CanvasConstraints:
 
     def filter_commit(self, state, mask: Tensor, token: Tensor, *, tokens: Tensor | None = None,
                       rows: Tensor | None = None, scores: Tensor | None = None, offset: int | None = None) -> Tensor:
-        """``mask`` (N, W) without the commits that would make a constrained state's canvas
-        uncompletable (see the module's docstring for the order: ``scores`` (N, W); None: left to
+        """``mask`` (N, W) without the commits (or token editing's rewrites) that would make a
+        constrained state's canvas uncompletable (see the module's docstring for the order: ``scores`` (N, W); None: left to
         right). Column 0 of ``mask`` is canvas position ``offset`` (default
         the window start; SchED's all-in fill passes the answer start)."""
         offset = state.bs if offset is None else offset
@@ -140,15 +140,16 @@ class CanvasConstraints:
             region = host[n, lo:hi].copy()
             cols = cols[(cols + offset >= lo) & (cols + offset < hi)]  # a prompt tail, past the end: not answer
             at = cols + offset - lo
+            before = region.copy()  # masks, or the tokens token editing would rewrite
             region[at] = host_token[n, cols]
             if self._completable(row, region):
                 continue
-            region[at] = self.mask_id
+            region[at] = before[at]
             order = cols if order_by is None else cols[np.argsort(-order_by[n, cols], kind="stable")]
             for col in order:
                 region[col + offset - lo] = host_token[n, col]
                 if not self._completable(row, region):
-                    region[col + offset - lo] = self.mask_id
+                    region[col + offset - lo] = before[col + offset - lo]
                     host_mask[n, col] = False
                     changed = True
         return torch.from_numpy(host_mask).to(mask.device) if changed else mask

@@ -3,7 +3,8 @@
 Covered: every rule, every cache, sampling, ragged batches, block-causal families and the
 pipelined mode, the candidate strategies (FreeDave and SSD verify the constrained base step,
 LoPA's anchor and branches are constrained) and the stoppers (SchED / Prophet's all-in fill keeps
-what keeps the canvas completable, EoTP cuts only where a word still fits)."""
+what keeps the canvas completable, EoTP cuts only where a word still fits), and token editing
+(a rewrite of a decided token goes through the same filter)."""
 from __future__ import annotations
 
 # the strategies whose every commit goes through the constraint's filter, drafted and verified
@@ -16,11 +17,9 @@ def unsupported_reasons(config, tensor_parallel: bool) -> list[str]:
     setting to change; nothing is ignored silently."""
     reasons = []
     if config.strategy not in COVERED_STRATEGIES:
-        reasons.append(f"strategy {config.strategy!r} commits states the constraint does not check; use one of "
+        reasons.append(f"strategy {config.strategy!r} commits tokens that are not a masked rule step's (a helper's "
+                       "accepted prefix, a re-noised canvas), which the constraint does not check; use one of "
                        f"{', '.join(COVERED_STRATEGIES)}")
-    if config.edit_threshold is not None:
-        reasons.append("token editing (edit_threshold) rewrites decided tokens, which the commit filter does "
-                       "not check yet; leave edit_threshold unset")
     if tensor_parallel:
         reasons.append("under tensor parallelism each rank holds a vocabulary shard the mask does not "
                        "cover yet; run with tensor_parallel=1")
@@ -30,4 +29,5 @@ def unsupported_reasons(config, tensor_parallel: bool) -> list[str]:
 def check_supported(config, tensor_parallel: bool = False) -> None:
     reasons = unsupported_reasons(config, tensor_parallel)
     if reasons:
-        raise ValueError("structured output (regex / choice / json_schema) cannot run here: " + "; ".join(reasons))
+        raise ValueError("structured output (regex / choice / json_schema / grammar) cannot run here: "
+                         + "; ".join(reasons))
