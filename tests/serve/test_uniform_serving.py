@@ -24,9 +24,9 @@ def gemma_lm(tmp_path_factory):
 
 def test_concurrent_requests_equal_single_runs(gemma_lm, compositions):
     requests = []
-    for i in range(6):
+    for i in range(4):
         canvases = 1 + i % 2
-        config = GenerationConfig(gen_length=canvases * CANVAS, block_length=CANVAS, steps=4 * canvases)
+        config = GenerationConfig(gen_length=canvases * CANVAS, block_length=CANVAS, steps=3 * canvases)
         prompt = [(7 * i + j) % 200 + 6 for j in range(1 + (5 * i) % 7)]
         requests.append(ServeRequest(request_id=f"req{i}", prompt_ids=prompt, config=config, seed=100 + i))
     scheduler = BatchScheduler(gemma_lm, SchedulerLimits(max_batch=4, max_queue=16, continuous=True,

@@ -32,12 +32,18 @@ def gemma(tmp_path_factory):
     out = tmp_path_factory.mktemp("uniform_gemma")
     write_reference(out, seed=3, std=0.05)
     _, model_cls = reference_classes()
-    return model_cls.from_pretrained(out).eval(), load_model(out)
+    ref = model_cls.from_pretrained(out).eval()
+    ref.path = out
+    return ref, load_model(out)
+
+
+CANVASES = 2  # the second canvas reads the first through the encoder (and the prompt's last
+# sliding_window - 1 positions in sliding layers: the prompt is longer than the window)
 
 
 def _config(**strategy_args) -> GenerationConfig:
-    return GenerationConfig(gen_length=3 * CANVAS, block_length=CANVAS, steps=3 * STEPS, strategy="uniform",
-                            cache="encoder", seed=5, strategy_args=strategy_args)
+    return GenerationConfig(gen_length=CANVASES * CANVAS, block_length=CANVAS, steps=CANVASES * STEPS,
+                            strategy="uniform", cache="encoder", seed=5, strategy_args=strategy_args)
 
 
 def _until_eos(ids: list[int]) -> list[int]:
@@ -57,7 +63,7 @@ def test_parity_mode_reproduces_transformers_generate(gemma, options):
             "confidence_threshold": 0.005, **options}
     torch.manual_seed(5)
     with torch.no_grad():
-        out = ref.generate(torch.tensor([PROMPT]), max_new_tokens=3 * CANVAS, max_denoising_steps=STEPS,
+        out = ref.generate(torch.tensor([PROMPT]), max_new_tokens=CANVASES * CANVAS, max_denoising_steps=STEPS,
                            t_min=args["t_min"], t_max=args["t_max"],
                            sampler_config=EntropyBoundSamplerConfig(entropy_bound=args["entropy_bound"]),
                            stability_threshold=args["stability_threshold"],
@@ -158,14 +164,13 @@ def test_uniform_state_options_on_a_mask_model_and_image_prompts_are_refused(gem
         decode(model, [[2, 5, 9]], _config())  # id 5 is the tiny checkpoint's image token
 
 
-def test_stream_gives_generate_s_tokens_canvas_by_canvas(tmp_path):
+def test_stream_gives_generate_s_tokens_canvas_by_canvas(gemma):
     """``stream`` drives the same loop: its last update's ids are ``generate``'s, and each
     canvas arrives whole, in the round its denoising stops."""
     import dllm
 
-    write_reference(tmp_path, seed=3, std=0.05)
-    lm = dllm.load(tmp_path, device="cpu", dtype="float32")
-    options = dict(gen_length=2 * CANVAS, block_length=CANVAS, steps=2 * STEPS, seed=7, chat=False)
+    lm = dllm.load(gemma[0].path, device="cpu", dtype="float32")
+    options = dict(gen_length=2 * CANVAS, block_length=CANVAS, steps=2 * 3, seed=7, chat=False)
     expected = lm.generate("the quick fox", **options).token_ids[0]
     updates = list(lm.stream("the quick fox", **options))
     assert updates[-1].finished and updates[-1].final_ids == expected
@@ -177,7 +182,7 @@ def test_memory_plan_counts_each_layer_s_k_v_and_the_cache_stays_within_it(gemma
     _, model = gemma
     cfg = model.config
     result = decode(model, [PROMPT, [2, 7]], _config())
-    length = len(PROMPT) + 3 * CANVAS
+    length = len(PROMPT) + CANVASES * CANVAS
     per_position = sum(2 * kv * dim * 4 for dim, kv in (cfg.layer_heads(i) for i in range(cfg.n_layers)))
     assert result.memory["kv_cache_bytes"] == 2 * length * per_position
     assert 0 < result.memory["kv_cache_peak_bytes"] <= result.memory["kv_cache_bytes"]
@@ -213,7 +218,7 @@ def test_default_mode_is_transformers_generate_given_the_same_draws(gemma, monke
     monkeypatch.setattr(reference.EntropyBoundSampler, "renoise_canvas", renoise_canvas)
     monkeypatch.setattr(reference.torch, "multinomial", multinomial)
     with torch.no_grad():
-        out = ref.generate(torch.tensor([PROMPT]), max_new_tokens=3 * CANVAS, max_denoising_steps=STEPS,
+        out = ref.generate(torch.tensor([PROMPT]), max_new_tokens=CANVASES * CANVAS, max_denoising_steps=STEPS,
                            t_min=0.4, t_max=0.8, sampler_config=reference.EntropyBoundSamplerConfig(entropy_bound=0.1),
                            stability_threshold=1, confidence_threshold=0.005, eos_token_id=1, pad_token_id=0)
     monkeypatch.undo()
