@@ -32,12 +32,12 @@ class RowConstraint:
     """A row's language: ``dfa`` from state ``start`` (default its initial state), the word
     ending within ``limit`` answer positions (max_tokens; None: the canvas)."""
 
-    dfa: TokenDFA
-    start: int | None = None
+    dfa: TokenDFA  # or a TokenGrammar, whose state is the answer prefix read so far (a tuple)
+    start: int | tuple[int, ...] | None = None
     limit: int | None = None
 
     @property
-    def state(self) -> int:
+    def state(self) -> int | tuple[int, ...]:
         return self.dfa.start if self.start is None else self.start
 
     def after(self, tokens: list[int]) -> "RowConstraint":

@@ -4,13 +4,14 @@ grammar whose language is regular becomes one: ``compile_grammar``).
 ``TokenGrammar`` answers the canvas questions of canvas.py (``canvas_sets``, ``allowed_classes``)
 with the Earley parse of cfg_canvas.py, so rows.py treats grammar rows and regular rows alike.
 Its token classes are the token ids themselves (class ``V``: never allowed). A row resumed
-after answer tokens keeps them as a prefix the canvas check reads first: its "state" numbers
-the prefixes met so far.
+after answer tokens keeps them as a prefix the canvas check reads first: its "state" is that
+prefix itself (a tuple of token ids, ``()`` at the start), held by the row and by nothing shared,
+so a long-running server's cached grammar does not grow with the rows it has served.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class GrammarSets:
     limit: int  # in kinds' positions
     _completable: bool | None = None
 
-    def completable(self, state: int | None = None) -> bool:
+    def completable(self, state: tuple[int, ...] | None = None) -> bool:
         if self._completable is None:
             g = self.grammar
             self._completable = completable(g.grammar, g.lexer, self.kinds, self.kinds, self.limit)
@@ -50,9 +51,7 @@ class TokenGrammar:
     grammar: Grammar
     lexer: TokenLexer
     vocab_size: int
-    prefixes: list[tuple[int, ...]] = field(default_factory=lambda: [()])  # state -> answer tokens before the canvas
-
-    start = 0
+    start = ()  # the state before any answer token: the empty prefix
 
     @property
     def regex(self) -> str:
@@ -67,15 +66,12 @@ class TokenGrammar:
     def dead_class(self) -> int:
         return self.vocab_size
 
-    def run(self, state: int, tokens: list[int]) -> int:
-        """The state after answer ``tokens`` (a number for the prefix they extend)."""
-        prefix = self.prefixes[state] + tuple(int(t) for t in tokens)
-        if prefix not in self.prefixes:
-            self.prefixes.append(prefix)
-        return self.prefixes.index(prefix)
+    def run(self, state: tuple[int, ...], tokens: list[int]) -> tuple[int, ...]:
+        """The state after answer ``tokens``: the prefix ``state`` extended by them."""
+        return state + tuple(int(t) for t in tokens)
 
-    def canvas_sets(self, kinds: np.ndarray, state: int, limit: int | None = None) -> GrammarSets:
-        prefix = np.array(self.prefixes[state], dtype=np.int64)
+    def canvas_sets(self, kinds: np.ndarray, state: tuple[int, ...], limit: int | None = None) -> GrammarSets:
+        prefix = np.array(state, dtype=np.int64)
         full = np.concatenate([prefix, kinds])
         return GrammarSets(self, full, len(prefix), len(full) if limit is None else len(prefix) + limit)
 
@@ -89,7 +85,7 @@ class TokenGrammar:
         all-hole canvases, doubling then halving."""
         def fits(n: int) -> bool:
             kinds = np.full(n, HOLE, dtype=np.int64)
-            return self.canvas_sets(kinds, 0, n).completable()
+            return self.canvas_sets(kinds, self.start, n).completable()
 
         if fits(0):
             return 0
