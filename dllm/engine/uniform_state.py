@@ -1,8 +1,9 @@
 """The decode config a uniform-state model runs (DiffusionGemma), or the reason it cannot.
 
-A uniform-state model has no mask token: it decodes with ``strategy="uniform"`` and
-``cache="encoder"`` (the defaults ``plain`` / ``none`` become them), canvases of the model's
-``canvas_length``, and its own temperatures, acceptance and stop (the strategy's options).
+A uniform-state model has no mask token: it decodes with ``strategy="uniform"``,
+``cache="encoder"`` and the entropy-bound acceptance ``policy="eb_sampler"`` over every canvas
+position (the defaults ``plain`` / ``none`` / ``low_confidence`` become them), canvases of the
+model's ``canvas_length``, and its own temperatures and stop (the strategy's options).
 What works on masks is refused with the reason, before any forward; so are the uniform-state
 strategy and cache on a mask-based model.
 """
@@ -12,7 +13,7 @@ import dataclasses
 
 from dllm.engine.config import GenerationConfig
 
-STRATEGY, CACHE = "uniform", "encoder"
+STRATEGY, CACHE, RULE = "uniform", "encoder", "eb_sampler"
 
 
 def uniform_state_config(model, config: GenerationConfig) -> GenerationConfig:
@@ -22,14 +23,16 @@ def uniform_state_config(model, config: GenerationConfig) -> GenerationConfig:
             raise ValueError(f"strategy {STRATEGY!r} and cache {CACHE!r} decode uniform-state models (DiffusionGemma); "
                              "this model is mask-based: use another strategy and cache")
         return config
+    default_rule = config.policy == "low_confidence" and not config.policy_args
     config = dataclasses.replace(config, strategy=STRATEGY if config.strategy == "plain" else config.strategy,
-                                 cache=CACHE if config.cache == "none" else config.cache)
+                                 cache=CACHE if config.cache == "none" else config.cache,
+                                 policy=RULE if default_rule else config.policy)
     why = "mask-based, it does not apply to uniform-state decoding (no mask token)"
     refused = [
         (config.strategy != STRATEGY, f"strategy {config.strategy!r}: {why}; use strategy {STRATEGY!r}"),
         (config.cache != CACHE, f"cache {config.cache!r}: {why}; use cache {CACHE!r}"),
-        (config.policy != "low_confidence" or config.policy_args,
-         f"policy {config.policy!r}: {why}; acceptance is strategy_args' entropy_bound"),
+        (config.policy != RULE, f"policy {config.policy!r}: {why}; acceptance is policy {RULE!r} (policy_args "
+                                "gamma: the entropy bound)"),
         (config.stopper != "none", f"stopper {config.stopper!r}: {why}; the stop is strategy_args' "
                                    "stability_threshold / confidence_threshold"),
         (config.temperature > 0 or config.top_k is not None or config.top_p is not None,

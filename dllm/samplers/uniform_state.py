@@ -1,8 +1,8 @@
 """Uniform-state diffusion (DiffusionGemma): the pieces of one denoising step, tensors in and out.
 
 There is no mask token: a canvas starts as random tokens, each step samples a token for every
-position from the tempered logits, accepts the lowest-entropy ones under an entropy bound and
-re-noises the others with fresh random tokens. The temperature falls linearly over the steps;
+position from the tempered logits, accepts the lowest-entropy ones under an entropy bound (the
+``eb_sampler`` rule over every canvas position) and re-noises the others with fresh random tokens. The temperature falls linearly over the steps;
 a canvas stops early once its argmax is stable and its mean entropy low. The strategy
 ``uniform`` (``strategies/uniform.py``) runs these inside the engine's loop.
 
@@ -35,14 +35,6 @@ def token_entropy(logits: Tensor) -> Tensor:
     """(..., V) logits -> (...) entropy in nats, float32."""
     logp = logits.float().log_softmax(-1)
     return -(logp.exp() * logp).nan_to_num().sum(-1)
-
-
-def entropy_bound_accept(entropy: Tensor, bound: float) -> Tensor:
-    """(B, W) bool: the k lowest-entropy positions of each row with sum - max <= bound (the
-    EB-sampler's bound over the whole canvas; at least the lowest one)."""
-    ordered, order = entropy.sort(dim=-1, stable=True)
-    keep = ordered.cumsum(-1) - ordered <= bound
-    return torch.zeros_like(keep).scatter(-1, order, keep)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -14,9 +14,9 @@ from dllm.engine.config import GenerationConfig
 from dllm.engine.decoding import decode
 from dllm.models import load_model
 from dllm.samplers.noise import RowNoise
-from dllm.samplers.uniform_state import (
-    CounterDraws, StableConfident, entropy_bound_accept, scheduled_temperature, token_entropy,
-)
+from dllm.kernels import confidence_stats
+from dllm.samplers import RuleInput, make_rule
+from dllm.samplers.uniform_state import CounterDraws, StableConfident, scheduled_temperature, token_entropy
 from tests.models.gemma_tiny import CANVAS, reference_classes, write_reference
 
 STEPS = 5
@@ -41,9 +41,10 @@ CANVASES = 2  # the second canvas reads the first through the encoder (and the p
 # sliding_window - 1 positions in sliding layers: the prompt is longer than the window)
 
 
-def _config(**strategy_args) -> GenerationConfig:
+def _config(entropy_bound: float = 0.1, **strategy_args) -> GenerationConfig:
     return GenerationConfig(gen_length=CANVASES * CANVAS, block_length=CANVAS, steps=CANVASES * STEPS,
-                            strategy="uniform", cache="encoder", seed=5, strategy_args=strategy_args)
+                            strategy="uniform", cache="encoder", policy="eb_sampler",
+                            policy_args={"gamma": entropy_bound}, seed=5, strategy_args=strategy_args)
 
 
 def _until_eos(ids: list[int]) -> list[int]:
@@ -109,7 +110,10 @@ def test_step_pieces_equal_the_reference_given_the_same_canvas_and_draws():
         sampler.initialize_canvas = lambda batch_size, device: fresh  # the same re-noise draws
         accepted = sampler.accept_canvas(canvas, sampled, tempered, remaining)
         expected = sampler.renoise_canvas(accepted, remaining)
-        accept = entropy_bound_accept(token_entropy(tempered), 1.5)
+        stats = confidence_stats(tempered.reshape(B * W, V)).reshape(B, W)
+        accept = make_rule("eb_sampler", {"gamma": 1.5})(RuleInput(
+            stats=stats, eligible=torch.ones(B, W, dtype=torch.bool), step=0, num_steps=STEPS,
+            block_masks=torch.full((B,), W)))  # the rule over every canvas position
         assert torch.equal(accept, sampler.accepted_token_mask)
         assert 0 < int(accept.sum()) < B * W
         new_canvas = torch.where(accept, sampled, fresh)
@@ -140,7 +144,7 @@ def test_the_defaults_become_uniform_state_decoding(gemma):
 @pytest.mark.parametrize("options, match", [
     (dict(strategy="freedave"), "strategy 'freedave': mask-based"),
     (dict(cache="dual"), "cache 'dual': mask-based"),
-    (dict(policy="threshold"), "policy 'threshold': mask-based.*entropy_bound"),
+    (dict(policy="threshold"), "policy 'threshold': mask-based.*acceptance is policy 'eb_sampler'"),
     (dict(stopper="sched"), "stopper 'sched': mask-based.*stability_threshold"),
     (dict(temperature=1.0), "temperature / top_k / top_p: the temperatures are strategy_args' t_min / t_max"),
     (dict(cfg_scale=1.0), "cfg_scale"),

@@ -5,8 +5,8 @@ past its vocabulary) in the active window until a row's canvas is final; the str
 window's working canvas of random tokens, and each round is one denoising step of every row
 still moving: the denoiser's logits over the working canvas (``cache="encoder"``: the prefix
 K/V, the previous step's logits as self-conditioning) -> the scheduled temperature -> a sampled
-token per position -> entropy-bound acceptance -> re-noise the rest -> the stable-and-confident
-stopper. A row whose canvas stops (or runs out of steps: ``steps_per_block`` of them) commits
+token per position -> the rule's acceptance (``eb_sampler``: the entropy bound, every canvas
+position eligible) -> re-noise the rest -> the stable-and-confident stop. A row whose canvas stops (or runs out of steps: ``steps_per_block`` of them) commits
 its argmax canvas through ``state.commit``, so end-of-text, ``finish_rows``, streaming and the
 result read it as any committed block. Steps count down from ``steps_per_block`` per row.
 """
@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from dllm.samplers.base import register_strategy
+from dllm.kernels import confidence_stats
+from dllm.samplers.base import RuleInput, register_strategy
 from dllm.samplers.uniform_state import (
-    CounterDraws, GeneratorDraws, StableConfident, entropy_bound_accept, scheduled_temperature, token_entropy,
+    CounterDraws, GeneratorDraws, StableConfident, scheduled_temperature, token_entropy,
 )
 
 DRAWS = ("counter", "generator")
@@ -28,13 +29,13 @@ DRAWS = ("counter", "generator")
 @register_strategy("uniform")
 @dataclass(kw_only=True, slots=True)
 class UniformState:
-    """Options are transformers' DiffusionGemma generation options under the same names;
-    ``draws="generator"`` is the parity mode (``samplers/uniform_state.py``)."""
+    """Options are transformers' DiffusionGemma generation options under the same names (its
+    ``entropy_bound`` is the rule's ``gamma``); ``draws="generator"`` is the parity mode
+    (``samplers/uniform_state.py``)."""
 
     candidate_rows = 1  # rows one canvas row occupies in a forward (dllm.engine.memory)
     t_min: float = 0.4
     t_max: float = 0.8
-    entropy_bound: float = 0.1
     stability_threshold: int = 1
     confidence_threshold: float = 0.005
     draws: str = "counter"
@@ -50,9 +51,8 @@ class UniformState:
             raise ValueError(f"strategy 'uniform': draws={self.draws!r}; expected one of {DRAWS}")
         if not 0 <= self.t_min < self.t_max:
             raise ValueError(f"strategy 'uniform': needs 0 <= t_min < t_max, got t_min={self.t_min}, t_max={self.t_max}")
-        if self.entropy_bound <= 0 or self.confidence_threshold <= 0 or self.stability_threshold < 0:
-            raise ValueError("strategy 'uniform': entropy_bound and confidence_threshold must be > 0 and "
-                             "stability_threshold >= 0")
+        if self.confidence_threshold <= 0 or self.stability_threshold < 0:
+            raise ValueError("strategy 'uniform': confidence_threshold must be > 0 and stability_threshold >= 0")
         self._stopper = StableConfident(stability=self.stability_threshold, confidence=self.confidence_threshold)
 
     def step(self, state) -> Tensor:
@@ -68,8 +68,14 @@ class UniformState:
         tempered = logits / scheduled_temperature(remaining, num_steps, self.t_min, self.t_max)
         noise = state.noise()
         sampled = self._source.sample(noise, tempered)
-        argmax = tempered.argmax(-1)
-        accept = entropy_bound_accept(token_entropy(tempered), self.entropy_bound)
+        B, W, V = tempered.shape
+        stats = confidence_stats(tempered.reshape(B * W, V)).reshape(B, W)  # argmax, entropy of the tempered
+        argmax = stats.token
+        # acceptance is the rule (eb_sampler: the k lowest entropies with sum - max <= gamma) over
+        # every canvas position: no position is "masked" in uniform-state diffusion
+        everywhere = torch.ones(B, W, dtype=torch.bool, device=tempered.device)
+        accept = state.rule(RuleInput(stats=stats, eligible=everywhere, step=state.row_step,
+                                      num_steps=num_steps, block_masks=state.block_masks))
         renoised = torch.where(accept, sampled, self._source.renoise(noise, vocab))  # after the sample draw
         still = ~self._finished  # rows whose canvas stopped keep it (and their logits)
         self._canvas = torch.where(still[:, None], renoised, self._canvas)
