@@ -25,7 +25,7 @@ def row_constraint(lm, spec: ConstraintSpec | None, stops: StopConditions, max_t
         raise ValueError("stop / stop_token_ids cut the answer where they occur, so a constrained answer "
                          "would end before it is a word of its language; drop the stops (the constraint "
                          "says where the answer ends)")
-    check_supported(config, getattr(lm.model, "tensor_parallel", None) is not None)
+    check_supported(config)
     spelled = getattr(lm, "_token_bytes", None)
     if spelled is None:
         spelled = lm._token_bytes = tuple(token_bytes(lm.tokenizer, lm.model.config.vocab_size))

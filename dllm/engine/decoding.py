@@ -158,7 +158,8 @@ class DecodeState:
         if self.constraints is not None:  # candidates that keep each state's canvas completable only
             if rows is not None and tokens is None:
                 raise ValueError("statistics of candidate states under a constraint need their tokens")
-            logits = self.constraints.mask_logits(self, logits, tokens, rows)
+            start = 0 if self.tp is None else self.tp.vocab_range(self.model.config.vocab_size)[0]
+            logits = self.constraints.mask_logits(self, logits, tokens, rows, vocab_start=start)
         N, W, V = logits.shape
         flat = logits.reshape(N * W, V)
         if self.config.top_k is not None or self.config.top_p is not None:
@@ -485,7 +486,7 @@ class Decoding:
         if any(r.gen_length < longest for r in rows):
             state.truncate(torch.tensor([canvas.prompt_width + r.gen_length for r in rows], device=device))
         if any(r.constraint is not None for r in rows):
-            check_supported(config, state.tp is not None)
+            check_supported(config)
             state.constraints = CanvasConstraints(
                 [_resumed_constraint(r) for r in original], model.mask_token_id, model.eos_token_ids)
         if config.block_add_threshold is not None:

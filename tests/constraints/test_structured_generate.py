@@ -137,8 +137,6 @@ def test_what_composes_passes_the_check_and_the_rest_is_refused_by_name():
         check_supported(GenerationConfig(gen_length=32, block_length=8, **options))
     with pytest.raises(ValueError, match="strategy 'apd' commits tokens .* the constraint does not check"):
         check_supported(GenerationConfig(gen_length=32, block_length=8, strategy="apd"))
-    with pytest.raises(ValueError, match="tensor_parallel=1"):
-        check_supported(GenerationConfig(gen_length=32), tensor_parallel=True)
 
 
 def test_the_engine_refuses_a_canvas_that_holds_no_word(tiny_models, monkeypatch):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -35,6 +36,8 @@ WORKER = Path(__file__).with_name("tp_worker.py")
 BUNDLED = ["dllm-waitingline-llada", "dllm-waitingline-dream", "dllm-waitingline-bd"]
 PROMPTS = ["copy the list [a, b, c]", "sort these names: bob, al, cy"]
 GEN = dict(gen_length=16, block_length=8, steps=16, stop_at_eos=False)
+LIST_OF_NAMES = {"type": "array", "items": {"type": "string"}}
+NAMES_REGEX = r"[a-z]+(, [a-z]+)*"
 DECODES = [(name, {"cache": cache}) for name in BUNDLED for cache in ("none", "prefix", "dual")]
 DECODES += [("dllm-waitingline-llada", {"temperature": 0.8, "seed": 7}),
             ("dllm-waitingline-bd", {"temperature": 0.8, "seed": 7, "cache": "dual"}),
@@ -53,7 +56,10 @@ DECODES += [("dllm-waitingline-llada", {"temperature": 0.8, "seed": 7}),
             ("dllm-waitingline-dream", {"stopper": "prophet", "cache": "dual"}),
             ("dllm-waitingline-llada", {"stopper": "eotp", "policy": "threshold", "policy_args": {"tau": 0.9},
                                         "stop_at_eos": True, "cache": "dual"}),
-            ("dllm-waitingline-dream", {"stopper": "prophet", "cache": "adaptive"})]
+            ("dllm-waitingline-dream", {"stopper": "prophet", "cache": "adaptive"}),
+            # structured output: every rank decides the canvas question and masks its vocabulary shard
+            ("dllm-waitingline-llada", {"cache": "dual", "structured": {"json_schema": LIST_OF_NAMES}}),
+            ("dllm-waitingline-dream", {"temperature": 0.8, "seed": 7, "structured": {"regex": NAMES_REGEX}})]
 # (the Dream model's saturated confidences tie to an ulp at some steps, so low-confidence order
 # could follow the forward's rounding there; left to right, each token's forward is fixed)
 LOGPROBS = [("dllm-waitingline-llada", {"cache": "dual", "temperature": 0.8, "seed": 5}),
@@ -88,7 +94,8 @@ def _spec_logits(tiny):
 @pytest.fixture(scope="module")
 def tp2(tiny, tmp_path_factory):
     root = tmp_path_factory.mktemp("tp2")
-    spec = [{"model": name, "kind": "generate", "prompts": PROMPTS, "config": {**GEN, **opt}} for name, opt in DECODES]
+    spec = [{"model": name, "kind": "generate", "prompts": PROMPTS, "config": _config(opt),
+             "structured": opt.get("structured", {})} for name, opt in DECODES]
     spec += [{"model": str(tiny["llada2_moe"][0]), "kind": "generate", "prompts": PROMPTS,
               "config": {**GEN, "cache": "prefix"}}]
     spec += _spec_logits(tiny)
@@ -98,6 +105,11 @@ def tp2(tiny, tmp_path_factory):
     done = _torchrun([str(WORKER), str(root / "spec.json"), str(root / "out.json")], 2)
     assert done.returncode == 0, done.stderr[-3000:]
     return spec, json.loads((root / "out.json").read_text())
+
+
+def _config(options: dict) -> dict:
+    """A case's GenerationConfig options (its constraint, if any, goes to generate beside them)."""
+    return {**GEN, **{k: v for k, v in options.items() if k != "structured"}}
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,7 +125,7 @@ def _one_process(case):
             return model.model(ids, torch.arange(ids.shape[1])[None].expand_as(ids))
     if case["kind"] == "logprobs":
         return decode_logprobs(model, case["prompts"], GenerationConfig(**case["config"]), case["top"])
-    return model.generate(case["prompts"], GenerationConfig(**case["config"]))
+    return model.generate(case["prompts"], GenerationConfig(**case["config"]), **case.get("structured", {}))
 
 
 @pytest.mark.parametrize("i", range(len(DECODES) + 1),
@@ -122,6 +134,11 @@ def test_tp2_decodes_the_tokens_of_one_process(tp2, i):
     spec, out = tp2
     single = _one_process(spec[i])
     assert out[i]["token_ids"] == single.token_ids
+    structured = spec[i].get("structured", {})
+    if structured.get("json_schema"):  # the constraint held: every answer a JSON list of strings
+        assert all(isinstance(json.loads(text), list) for text in single.texts), single.texts
+    if structured.get("regex"):
+        assert all(re.fullmatch(NAMES_REGEX, text) for text in single.texts), single.texts
     assert out[i]["nfe"] == [s["nfe"] for s in single.stats]  # early exits and truncations too
     assert any(len(set(ids)) > 2 for ids in out[i]["token_ids"])  # answers, not one repeated token
     reduced, gathered, _, gathers = out[i]["comm"]

@@ -66,7 +66,7 @@ def run(spec: list[dict], out: str) -> None:
                         results.append({"error": str(err)})
                     results[-1]["comm"] = []
                     continue
-                got = model.generate(case["prompts"], cfg)
+                got = model.generate(case["prompts"], cfg, **case.get("structured", {}))
                 results.append({"token_ids": got.token_ids,
                                 "nfe": [s["nfe"] for s in got.stats],
                                 "plan": plan_memory(model.model, len(case["prompts"]), 64, cfg).as_dict()})

@@ -87,11 +87,14 @@ class CanvasConstraints:
                 raise ValueError(f"row {row}: no word of the constraint {constraint.dfa.regex[:120]!r} fits in "
                                  f"{room} answer tokens; raise max_tokens (or gen_length), or loosen the constraint")
 
-    def mask_logits(self, state, logits: Tensor, tokens: Tensor | None = None, rows: Tensor | None = None) -> Tensor:
+    def mask_logits(self, state, logits: Tensor, tokens: Tensor | None = None, rows: Tensor | None = None,
+                    vocab_start: int = 0) -> Tensor:
         """(N, W, V) logits with -inf at every token (and end-of-text) that would leave an eligible
         window position of a constrained state without a completion in the language. A candidate
         state that is not completable itself (an SSD swap node) is left unmasked: no verified step
-        starts from it, so its statistics decide nothing; the canvas always is."""
+        starts from it, so its statistics decide nothing; the canvas always is. ``vocab_start``:
+        the logits hold ids [vocab_start, vocab_start + V) (a tensor-parallel rank's shard): every
+        rank decides the same canvas question and masks its own columns of the answer."""
         active = state.runner.active if rows is None else state.runner.active[rows]
         eligible = (state.eligible(tokens) & active[:, None]).cpu().numpy()
         host, row_of, spans = self._regions(state, tokens, rows)
@@ -110,11 +113,11 @@ class CanvasConstraints:
             classes, eos = allowed_classes(constraint.dfa, sets, cols + state.bs - lo)
             if keep is None:
                 keep = np.ones(logits.shape, dtype=bool)
-            V = min(len(constraint.dfa.token_class), logits.shape[-1])
-            allowed = classes[:, constraint.dfa.token_class[:V]]  # (K, V)
+            known = len(constraint.dfa.token_class)  # ids past the tokenizer: never allowed
+            allowed = np.zeros((len(cols), max(known, vocab_start + logits.shape[-1])), dtype=bool)
+            allowed[:, :known] = classes[:, constraint.dfa.token_class]  # (K, ids)
             allowed[:, self.eos_ids] = eos[:, None]
-            keep[n, cols, :V] = allowed
-            keep[n, cols, V:] = False  # ids past the tokenizer: never allowed
+            keep[n, cols] = allowed[:, vocab_start : vocab_start + logits.shape[-1]]
         if keep is None:
             return logits
         return logits.masked_fill(~torch.from_numpy(keep).to(logits.device), float("-inf"))

@@ -4,7 +4,8 @@ Covered: every rule, every cache, sampling, ragged batches, block-causal familie
 pipelined mode, the candidate strategies (FreeDave and SSD verify the constrained base step,
 LoPA's anchor and branches are constrained) and the stoppers (SchED / Prophet's all-in fill keeps
 what keeps the canvas completable, EoTP cuts only where a word still fits), and token editing
-(a rewrite of a decided token goes through the same filter)."""
+(a rewrite of a decided token goes through the same filter), and tensor parallelism (each rank
+decides the same canvas question and masks its own vocabulary shard's columns)."""
 from __future__ import annotations
 
 # the strategies whose every commit goes through the constraint's filter, drafted and verified
@@ -12,7 +13,7 @@ from __future__ import annotations
 COVERED_STRATEGIES = ("plain", "freedave", "lopa", "ssd")
 
 
-def unsupported_reasons(config, tensor_parallel: bool) -> list[str]:
+def unsupported_reasons(config) -> list[str]:
     """Why ``config`` cannot decode constrained rows (empty: it can). Each reason names the
     setting to change; nothing is ignored silently."""
     reasons = []
@@ -20,14 +21,11 @@ def unsupported_reasons(config, tensor_parallel: bool) -> list[str]:
         reasons.append(f"strategy {config.strategy!r} commits tokens that are not a masked rule step's (a helper's "
                        "accepted prefix, a re-noised canvas), which the constraint does not check; use one of "
                        f"{', '.join(COVERED_STRATEGIES)}")
-    if tensor_parallel:
-        reasons.append("under tensor parallelism each rank holds a vocabulary shard the mask does not "
-                       "cover yet; run with tensor_parallel=1")
     return reasons
 
 
-def check_supported(config, tensor_parallel: bool = False) -> None:
-    reasons = unsupported_reasons(config, tensor_parallel)
+def check_supported(config) -> None:
+    reasons = unsupported_reasons(config)
     if reasons:
         raise ValueError("structured output (regex / choice / json_schema / grammar) cannot run here: "
                          + "; ".join(reasons))
