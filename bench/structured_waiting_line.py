@@ -2,8 +2,9 @@
 so each sample is decoded free and constrained by {"type": "array", "items": {"type": "string"}}
 side by side (same prompts, same decoding), at one and at several tokens per step. Prints and
 writes: share of answers that are JSON lists of strings (jsonschema decides), the benchmark's
-score, forwards, wall time, and the constraint's own time per batch step (mask + commit
-filter). Both modes decode with max_tokens = the task's length, one block.
+score, forwards, tokens per forward (the answer's tokens over its forwards), wall time, and the constraint's own time per batch step (mask + commit
+filter), for each bundled model (``--models``). Both modes decode with max_tokens = the task's
+length, one block.
 
     .venv/bin/python bench/structured_waiting_line.py --limit 20 --tokens-per-step 1 4 8 \
         --out bench/results/structured/waiting_line.json
@@ -19,6 +20,7 @@ import dllm
 from dllm.bench.metrics import score
 from dllm.bench.parallelbench import OFFLINE_TASKS, select_samples
 from dllm.data.prompts import build_messages, load_samples, load_task_configs
+from dllm.models.bundled import bundled_models
 from dllm.samplers.constraints import json_answer_errors
 from dllm.samplers.constraints.rows import CanvasConstraints
 
@@ -47,18 +49,29 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=20, help="samples per task (stratified)")
     parser.add_argument("--tokens-per-step", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--batch-size", type=int, default=20)
+    parser.add_argument("--models", nargs="+", default=sorted(bundled_models()), help="default: every bundled model")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    lm = dllm.load()
     specs = load_task_configs(args.data)
     tasks = [t for t in OFFLINE_TASKS if t.startswith("waiting_line/")]
     clock: dict = {}
     _timed(CanvasConstraints, "mask_logits", clock)
     _timed(CanvasConstraints, "filter_commit", clock)
     rows = []
+    for name in args.models:
+        rows += _measure(dllm.load(name), name, args, specs, tasks, clock)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"models": args.models, "tasks": tasks, "limit": args.limit,
+                                        "schema": SCHEMA, "rows": rows}, indent=1) + "\n")
+
+
+def _measure(lm, name: str, args, specs: dict, tasks: list[str], clock: dict) -> list[dict]:
+    """One model's rows: each tokens-per-step, free and constrained."""
+    rows = []
     for tps in args.tokens_per_step:
         # the two modes decode each batch back to back, so a busy machine slows both alike
-        totals = {mode: dict(samples=0, parsed=0, score=0.0, nfe=0, seconds=0.0, constraint=0.0, steps=0)
+        totals = {mode: dict(samples=0, parsed=0, score=0.0, nfe=0, tpf=0.0, seconds=0.0, constraint=0.0, steps=0)
                   for mode in MODES}
         for task in tasks:
             spec = specs[task]
@@ -84,21 +97,20 @@ def main() -> None:
                         total["parsed"] += json_answer_errors(text, SCHEMA) is None
                         total["score"] += score(spec.metric, text, sample) or 0.0
                         total["nfe"] += stats["nfe"]
+                        total["tpf"] += stats["tpf"]
         for mode in MODES:
             total = totals[mode]
             n = total["samples"]
-            row = {"tokens_per_step": tps, "mode": mode, "samples": n, "parsed": total["parsed"] / n,
+            row = {"model": name, "tokens_per_step": tps, "mode": mode, "samples": n, "parsed": total["parsed"] / n,
                    "score": round(total["score"] / n, 4), "nfe": total["nfe"] / n,
+                   "tokens_per_forward": round(total["tpf"] / n, 3),
                    "seconds": round(total["seconds"], 2),
                    "constraint_seconds": round(total["constraint"], 2),
                    "constraint_ms_per_step": round(1000 * total["constraint"] / total["steps"], 2) if total["steps"] else None,
                    "batch_steps": total["steps"]}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"model": "dllm.load() (bundled)", "tasks": tasks, "limit": args.limit,
-                                        "schema": SCHEMA, "rows": rows}, indent=1) + "\n")
+    return rows
 
 
 if __name__ == "__main__":
