@@ -30,6 +30,9 @@ class Terminal:
         env = {**os.environ, "PYTHONPATH": os.getcwd(), "TERM": "xterm", "DLLM_DEVICE": "cpu"}
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: its own session, the pty as stdin, stdout and stderr
+            # Ctrl-C as a shell gives its foreground job: the default action (a suite started in
+            # the background, e.g. `pytest &`, would hand down an ignored SIGINT, which Python keeps)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execve(sys.executable, [sys.executable, "-m", "dllm", *argv], env)
         fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # 40 x 160, as a window
         self.deadline = time.monotonic() + DEADLINE_S

@@ -38,7 +38,7 @@ def test_usage_errors_are_one_line_naming_the_command_and_the_fix(capsys, argv, 
 
 def test_a_far_miss_gets_no_suggestion(capsys):
     err = _usage_error(capsys, ["generate", "--cache", "zzzzzz", "hi"])
-    assert "did you mean" not in err and "one of: adaptive, dual, none, prefix" in err
+    assert "did you mean" not in err and "one of: adaptive, dual, encoder, none, prefix" in err
 
 
 def test_ctrl_c_outside_chat_is_one_line_and_status_130(monkeypatch, capsys):

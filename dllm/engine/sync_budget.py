@@ -20,7 +20,10 @@ stalls the launch queue until the device catches up. The loop is written to stay
 """
 from __future__ import annotations
 
-READS_PER_ROUND = {"plain": 1, "freedave": 2, "lopa": 2, "ssd": 2, "uniform": 1}
+# apd / guided: the loop's read, and the helper's forward (a transformers causal LM) reads the
+# host itself: 2 reads a forward for transformers 5.24's Qwen2 (its mask checks), measured by
+# tests/samplers/test_host_syncs.py; apd adds one more, the length of the helper's forward
+READS_PER_ROUND = {"plain": 1, "freedave": 2, "lopa": 2, "ssd": 2, "uniform": 1, "apd": 4, "guided": 3}
 READS_PER_ROUND_PIPELINED = 1  # the blocks in flight over the batch: [lo, hi)
 READS_PER_WINDOW = 2
 READS_PER_FORWARD_TRUNCATED = 1  # EoTP: the furthest end over active rows, before the next forward

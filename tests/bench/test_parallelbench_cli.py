@@ -27,7 +27,7 @@ def test_help_gives_every_option_a_help_line_and_default(capsys):
         main(["bench", "parallelbench", "--help"])
     out = capsys.readouterr().out
     for option in ("--cache CACHE", "--strategy STRATEGY", "--stopper STOPPER", "--batch-size"):
-        help_text = out.split("\n  " + option, 1)[1].split("\n  --", 1)[0]
+        help_text = " ".join(out.split("\n  " + option, 1)[1].split("\n  --", 1)[0].split())  # unwrapped
         assert "(default: " in help_text, (option, help_text)
     assert "0 for the bundled models" not in out and "one-shot for waiting-line" in out
 

@@ -84,3 +84,21 @@ def test_pipelined_host_reads_within_budget(monkeypatch, strategy, cache):
         decode(lm.model, prompts, config)
     budget = read_budget(strategy, len(rounds), config.num_windows, pipelined=True)
     assert syncs.total <= budget, f"{syncs.total} host syncs over {len(rounds)} rounds > budget {budget}: {dict(syncs.by_name)}"
+
+
+@pytest.mark.parametrize("strategy", ["apd", "guided"])
+def test_helper_strategies_host_reads_within_budget(monkeypatch, strategy):
+    """APD and guided diffusion on the shipped Dream model with the shipped helper, over blocks."""
+    monkeypatch.setattr(runner, "head_rows_pay_off", lambda device: False)
+    made = []
+    make = engine.make_strategy
+    monkeypatch.setattr(engine, "make_strategy", lambda *a: made.append(RoundCounter(make(*a))) or made[-1])
+    lm = dllm.load("dllm-waitingline-dream", device="cpu", dtype="float32", helper="dllm-waitingline-ar")
+    prompts = [lm.encode("Sort these names: Bob Smith, Alice Jones."), lm.encode("Reverse: Eve Black.")]
+    args = {"mixture_weight": 0.7} if strategy == "apd" else {}
+    config = GenerationConfig(gen_length=32, block_length=8, strategy=strategy, strategy_args=args)
+    with HostSyncCounter() as syncs:
+        decode(lm.model, prompts, config)
+    rounds = made[0].rounds
+    budget = read_budget(strategy, rounds, config.num_windows)
+    assert syncs.total <= budget, f"{syncs.total} host syncs over {rounds} rounds > budget {budget}: {dict(syncs.by_name)}"
