@@ -64,3 +64,23 @@ def test_lopa_without_branches_is_its_rule(tiny_models):
     base = decode(model, PROMPTS, _cfg(**kw))
     lopa = decode(model, PROMPTS, _cfg(strategy="lopa", strategy_args={"branches": 0}, **kw))
     assert lopa.answer.tolist() == base.answer.tolist()
+
+
+@pytest.mark.parametrize("family, cache", [
+    ("dream", dict(cache="dual", cache_args={"refresh_every": 2})),
+    ("dream", dict(cache="adaptive", cache_args={"prompt_every": 4})),
+    ("llada", dict(cache="adaptive", cache_args={"select": "window", "ratio": 0.5, "from_layer": 0})),
+], ids=["refresh_every", "prompt_every", "window_ratio"])
+def test_freedave_refuses_refreshes_that_would_not_be_lossless(tiny_models, monkeypatch, family, cache):
+    """Refused before any forward, and why: drafts are evaluated on the block start's K/V, which
+    the base decode's refreshes change (with the check bypassed the answers differ)."""
+    from dllm.samplers.strategies.freedave import FreeDave
+
+    model = tiny_models[family].model
+    cfg = dict(gen_length=32, block_length=32, steps=32, stop_at_eos=False, **cache)
+    fast = GenerationConfig(**cfg, strategy="freedave", strategy_args={"num_drafts": 4})
+    with pytest.raises(ValueError, match="freedave is lossless only when a forward depends on the block start"):
+        decode(model, PROMPTS, fast)
+    base = decode(model, PROMPTS, GenerationConfig(**cfg))
+    monkeypatch.setattr(FreeDave, "check_config", lambda self, config: None)
+    assert decode(model, PROMPTS, fast).answer.tolist() != base.answer.tolist()

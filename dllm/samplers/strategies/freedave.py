@@ -58,6 +58,23 @@ def block_statistics(strategy, state) -> TokenStats:
     return strategy.pending
 
 
+def refuse_refreshes(name: str, config) -> None:
+    """Refuse the cache refreshes a candidate forward cannot reproduce (FreeDave, SSD): refreshes
+    keyed on rounds (``refresh_every``, adaptive ``prompt_every`` / ``response_every``) or written
+    back by the canvas forward (adaptive ``select="window"`` with ``ratio < 1``). Candidate
+    forwards read the block start's K/V; the base decode's would not, so its answer differs."""
+    args = config.cache_args
+    periodic = [key for key in ("refresh_every", "prompt_every", "response_every") if args.get(key)]
+    if periodic:
+        raise ValueError(f"{name} is lossless only when a forward depends on the block start and the canvas; "
+                         f"cache_args {periodic} refresh the K/V every N rounds, which candidate forwards "
+                         "never do: drop them")
+    if config.cache == "adaptive" and args.get("select") == "window" and args.get("ratio", 0.25) < 1:
+        raise ValueError(f"{name} is lossless only when a forward depends on the block start and the canvas; "
+                         "adaptive select='window' with ratio < 1 writes each canvas forward's refresh back: "
+                         "use select='read' (the default) or ratio=1.0")
+
+
 def leaves_work(state, flat: Tensor) -> Tensor:
     """(N,) whether each candidate canvas of ``flat`` (N, L) leaves work: masks in the active
     block and text not yet final (the base decode stops where it leaves none)."""
@@ -80,10 +97,15 @@ class FreeDave:
         if self.num_drafts < 1:
             raise ValueError(f"num_drafts must be >= 1, got {self.num_drafts}")
 
+    def check_config(self, config) -> None:
+        """Refuse what would make a draft's state differ from the base decode's state."""
+        if config.stopper != "none":
+            raise ValueError("freedave verifies the base rule alone; use stopper='none'")
+        refuse_refreshes("freedave", config)
+
     def step(self, state) -> Tensor:
         """One round; returns the base-rule steps each row took (its accepted drafts)."""
-        if state.config.stopper != "none":
-            raise ValueError("freedave verifies the base rule alone; use stopper='none'")
+        self.check_config(state.config)
         B, K = state.tokens.shape[0], self.num_drafts
         self.pending = block_statistics(self, state)
         moving = state.moving_rows()  # (B,) rows with masks left; the others take no step

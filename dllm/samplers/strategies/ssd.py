@@ -29,7 +29,7 @@ from torch import Tensor
 from dllm.kernels import TokenStats
 from dllm.samplers.base import register_strategy
 from dllm.samplers.strategies.candidates import evaluate_candidates
-from dllm.samplers.strategies.freedave import block_statistics, leaves_work, rule_steps
+from dllm.samplers.strategies.freedave import block_statistics, leaves_work, refuse_refreshes, rule_steps
 
 
 def tree_nodes(drafts: Tensor, swaps: bool) -> tuple[Tensor, Tensor]:
@@ -69,16 +69,7 @@ class SSD:
         if config.stopper != "none":
             raise ValueError(f"ssd verifies the base rule's steps alone; stopper {config.stopper!r} commits "
                              "outside them: use stopper='none'")
-        args = config.cache_args
-        periodic = [name for name in ("refresh_every", "prompt_every", "response_every") if args.get(name)]
-        if periodic:
-            raise ValueError(f"ssd is lossless only when a forward depends on the block start and the canvas; "
-                             f"cache_args {periodic} refresh the K/V every N rounds, which candidate forwards "
-                             "never do: drop them")
-        if config.cache == "adaptive" and args.get("select") == "window" and args.get("ratio", 0.25) < 1:
-            raise ValueError("ssd is lossless only when a forward depends on the block start and the canvas; "
-                             "adaptive select='window' with ratio < 1 writes each canvas forward's refresh back: "
-                             "use select='read' (the default) or ratio=1.0")
+        refuse_refreshes("ssd", config)
 
     def step(self, state) -> Tensor:
         """One round; returns the base-rule steps each row took (the walk's length)."""
