@@ -57,6 +57,22 @@ def require_helper(state, strategy: str):
     return helper
 
 
+def refuse_beside_helper(strategy: str, config, commits: str, drafts: str) -> None:
+    """What a helper-verified strategy (apd, guided) cannot take, named with the fix: a stopper
+    (it would commit outside what the helper verifies), classifier-free guidance (the helper has no
+    unconditional branch) and an unmasking rule (the strategy drafts every masked position)."""
+    if config.stopper != "none":
+        raise ValueError(f"{strategy} commits {commits}; stopper {config.stopper!r} would commit outside it: "
+                         "use stopper='none'")
+    if config.cfg_scale > 0:
+        raise ValueError(f"{strategy}'s helper has no unconditional branch for classifier-free guidance: "
+                         "use cfg_scale=0")
+    if config.policy != "low_confidence" or config.policy_args:
+        raise ValueError(f"{strategy} drafts every masked position of {drafts} and commits {commits}; it applies "
+                         f"no unmasking rule (got policy {config.policy!r} {config.policy_args or ''}): leave "
+                         "policy at its default")
+
+
 def helper_logits(helper, tokens: Tensor, valid: Tensor, positions: Tensor, start: int, stop: int) -> Tensor:
     """(B, stop - start, V_h) the helper's next-token logits for canvas positions [start, stop)
     (outputs start - 1 .. stop - 2) of ``tokens`` (B, >= stop): left padding masked out, each
@@ -83,19 +99,11 @@ class APD:
 
     def check_config(self, config) -> None:
         """Refuse what APD's loop does not compose with, naming why."""
-        if config.stopper != "none":
-            raise ValueError(f"apd commits the prefix its helper accepts; stopper {config.stopper!r} would commit "
-                             "outside it: use stopper='none'")
+        refuse_beside_helper("apd", config, "the prefix its helper accepts", "its window")
         if config.cache != "none":
             raise ValueError(f"apd's window moves by its accepted count every round and the diffusion model sees the "
                              f"canvas up to the window's end; cache {config.cache!r} keeps K/V from block boundaries "
                              "of the whole canvas: use cache='none'")
-        if config.cfg_scale > 0:
-            raise ValueError("apd's helper has no unconditional branch for classifier-free guidance: use cfg_scale=0")
-        if config.policy != "low_confidence" or config.policy_args:
-            raise ValueError(f"apd drafts every masked position of its window and keeps the prefix the helper "
-                             f"accepts; it applies no unmasking rule (got policy {config.policy!r} "
-                             f"{config.policy_args or ''}): leave policy at its default")
 
     def step(self, state) -> Tensor:
         """One round; returns the tokens each row committed (its base steps)."""

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from dllm.samplers.base import register_strategy
-from dllm.samplers.strategies.apd import helper_logits, require_helper
+from dllm.samplers.strategies.apd import helper_logits, refuse_beside_helper, require_helper
 
 
 @register_strategy("guided")
@@ -37,15 +37,7 @@ class Guided:
         if config.temperature > 0:
             raise ValueError("guided commits the helper's greedy tokens (the paper's deterministic verification); "
                              "its sampling verifiers are not implemented: use temperature=0")
-        if config.stopper != "none":
-            raise ValueError(f"guided commits what its helper verifies; stopper {config.stopper!r} would commit "
-                             "outside it: use stopper='none'")
-        if config.cfg_scale > 0:
-            raise ValueError("guided's helper has no unconditional branch for classifier-free guidance: use cfg_scale=0")
-        if config.policy != "low_confidence" or config.policy_args:
-            raise ValueError(f"guided drafts every masked position of the block and commits what the helper "
-                             f"verifies; it applies no unmasking rule (got policy {config.policy!r} "
-                             f"{config.policy_args or ''}): leave policy at its default")
+        refuse_beside_helper("guided", config, "what its helper verifies", "the block")
 
     def step(self, state) -> Tensor:
         """One round; returns the tokens each row committed."""
