@@ -12,10 +12,10 @@ from dllm.eval.text import block_aligned_length, cut_at_stop
 def test_fields_bare_options_and_prefixed_options_reach_the_config():
     options, config = parse_model_args({"pretrained": "DIR", "policy": "threshold", "tau": 0.8, "cache": "dual",
                                         "block_length": 32, "gen_length": 256, "cache_args.refresh_every": 4,
-                                        "strategy": "freedave", "num_drafts": 3, "mc_num": 16, "batch_size": "8"})
+                                        "strategy": "lopa", "branches": 3, "mc_num": 16, "batch_size": "8"})
     assert (options.pretrained, options.mc_num, options.batch_size) == ("DIR", 16, 8)
     assert config.policy_args == {"tau": 0.8} and config.cache_args == {"refresh_every": 4}
-    assert config.strategy_args == {"num_drafts": 3}
+    assert config.strategy_args == {"branches": 3}
     assert (config.gen_length, config.block_length, config.cache) == (256, 32, "dual")
     _, same = parse_model_args({"policy": "threshold", "policy_args.tau": 0.8})
     assert same.policy_args == {"tau": 0.8}
