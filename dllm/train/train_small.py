@@ -42,7 +42,7 @@ from dllm.models.loading import load_model
 from dllm.models.registry import family_for
 from dllm.models.moe import MoEMLP
 from dllm.models.tiny import CHAT_TEMPLATES, SPECIAL_ROLES
-from dllm.models.tiny_formats import llada2_config
+from dllm.models.tiny_formats import diffusion_gemma_config, llada2_config
 from dllm.models.tokenizer import load_tokenizer
 from dllm.models.transformer import DiffusionTransformer
 from dllm.models.visibility import KeyVisibility
@@ -54,6 +54,7 @@ from dllm.train.corpus import TRAIN_TASKS, TaskCorpus
 from dllm.train.init_from import init_from_checkpoint
 from dllm.train.objectives import block_diffusion_copies, block_diffusion_masks, d2f_loss, d2f_masks, llada_masks, name_part_masks
 from dllm.train.save import save_checkpoint
+from dllm.train.uniform_state import draw_canvases, uniform_state_loss
 
 # Special tokens per layout, in vocabulary order (this order fixes the shipped tokenizer's ids);
 # their roles and chat templates are dllm.models.tiny's.
@@ -63,7 +64,8 @@ SPECIALS = {
     "dream": ["<|endoftext|>", "<|mask|>", "<|beginoftext|>", "<|im_start|>", "<|im_end|>"],
 }
 # v2 is Qwen2.5's; llada2_moe reuses the LLaDA layout (the bundled models' tokenizer)
-TOKENIZER_LAYOUT = {"llada": "llada", "dream": "dream", "fast_dllm_v2": "dream", "llada2_moe": "llada"}
+TOKENIZER_LAYOUT = {"llada": "llada", "dream": "dream", "fast_dllm_v2": "dream", "llada2_moe": "llada",
+                    "diffusion_gemma": "llada"}
 
 
 def template_fragments(corpus: TaskCorpus) -> list[str]:
@@ -140,6 +142,8 @@ def model_config(tokenizer, args) -> dict:
     vocab = len(tokenizer)
     ids = {"mask_token_id": tokenizer.mask_token_id, "eos_token_id": tokenizer.eos_token_id,
            "pad_token_id": tokenizer.pad_token_id}
+    if args.family == "diffusion_gemma":
+        return gemma_config(tokenizer, args)
     if args.family == "llada2_moe":
         raw = llada2_config({"mask_token": ids["mask_token_id"], "eos_token": ids["eos_token_id"],
                              "pad_token": ids["pad_token_id"]},
@@ -179,6 +183,37 @@ def model_config(tokenizer, args) -> dict:
         "include_bias": False, "include_qkv_bias": False, "block_type": "llama",
         "activation_type": "silu", "layer_norm_type": "rms", **ids,
     }
+
+
+def gemma_config(tokenizer, args) -> dict:
+    """DiffusionGemma's config.json (transformers' layout, ``tiny_formats.diffusion_gemma_config``)
+    at these widths: sliding layers then a full-attention last layer of the same head size and
+    K/V heads, a sliding window (``--sliding-window``) covering prompt and answer, canvases of
+    ``--bd-size``; no image token in this tokenizer (text only)."""
+    ids = {"eos_token": tokenizer.eos_token_id, "pad_token": tokenizer.pad_token_id,
+           "bos_token": tokenizer.bos_token_id}
+    kv = args.n_kv_heads or args.n_heads
+    raw = diffusion_gemma_config(ids, d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads,
+                                 n_kv_heads=kv, mlp_hidden=args.mlp_hidden, vocab=len(tokenizer), max_len=512,
+                                 n_experts=args.n_experts, top_k=args.top_k, expert_hidden=args.expert_hidden,
+                                 canvas_length=args.bd_size, image_id=None)
+    raw["text_config"].update(sliding_window=args.sliding_window, per_layer_config={
+        str(args.n_layers - 1): {"head_dim": args.d_model // args.n_heads, "num_key_value_heads": kv}})
+    return raw
+
+
+def build_fresh(raw: dict, d_model: int):
+    """A new model of config.json ``raw``: 2-D weights normal (std 0.02, embeddings 1/sqrt(d));
+    DiffusionGemma's LM head tied to its embeddings, as its checkpoint stores it."""
+    family = family_for(raw["model_type"], raw.get("architectures"))
+    cfg = family.parse_config(raw)
+    model = family.build_model(cfg) if family.build_model else DiffusionTransformer(block_causal_override(raw, cfg))
+    for name, p in model.named_parameters():
+        if p.dim() == 2:
+            torch.nn.init.normal_(p, std=0.02 if name != "embed.weight" else 1.0 / math.sqrt(d_model))
+    if getattr(model, "uniform_state", False):
+        model.lm_head.weight = model.embed.weight
+    return model
 
 
 def encode(tokenizer, ex, canvas: int | None = None, multiple: int = 1) -> tuple[list[int], list[int]]:
@@ -305,6 +340,15 @@ def make_d2f_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Ge
     return noisy, positions, KeyVisibility(valid=valid, spans=spans), ids, masked, rate
 
 
+def make_uniform_state_batch(tokenizer, corpus: TaskCorpus, batch_size: int, gen: torch.Generator, canvas: int,
+                             mix: CanvasMix | None = None, mix_rng: random.Random | None = None):
+    """Rows (``answer_aligned``, answers padded to whole canvases) with one canvas drawn per row
+    (dllm/train/uniform_state.py ``draw_canvases``)."""
+    rows = draw_rows(tokenizer, corpus, batch_size, mix, mix_rng, multiple=canvas)
+    ids, valid, answer, P = answer_aligned(tokenizer, rows)
+    return draw_canvases(ids, valid, answer.sum(-1), P, canvas, gen)
+
+
 def teacher_answers(teacher, rows: list[tuple[list[int], list[int]]]) -> list[tuple[list[int], list[int]]]:
     """Each row's answer replaced by the teacher's own on the same canvas (one token per step,
     ``low_confidence``, one block): the trajectories certainty forcing distils."""
@@ -405,7 +449,9 @@ def evaluate(model, tokenizer, heldout: list, specs: dict, gen_length: int | Non
                for ex in heldout if ex.task == task]
         prompts = [encode(tokenizer, ex)[0] for ex in exs]
         G = gen_length or specs[task].max_tokens
-        result = decode(model, prompts, GenerationConfig(gen_length=G, steps=G, block_length=G))
+        # a uniform-state model denoises canvases of its own length (its default policy, eb_sampler)
+        block = model.config.canvas_length if getattr(model, "uniform_state", False) else G
+        result = decode(model, prompts, GenerationConfig(gen_length=G, steps=G, block_length=block))
         eos = tokenizer.eos_token_id
         for ex, ans in zip(exs, result.answer.tolist()):
             ans = ans[: ans.index(eos)] if eos in ans else ans
@@ -442,6 +488,28 @@ def keep_best(model, raw: dict, out: Path, step: int, scores: dict) -> None:
     (best / "best.json").write_text(json.dumps({"step": step, **scores}, indent=2) + "\n")
 
 
+def token_loss(model, noisy: Tensor, positions: Tensor, attn: KeyVisibility, target: Tensor, masked: Tensor,
+               rate: Tensor | None, read: Tensor | None, teacher, cf_weight: float | None) -> Tensor:
+    """The mask-based objectives' loss: one forward of the noisy rows, scored at the masked
+    positions (the two-copy layout's read columns, Dream's shift, D2F's rate, certainty forcing)."""
+    logits = model(noisy, positions, attn)
+    taught = None
+    if teacher is not None:  # every key visible to the teacher (D2F: its base without the student's mask)
+        with torch.no_grad():
+            taught = teacher(noisy, positions, KeyVisibility(valid=attn.valid))
+    if read is not None:  # the two-copy layout names the column each prediction is read from
+        logits = logits[:, read]
+    elif model.config.shift_logits:  # Dream: position i - 1 predicts token i
+        logits, target, masked = logits[:, :-1], target[:, 1:], masked[:, 1:]
+        rate = rate[:, 1:] if rate is not None else None
+        taught = taught[:, :-1] if taught is not None else None
+    if cf_weight is not None:
+        return certainty_forcing_loss(logits, target, masked, cf_weight)
+    if rate is None:
+        return F.cross_entropy(logits[masked], target[masked])
+    return d2f_loss(logits, target, masked, rate, taught)  # D2F: each masked token's loss over its block's rate
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
@@ -455,7 +523,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n-heads", type=int, default=4)
     ap.add_argument("--n-kv-heads", type=int, default=None,
                     help="key/value heads (GQA) for the Qwen2 layouts; default: --n-heads")
-    ap.add_argument("--bd-size", type=int, default=8, help="fast_dllm_v2: block-diffusion block size")
+    ap.add_argument("--bd-size", type=int, default=8,
+                    help="fast_dllm_v2: block-diffusion block size; diffusion_gemma: canvas_length")
+    ap.add_argument("--sliding-window", type=int, default=128,
+                    help="diffusion_gemma: sliding_window of its sliding-attention layers")
     ap.add_argument("--mlp-hidden", type=int, default=384)
     ap.add_argument("--n-experts", type=int, default=8, help="llada2_moe: routed experts per MoE layer")
     ap.add_argument("--top-k", type=int, default=2, help="llada2_moe: experts per token")
@@ -516,14 +587,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cf-weight", type=float, default=None, metavar="W",
                     help="--objective certainty_forcing: the entropy term's weight (default: 2 for LLaDA "
                          "layouts, 1 for Dream, as dParallel's scripts)")
-    ap.add_argument("--objective", choices=("family", "block_copies", "d2f", "certainty_forcing"), default="family",
+    ap.add_argument("--objective", choices=("family", "block_copies", "d2f", "certainty_forcing", "uniform_state"),
+                    default="family",
                     help="family: the layout's own objective (LLaDA SFT for llada / dream, block diffusion over one "
                          "drawn block per row for fast_dllm_v2 / llada2_moe); block_copies: block diffusion over "
                          "every block at once, the clean answer beside two complementary noisy copies (Fast-dLLM "
                          "v2 / BD3-LM training; block-causal families); d2f: Discrete Diffusion Forcing (dllm/train/objectives.py "
                          "d2f_masks), a block-causal student of --bd-size blocks (a block-causal layout's own size) "
                          "with the prompt as one block, decoded by the pipelined mode; certainty_forcing: "
-                         "dParallel's distillation of an --init model on its own answers (dllm/train/certainty_forcing.py)")
+                         "dParallel's distillation of an --init model on its own answers (dllm/train/certainty_forcing.py); "
+                         "uniform_state: DiffusionGemma's uniform-state denoising with self-conditioning "
+                         "(dllm/train/uniform_state.py; --family diffusion_gemma, the family's only objective)")
+    ap.add_argument("--self-conditioning", type=float, default=0.5, metavar="RATE",
+                    help="--objective uniform_state: share of steps whose loss pass reads a first no-grad pass's "
+                         "tempered logits as self-conditioning (Analog Bits' 0.5)")
     ap.add_argument("--d2f-teacher", type=Path, default=None, metavar="DIR",
                     help="--objective d2f: distil this checkpoint (same vocabulary and logit shift) instead of "
                          "learning the data's tokens: its distribution over each masked position, read with every "
@@ -558,6 +635,14 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--cf-block {args.cf_block}: a block size, or 0 for the whole answer")
     if args.init and (args.tokenizer or args.init_weights):
         ap.error("--init already brings its checkpoint's tokenizer and weights; drop --tokenizer / --init-weights")
+    if (args.objective == "uniform_state") != (args.family == "diffusion_gemma"):
+        ap.error("--objective uniform_state trains the uniform-state family: pair it with --family diffusion_gemma "
+                 "(and --family diffusion_gemma with it)")
+    if args.objective == "uniform_state" and (args.init_weights or args.name_part_masking or args.d2f_teacher):
+        ap.error("--objective uniform_state: --init-weights, --name-part-masking and --d2f-teacher do not apply "
+                 "(no mask token; other families' weights do not map onto DiffusionGemma's layers)")
+    if not 0.0 <= args.self_conditioning <= 1.0:
+        ap.error(f"--self-conditioning {args.self_conditioning}: a share of steps, between 0 and 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -573,6 +658,11 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer = load_tokenizer(out)
         model = load_model(args.init, dtype=torch.float32).requires_grad_(True)
         raw = json.loads((args.init / "config.json").read_text())
+        if getattr(model, "uniform_state", False) != (args.objective == "uniform_state"):
+            ap.error(f"--init {args.init}: a uniform-state checkpoint trains with --objective uniform_state "
+                     "--family diffusion_gemma, and only it does")
+        if getattr(model, "uniform_state", False):  # loaded as one tensor; keep it one while training
+            model.lm_head.weight = model.embed.weight
         if args.objective == "d2f" and (model.attention != "block_causal" or model.config.block_origin != "prompt"):
             ap.error(f"--objective d2f --init {args.init}: not a D2F student (block-causal, block origin "
                      "'prompt'); start one from it with --init-weights DIR --tokenizer DIR")
@@ -586,10 +676,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.objective == "d2f":
             raw = d2f_config(raw, args.bd_size)
         raw[PROMPT_SHOTS_KEY] = 0  # trained on zero-shot prompts: `dllm bench parallelbench` follows it
-        model = DiffusionTransformer(block_causal_override(raw, family_for(raw["model_type"]).parse_config(raw)))
-        for name, p in model.named_parameters():
-            if p.dim() == 2:
-                torch.nn.init.normal_(p, std=0.02 if name != "embed.weight" else 1.0 / math.sqrt(args.d_model))
+        model = build_fresh(raw, args.d_model)
         if args.init_weights:
             fresh: list[str] = []
             zeroed = init_from_checkpoint(model, args.init_weights, fresh)
@@ -628,7 +715,11 @@ def main(argv: list[str] | None = None) -> None:
     bar = tqdm(range(1, last_step + 1), desc=f"train {n_params / 1e6:.2f}M", dynamic_ncols=True)
     for step in bar:
         rate = read = None
-        if args.objective == "block_copies":
+        if args.objective == "uniform_state":  # its own forward: encoder, then the denoiser (twice with self-conditioning)
+            batch = make_uniform_state_batch(tokenizer, corpus, args.batch_size, gen, model.config.canvas_length,
+                                             mix, mix_rng)
+            loss, _ = uniform_state_loss(model, batch, gen, args.self_conditioning)
+        elif args.objective == "block_copies":
             noisy, positions, attn, target, masked, read = make_block_copies_batch(
                 tokenizer, corpus, args.batch_size // 2, gen, raw["mask_token_id"], model.config.block_size,
                 model.config.shift_logits, mix, mix_rng)
@@ -646,23 +737,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             noisy, positions, attn, target, masked = make_batch(tokenizer, corpus, args.batch_size, gen,
                                                                 raw["mask_token_id"], name_parts, mix, mix_rng)
-        logits = model(noisy, positions, attn)
-        taught = None
-        if teacher is not None:  # every key visible to the teacher (D2F: its base without the student's mask)
-            with torch.no_grad():
-                taught = teacher(noisy, positions, KeyVisibility(valid=attn.valid))
-        if read is not None:  # the two-copy layout names the column each prediction is read from
-            logits = logits[:, read]
-        elif model.config.shift_logits:  # Dream: position i - 1 predicts token i
-            logits, target, masked = logits[:, :-1], target[:, 1:], masked[:, 1:]
-            rate = rate[:, 1:] if rate is not None else None
-            taught = taught[:, :-1] if taught is not None else None
-        if cf_weight is not None:
-            loss = certainty_forcing_loss(logits, target, masked, cf_weight)
-        elif rate is None:
-            loss = F.cross_entropy(logits[masked], target[masked])
-        else:  # D2F: each masked token's loss over its block's rate
-            loss = d2f_loss(logits, target, masked, rate, taught)
+        if args.objective != "uniform_state":
+            loss = token_loss(model, noisy, positions, attn, target, masked, rate, read, teacher, cf_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
