@@ -110,17 +110,42 @@ class CanvasConstraints:
                 if rows is None:  # every commit and cut keeps the canvas completable: a bug if not
                     raise RuntimeError(f"row {row}'s canvas no longer holds a word of its constraint")
                 continue
-            classes, eos = allowed_classes(constraint.dfa, sets, cols + state.bs - lo)
             if keep is None:
                 keep = np.ones(logits.shape, dtype=bool)
-            known = len(constraint.dfa.token_class)  # ids past the tokenizer: never allowed
-            allowed = np.zeros((len(cols), max(known, vocab_start + logits.shape[-1])), dtype=bool)
-            allowed[:, :known] = classes[:, constraint.dfa.token_class]  # (K, ids)
-            allowed[:, self.eos_ids] = eos[:, None]
-            keep[n, cols] = allowed[:, vocab_start : vocab_start + logits.shape[-1]]
+            keep[n, cols] = self._allowed(row, sets, cols + state.bs - lo, vocab_start, logits.shape[-1])
         if keep is None:
             return logits
         return logits.masked_fill(~torch.from_numpy(keep).to(logits.device), float("-inf"))
+
+    def _allowed(self, row: int, sets, positions: np.ndarray, vocab_start: int, width: int) -> np.ndarray:
+        """(K, width) bool: ids [vocab_start, vocab_start + width) (end-of-text among them) that
+        keep the canvas of ``sets`` completable at each of its holes ``positions`` (K,)."""
+        dfa = self.rows[row].dfa
+        classes, eos = allowed_classes(dfa, sets, positions)
+        known = len(dfa.token_class)  # ids past the tokenizer: never allowed
+        allowed = np.zeros((len(positions), max(known, vocab_start + width)), dtype=bool)
+        allowed[:, :known] = classes[:, dfa.token_class]  # (K, ids)
+        allowed[:, self.eos_ids] = eos[:, None]
+        return allowed[:, vocab_start : vocab_start + width]
+
+    def allowed_ids(self, state, tokens: Tensor, rows: Tensor, cols: Tensor, width: int) -> Tensor:
+        """(N, width) bool: the ids below ``width`` (end-of-text among them) that keep the canvas of
+        state ``tokens[n]`` (N, L) of canvas row ``rows[n]`` completable when written at its
+        window column ``cols[n]``, a hole (every id for a free row). A left-to-right verifier
+        (apd, guided) asks this of the draft's prefix before each column: its choice there is
+        then the constrained one given what it accepted before."""
+        host_cols = cols.tolist()
+        host, row_of, spans = self._regions(state, tokens, rows)
+        out = np.ones((len(row_of), width), dtype=bool)
+        for n, row in enumerate(row_of):
+            if self.rows[row] is None:
+                continue
+            lo, hi = spans[n]
+            sets = self._sets(row, host[n, lo:hi])
+            if not sets.completable(self.rows[row].state):
+                raise RuntimeError(f"row {row}'s accepted prefix no longer holds a word of its constraint")
+            out[n] = self._allowed(row, sets, np.array([host_cols[n] + state.bs - lo]), 0, width)[0]
+        return torch.from_numpy(out).to(tokens.device)
 
     def filter_commit(self, state, mask: Tensor, token: Tensor, *, tokens: Tensor | None = None,
                       rows: Tensor | None = None, scores: Tensor | None = None, offset: int | None = None) -> Tensor:

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from dllm.samplers.base import register_strategy
+from dllm.samplers.strategies.verifier_choice import verifier_choice
 
 
 @contextmanager
@@ -131,8 +132,10 @@ class APD:
         if state.mask_id < V:
             mixed[..., state.mask_id] = float("-inf")
         mixed = self.mixture_weight * mixed + (1 - self.mixture_weight) * verify[..., :V].double()
+        # the mixture's choice: its argmax, a constrained row's among what keeps its canvas completable
+        choice = verifier_choice(state, mixed, draft, window, curr, keep_first=True)
         agree = torch.zeros_like(window)
-        agree[:, : stop - bs] = mixed.argmax(-1) == draft[:, : stop - bs]
+        agree[:, : stop - bs] = choice == draft[:, : stop - bs]
         # the window's first position always; later ones up to the first disagreement
         reject = window & ~agree & (j[None, :] > curr[:, None])
         first = torch.where(reject.any(-1), reject.int().argmax(-1), W)  # (B,)

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from dllm.samplers.base import register_strategy
 from dllm.samplers.strategies.apd import helper_logits, refuse_beside_helper, require_helper
+from dllm.samplers.strategies.verifier_choice import verifier_choice
 
 
 @register_strategy("guided")
@@ -54,7 +55,10 @@ class Guided:
         verify = helper_logits(helper, tokens, state.canvas.valid, state.canvas.positions, bs, be)  # (B, W, V_h)
         if state.mask_id < verify.shape[-1]:
             verify[..., state.mask_id] = float("-inf")
-        choice = verify.argmax(-1)  # (B, W) the helper's token after the prompt, answer and draft before it
+        start = torch.where(eligible.any(-1), eligible.int().argmax(-1), W)  # (B,) the first mask
+        # (B, W) the helper's token after the prompt, answer and draft before it (a constrained
+        # row's: among those that keep its canvas completable)
+        choice = verifier_choice(state, verify, draft, eligible, start)
         # commit up to the first draft the helper would not choose, which takes the helper's token
         reject = eligible & (choice != draft)
         first = torch.where(reject.any(-1), reject.int().argmax(-1), W)  # (B,)
