@@ -22,6 +22,8 @@ model's K/V older than W positions) and the helper's K/V cache: each round runs 
 the row's canvas up to the window's end (the same logits, more compute). Refused, with the
 reason: dllm's caches (they refresh K/V at block boundaries, APD's window moves every round), a
 stopper, classifier-free guidance and a rule other than the default (APD applies none).
+Under a constraint (structured output) the draft is the masked statistics' and the mixture chooses
+among the tokens that keep the canvas completable given the draft before them (verifier_choice.py).
 """
 from __future__ import annotations
 

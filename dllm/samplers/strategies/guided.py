@@ -14,7 +14,9 @@ adaptive caches change the drafts, never the answer), with blocks and with ragge
 
 Refused, with the reason: temperature > 0 (the paper's sampling verifiers are not here), a
 stopper, classifier-free guidance and a rule other than the default (guided applies none). The
-mask id is never the helper's choice.
+mask id is never the helper's choice. Under a constraint the helper chooses among the tokens that
+keep the canvas completable given the draft before them (verifier_choice.py): the answer is its
+constrained greedy decode.
 """
 from __future__ import annotations
 

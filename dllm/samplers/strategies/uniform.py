@@ -9,6 +9,8 @@ token per position -> the rule's acceptance (``eb_sampler``: the entropy bound, 
 position eligible) -> re-noise the rest -> the stable-and-confident stop. A row whose canvas stops (or runs out of steps: ``steps_per_block`` of them) commits
 its argmax canvas through ``state.commit``, so end-of-text, ``finish_rows``, streaming and the
 result read it as any committed block. Steps count down from ``steps_per_block`` per row.
+A constrained row samples, accepts and stops on the tokens that keep its canvas completable, and
+its final canvas is committed as a word (``_commit_canvas``).
 """
 from __future__ import annotations
 
