@@ -4,7 +4,8 @@ side by side (same prompts, same decoding), at one and at several tokens per ste
 writes: share of answers that are JSON lists of strings (jsonschema decides), the benchmark's
 score, forwards, tokens per forward (the answer's tokens over its forwards), wall time, and the constraint's own time per batch step (mask + commit
 filter), for each bundled model (``--models``). Both modes decode with max_tokens = the task's
-length, one block.
+length, one block. ``--strategy apd|guided --helper dllm-waitingline-ar`` measures a
+helper-verified strategy instead (tokens per step do not apply: one row per model).
 
     .venv/bin/python bench/structured_waiting_line.py --limit 20 --tokens-per-step 1 4 8 \
         --out bench/results/structured/waiting_line.json
@@ -50,20 +51,27 @@ def main() -> None:
     parser.add_argument("--tokens-per-step", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--batch-size", type=int, default=20)
     parser.add_argument("--models", nargs="+", default=sorted(bundled_models()), help="default: every bundled model")
+    parser.add_argument("--strategy", default="plain", help="plain, or a helper-verified apd / guided")
+    parser.add_argument("--strategy-args", type=json.loads, default={}, help='JSON, e.g. \'{"mixture_weight": 0.7}\'')
+    parser.add_argument("--helper", default=None, help="the autoregressive helper apd / guided verify with")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    if args.strategy != "plain":
+        args.tokens_per_step = [None]  # the strategy decides how many tokens a forward commits
     specs = load_task_configs(args.data)
     tasks = [t for t in OFFLINE_TASKS if t.startswith("waiting_line/")]
     clock: dict = {}
     _timed(CanvasConstraints, "mask_logits", clock)
     _timed(CanvasConstraints, "filter_commit", clock)
+    _timed(CanvasConstraints, "allowed_ids", clock)  # apd / guided: the verifier's constrained choice
     rows = []
     for name in args.models:
-        rows += _measure(dllm.load(name), name, args, specs, tasks, clock)
+        rows += _measure(dllm.load(name, helper=args.helper), name, args, specs, tasks, clock)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"models": args.models, "tasks": tasks, "limit": args.limit,
-                                        "schema": SCHEMA, "rows": rows}, indent=1) + "\n")
+                                        "strategy": args.strategy, "strategy_args": args.strategy_args,
+                                        "helper": args.helper, "schema": SCHEMA, "rows": rows}, indent=1) + "\n")
 
 
 def _measure(lm, name: str, args, specs: dict, tasks: list[str], clock: dict) -> list[dict]:
@@ -82,7 +90,10 @@ def _measure(lm, name: str, args, specs: dict, tasks: list[str], clock: dict) ->
                 batch = picked[start : start + args.batch_size]
                 ids = [lm.encode(build_messages(spec, s, 0)) for s in batch]
                 for mode in MODES:
-                    options = dict(max_tokens=gen, block_length=gen, steps=gen // tps)
+                    options = dict(max_tokens=gen, block_length=gen, strategy=args.strategy,
+                                   strategy_args=args.strategy_args)
+                    if tps is not None:
+                        options["steps"] = gen // tps
                     if mode == "json_schema":
                         options["json_schema"] = SCHEMA
                     clock.clear()
@@ -90,7 +101,8 @@ def _measure(lm, name: str, args, specs: dict, tasks: list[str], clock: dict) ->
                     out = lm.generate_ids(ids, **options)
                     total = totals[mode]
                     total["seconds"] += time.perf_counter() - began
-                    total["constraint"] += clock.get("mask_logits", 0.0) + clock.get("filter_commit", 0.0)
+                    total["constraint"] += sum(clock.get(part, 0.0) for part in ("mask_logits", "filter_commit",
+                                                                                   "allowed_ids"))
                     total["steps"] += clock.get("mask_logits_calls", 0)
                     for sample, text, stats in zip(batch, out.texts, out.stats):
                         total["samples"] += 1
@@ -101,7 +113,7 @@ def _measure(lm, name: str, args, specs: dict, tasks: list[str], clock: dict) ->
         for mode in MODES:
             total = totals[mode]
             n = total["samples"]
-            row = {"model": name, "tokens_per_step": tps, "mode": mode, "samples": n, "parsed": total["parsed"] / n,
+            row = {"model": name, "strategy": args.strategy, "tokens_per_step": tps, "mode": mode, "samples": n, "parsed": total["parsed"] / n,
                    "score": round(total["score"] / n, 4), "nfe": total["nfe"] / n,
                    "tokens_per_forward": round(total["tpf"] / n, 3),
                    "seconds": round(total["seconds"], 2),
