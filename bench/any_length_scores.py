@@ -37,6 +37,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("eval_dir", type=Path)
     ap.add_argument("--model-dir", type=Path, default=None, help="write its scores.json")
+    ap.add_argument("--decoding", default="low_confidence, 1 token per step, one block",
+                    help="how the runs decoded, as scores.json states it")
+    ap.add_argument("--source", default="bash bench/eval_any_length.sh",
+                    help="the command that wrote the runs, as scores.json states it")
     args = ap.parse_args()
     parts = {name: read_part(args.eval_dir / name) for name in PARTS}
     parts = {name: part for name, part in parts.items() if part is not None}
@@ -50,8 +54,8 @@ def main() -> None:
     if args.model_dir and "official_0shot" in parts:
         first = parts["official_0shot"]
         scores = {"benchmark": PARTS["official_0shot"][1], "protocol": "zero-shot",
-                  "decoding": "low_confidence, 1 token per step, one block", "mean": first["mean"],
-                  "per_task": first["per_task"], "source": "bash bench/eval_any_length.sh (official_0shot)"}
+                  "decoding": args.decoding, "mean": first["mean"],
+                  "per_task": first["per_task"], "source": f"{args.source} (official_0shot)"}
         for name, part in parts.items():
             if name != "official_0shot":
                 scores["fresh_samples" if name == "fresh" else name] = {"benchmark": PARTS[name][1], "mean": part["mean"], "per_task": part["per_task"],

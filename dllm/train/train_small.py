@@ -189,14 +189,15 @@ def gemma_config(tokenizer, args) -> dict:
     """DiffusionGemma's config.json (transformers' layout, ``tiny_formats.diffusion_gemma_config``)
     at these widths: sliding layers then a full-attention last layer of the same head size and
     K/V heads, a sliding window (``--sliding-window``) covering prompt and answer, canvases of
-    ``--bd-size``; no image token in this tokenizer (text only)."""
+    ``--bd-size``. The tokenizer has no image token: ``image_token_id`` is the first id past the
+    vocabulary, which no prompt holds (transformers' ``generate`` compares prompts with it)."""
     ids = {"eos_token": tokenizer.eos_token_id, "pad_token": tokenizer.pad_token_id,
            "bos_token": tokenizer.bos_token_id}
     kv = args.n_kv_heads or args.n_heads
     raw = diffusion_gemma_config(ids, d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads,
                                  n_kv_heads=kv, mlp_hidden=args.mlp_hidden, vocab=len(tokenizer), max_len=512,
                                  n_experts=args.n_experts, top_k=args.top_k, expert_hidden=args.expert_hidden,
-                                 canvas_length=args.bd_size, image_id=None)
+                                 canvas_length=args.bd_size, image_id=len(tokenizer))
     raw["text_config"].update(sliding_window=args.sliding_window, per_layer_config={
         str(args.n_layers - 1): {"head_dim": args.d_model // args.n_heads, "num_key_value_heads": kv}})
     return raw

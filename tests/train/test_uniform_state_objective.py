@@ -124,6 +124,7 @@ def test_uniform_state_run_writes_the_original_layout_and_continues_from_it(tmp_
           "--top-k", "1", "--expert-hidden", "8", "--steps", "2", "--eval-every", "2", *common])
     config = json.loads((first / "config.json").read_text())
     assert config["architectures"] == ["DiffusionGemmaForBlockDiffusion"] and config["canvas_length"] == 32
+    assert config["image_token_id"] == config["text_config"]["vocab_size"], "no image token: an id no prompt holds"
     from safetensors import safe_open
     with safe_open(str(first / "model.safetensors"), framework="pt") as f:
         names = set(f.keys())
