@@ -13,6 +13,11 @@ import os
 import pytest
 
 os.environ.setdefault("DLLM_KERNELS", "auto")
+# One intra-op thread per process unless the caller says otherwise: the suite's models are tiny, so
+# a second thread buys little on an idle 2-core machine and thrashes on a busy one (two files took
+# 4 min with one thread against over 17 with two while other jobs ran). The commands tests start
+# inherit it, so a test comparing a subprocess's tokens with this process's compares like with like.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 TEST_DEVICE_ENV = "DLLM_TEST_DEVICE"
 
 
@@ -24,6 +29,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     import torch
 
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # in case torch was imported first
     device = config.getoption("--dllm-device") or os.environ.get(TEST_DEVICE_ENV) or "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise pytest.UsageError(f"test device {device!r} asked for, but this torch sees no CUDA device; "
