@@ -113,7 +113,8 @@ def _measure(lm, name: str, args, specs: dict, tasks: list[str], clock: dict) ->
         for mode in MODES:
             total = totals[mode]
             n = total["samples"]
-            row = {"model": name, "strategy": args.strategy, "tokens_per_step": tps, "mode": mode, "samples": n, "parsed": total["parsed"] / n,
+            row = {"model": name, "strategy": args.strategy, "tokens_per_step": tps, "mode": mode, "samples": n,
+                   "parsed": total["parsed"] / n,
                    "score": round(total["score"] / n, 4), "nfe": total["nfe"] / n,
                    "tokens_per_forward": round(total["tpf"] / n, 3),
                    "seconds": round(total["seconds"], 2),

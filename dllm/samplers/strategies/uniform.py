@@ -76,7 +76,7 @@ class UniformState:
         noise = state.noise()
         sampled = self._source.sample(noise, allowed)
         B, W, V = tempered.shape
-        stats = confidence_stats(allowed.reshape(B * W, V)).reshape(B, W)  # argmax, entropy of the tempered
+        stats = confidence_stats(allowed.reshape(B * W, V)).reshape(B, W)  # argmax, entropy of the allowed tempered
         argmax = stats.token
         # acceptance is the rule (eb_sampler: the k lowest entropies with sum - max <= gamma) over
         # every canvas position: no position is "masked" in uniform-state diffusion; a constrained
