@@ -179,3 +179,19 @@ def test_constrained_guided_is_the_helpers_constrained_greedy_decode(dream_helpe
     for row, constraint in enumerate(constraints):
         if constraint is not None:
             assert batch.answer[row].tolist() == _helper_constrained_greedy(lm, RAGGED[row], constraint, 16)
+
+
+@pytest.mark.parametrize("model, options", [
+    ("dream_helper", dict(strategy="apd", strategy_args={"mixture_weight": 0.7})),
+    ("dream_helper", dict(strategy="guided")),
+    ("tiny_gemma", dict()),
+], ids=["apd", "guided", "uniform"])
+def test_verified_and_uniform_strategies_under_a_grammar(request, model, options):
+    """A recursive grammar (the Earley canvas check answers allowed_ids too): the answers parse."""
+    lark = pytest.importorskip("lark")
+    lm = request.getfixturevalue(model)
+    nested = 'start: list\nlist: "[" [item ("," item)*] "]"\nitem: list | NAME\nNAME: /[a-z]+/\n'
+    out = lm.generate(["hi there", "x"], chat=False, max_tokens=16, block_length=8, grammar=nested, **options)
+    parser = lark.Lark(nested)
+    for text in out.texts:
+        parser.parse(text)  # raises unless the answer is a word of the grammar
