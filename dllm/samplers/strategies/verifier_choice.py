@@ -8,7 +8,7 @@ so the prefix a strategy accepts (draft tokens the verifier would choose, then t
 choice) is made of tokens each of which keeps the canvas completable: it is the constrained
 verifier's left-to-right decode. Columns are asked one at a time, from the window's first
 position and only while the draft agrees (a row stops at its first disagreement: nothing after it
-is committed), so a round costs as many canvas checks as tokens it commits, plus one.
+is committed), so a round makes at most one canvas check more than the tokens it commits.
 """
 from __future__ import annotations
 
