@@ -1,16 +1,20 @@
-"""The batching scheduler: concurrent requests with mixed prompts, settings and arrival times
+"""The batching scheduler: concurrent requests with mixed prompts, settings, constraints and arrival times
 give exactly their single-run tokens, in continuous and static mode, for every cache; rows
 really join a running batch at block boundaries; cancel and queue limits."""
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 
 import pytest
 
 from dllm import GenerationConfig
+from dllm.api.stops import StopConditions
+from dllm.api.structured import parse_constraint, row_constraint
 from dllm.engine.decoding import decode
+from dllm.samplers.constraints import json_answer_errors
 from dllm.serve import running_batch
 from dllm.serve.protocol import QueueFullError, SchedulerLimits, ServeRequest
 from dllm.serve.scheduler import BatchScheduler
@@ -55,7 +59,8 @@ def mixed_requests(count: int, cache: dict) -> list[ServeRequest]:
 
 
 def single_run(model, request: ServeRequest) -> list[int]:
-    return decode(model, [request.prompt_ids], request.config, seeds=[request.seed]).answer[0].tolist()
+    return decode(model, [request.prompt_ids], request.config, seeds=[request.seed],
+                  constraints=[request.constraint]).answer[0].tolist()
 
 
 def serve_all(scheduler: BatchScheduler, requests: list[ServeRequest], *, pause_every: int = 0,
@@ -111,6 +116,50 @@ def test_concurrent_requests_equal_single_runs(tiny_models, compositions, cache,
         assert joined, "no request joined a running batch at a block boundary"
     else:
         assert not joined, "a request joined a running batch under static batching"
+
+
+# structured output under continuous batching: each request its own language (issue 40)
+CONSTRAINED = [dict(json_schema={"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 3}),
+               dict(regex=r"[0-9]{3}-[0-9]{2}"), dict(choice=["yes", "no", "maybe not"]),
+               dict(grammar='start: "(" [start ("," start)*] ")"'), dict()]
+
+
+def constrained_requests(lm, count: int) -> list[ServeRequest]:
+    requests = []
+    for i in range(count):
+        config = GenerationConfig(gen_length=8 * (1 + i % 2), block_length=4, cache="dual", **POLICIES[i % 3])
+        spec = parse_constraint(**{"regex": None, "choice": None, "json_schema": None, **CONSTRAINED[i % 5]})
+        constraint = row_constraint(lm, spec, StopConditions(), config.gen_length, config)
+        prompt = [(7 * i + j) % 200 + 3 for j in range(1 + (5 * i) % 7)]
+        requests.append(ServeRequest(request_id=f"req{i}", prompt_ids=prompt, config=config, seed=100 + i,
+                                     constraint=constraint))
+    return requests
+
+
+def test_rows_of_different_constraints_share_batches_as_their_single_runs(tiny_models, compositions):
+    """Requests each with its own constraint (a JSON schema, a regex, a choice, a grammar, or none)
+    decode in one running batch, joining it at block boundaries (a joining row's constraint
+    resumes after the answer it carries), and each answer is its single run's tokens and a word."""
+    lm = tiny_models["llada"]
+    requests = constrained_requests(lm, 10)
+    scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=4, max_queue=16, forward_overhead_tokens=math.inf))
+    collect = serve_all(scheduler, requests, pause_every=2, pause=0.005)
+    assert_single_runs(lm.model, requests, collect)
+    kinds = {r.request_id: i % 5 for i, r in enumerate(requests)}
+    mixed = [batch for batch in compositions if len({kinds[rid] for rid, _ in batch} - {4}) > 1]
+    assert mixed, "no batch held rows of two different constraints"
+    assert any(any(done > 0 and kinds[rid] != 4 for rid, done in batch) and any(done == 0 for _, done in batch)
+               for batch in compositions), "no constrained row went on in a batch another request joined"
+    texts = [lm.tokenizer.decode([t for t in collect.final[r.request_id] if t not in lm.model.eos_token_ids])
+             for r in requests]
+    schema = CONSTRAINED[0]["json_schema"]
+    for i, text in enumerate(texts):
+        kind = i % 5
+        assert kind != 0 or json_answer_errors(text, schema) is None, text
+        assert kind != 1 or re.fullmatch(r"[0-9]{3}-[0-9]{2}", text), text
+        assert kind != 2 or text in ("yes", "no", "maybe not"), text
+        assert kind != 3 or re.fullmatch(r"\((\(|\)|,)*\)", text), text
+    assert not all(re.fullmatch(r"[0-9]{3}-[0-9]{2}", t) for t in texts[4::5])  # the free rows are not words
 
 
 @pytest.mark.parametrize("overhead", [0.0, math.inf], ids=["linear_cost", "flat_cost"])
