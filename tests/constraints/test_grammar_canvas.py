@@ -98,6 +98,10 @@ def test_completable_and_allowed_values_match_brute_force(case):
 def test_a_bad_grammar_is_refused_with_what_to_change():
     with pytest.raises(ValueError, match="does not parse as Lark EBNF"):
         parse_grammar("start: (")
+    with pytest.raises(ValueError, match="'::=' is GBNF / BNF, which dllm does not read"):  # vLLM's guided_grammar
+        parse_grammar('root ::= "yes" | "no"')
+    with pytest.raises(ValueError, match="rule must be named 'start'"):
+        parse_grammar('root: "yes" | "no"')
     with pytest.raises(ValueError, match="lookbehind"):
         parse_grammar('%import common.ESCAPED_STRING\nstart: ESCAPED_STRING')
     with pytest.raises(ValueError, match="zero-width"):  # Lark's own check, before ours

@@ -1,7 +1,8 @@
 """vLLM's structured-output fields on the server (guided_json / guided_regex / guided_choice /
 guided_grammar, structured_outputs {json, regex, choice, grammar, json_object}) as aliases of
 response_format; two constraints, unknown keys and schema keywords the constraint cannot enforce
-are 400s naming the field before any model work; streamed constrained answers are words and equal
+are 400s naming the field before any model work, on completions and chat alike (a GBNF grammar
+named as such); streamed constrained answers are words and equal
 the unstreamed ones."""
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ def tiny(tiny_dirs):
     return dllm.load(tiny_dirs["llada"], dtype="float32")
 
 
-def parse(model, body):
-    return parse_request({"prompt": "hi", "max_tokens": 24, **body}, model, ServerDefaults(), chat=False,
-                         served_name="m")
+def parse(model, body, chat=False):
+    prompt = {"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "hi"}
+    return parse_request({**prompt, "max_tokens": 24, **body}, model, ServerDefaults(), chat=chat, served_name="m")
 
 
 def _regex(constraint) -> str:
@@ -74,11 +75,16 @@ def test_grammar_aliases(tiny):
     ({"guided_regex": "a(", "max_tokens": 8}, "guided_regex", "cannot be compiled"),
     ({"guided_choice": "yes"}, "guided_choice", "non-empty list"),
     ({"guided_regex": "a+", "stop": ["a"]}, "guided_regex", "drop the stops"),
+    ({"guided_grammar": 'root ::= "yes" | "no"'}, "guided_grammar", "'::=' is GBNF / BNF"),
+    ({"structured_outputs": {"grammar": "start: ("}}, "structured_outputs", "does not parse as Lark EBNF"),
+    ({"structured_outputs": {"regex": "a("}}, "structured_outputs", "cannot be compiled"),
+    ({"structured_outputs": {"choice": []}}, "structured_outputs", "non-empty list"),
 ])
-def test_bad_constraint_fields_are_400s_before_any_model_work(tiny, monkeypatch, body, param, words):
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+def test_bad_constraint_fields_are_400s_before_any_model_work(tiny, monkeypatch, body, param, words, chat):
     monkeypatch.setattr(tiny.model, "forward", lambda *a, **k: pytest.fail("a forward ran"))
     with pytest.raises(RequestError, match=re.escape(words)) as err:
-        parse(tiny, body)
+        parse(tiny, body, chat)
     assert err.value.param == param and err.value.status == 400
 
 

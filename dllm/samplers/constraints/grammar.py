@@ -10,6 +10,7 @@ Earley parser with ``lexer="dynamic_complete"`` reads it).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from dllm.samplers.constraints.token_dfa import _interegular
@@ -59,7 +60,7 @@ def parse_grammar(text: str, start: str = "start") -> Grammar:
         parser = lark.Lark(text, parser="earley", lexer="dynamic", start=start)
     except lark.exceptions.LarkError as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]  # Lark adds the line and a caret
-        raise ValueError(f"the grammar does not parse as Lark EBNF: {first[:400]}") from err
+        raise ValueError(f"the grammar does not parse as Lark EBNF: {first[:400]}{_syntax_hint(text, start)}") from err
     terminals = tuple(t.name for t in parser.terminals)
     index = {name: t for t, name in enumerate(terminals)}
     patterns = tuple(_terminal_regex(t) for t in parser.terminals)
@@ -73,6 +74,18 @@ def parse_grammar(text: str, start: str = "start") -> Grammar:
     ordered = sorted(names, key=names.get)
     return Grammar(text=text, start=0, rules=tuple(rules), nonterminals=tuple(ordered), terminals=terminals,
                    patterns=patterns, ignored=frozenset(index[name] for name in parser.ignore_tokens))
+
+
+def _syntax_hint(text: str, start: str) -> str:
+    """What to change when a grammar is written in another well-known syntax, or lacks its start
+    rule (vLLM's guided_grammar takes GBNF / EBNF with ``root ::= ...``; Lark reads neither)."""
+    if re.search(r"^\s*<?[\w-]+>?\s*::=", text, re.MULTILINE):  # a rule line, not a quoted '::='
+        return (f"; '::=' is GBNF / BNF, which dllm does not read: write each rule as 'name: ...' (Lark EBNF), "
+                f"the whole answer's rule named {start!r}")
+    if not any(line.strip().lstrip("?!").startswith((f"{start}:", f"{start} "))
+               for line in text.splitlines()):
+        return f"; the whole answer's rule must be named {start!r} ({start}: ...)"
+    return ""
 
 
 def _terminal_regex(terminal) -> str:
