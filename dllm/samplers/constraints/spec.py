@@ -74,8 +74,9 @@ class ConstraintSpec:
             return build_regex_from_schema(json.dumps(self.json_schema))
         except Exception as err:  # noqa: BLE001  the Rust extension's errors are plain exceptions
             raise ValueError(f"json_schema cannot be turned into a regular expression ({err}); "
-                             "outlines-core covers types, properties, required, enum, const, "
-                             "items, min/maxItems, min/maxLength, pattern, anyOf/oneOf/allOf, $ref") from err
+                             "outlines-core covers types, properties, required, enum, const, items, "
+                             "min/maxItems, min/maxLength, pattern, format, anyOf, allOf, $ref (not recursive); "
+                             "a recursive schema needs grammar=") from err
 
 
 def check_regex(regex: str) -> None:
