@@ -42,9 +42,11 @@ def test_constrained_answers_are_the_apis(tiny_dirs, tmp_path, capsys):
     (["--regex", "a("], "cannot be compiled"),
     (["--regex", "a", "--choice", "b"], "give one of regex, choice, json_schema"),
     (["--json-schema", "no-such-schema.json"], "no such file"),
+    (["--json-schema", "{tmp}/bounded.json"], "json_schema uses 'minimum' at /"),  # a keyword the regex ignores
 ])
-def test_bad_structured_options_are_one_error_line_before_loading(monkeypatch, capsys, argv, expected):
+def test_bad_structured_options_are_one_error_line_before_loading(monkeypatch, capsys, tmp_path, argv, expected):
     monkeypatch.setattr("dllm.load", lambda *a, **k: pytest.fail("the model was loaded before the check"))
-    assert main(["generate", "hi", *argv]) == 2
+    (tmp_path / "bounded.json").write_text(json.dumps({"type": "integer", "minimum": 3}))
+    assert main(["generate", "hi", *[a.format(tmp=tmp_path) for a in argv]]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dllm generate: error: ") and expected in err and len(err.splitlines()) == 1
