@@ -1,6 +1,8 @@
 """Schema keywords the regex would ignore are refused by name and place; a property that merely
-has such a keyword's name is not one."""
+has such a keyword's name is not one; without outlines-core the error names the extra to install."""
 from __future__ import annotations
+
+import sys
 
 import pytest
 
@@ -21,3 +23,9 @@ def test_the_api_refuses_them_before_any_model_work():
     with pytest.raises(ValueError, match=r"'exclusiveMaximum' at /items.*drop the bound"):
         ConstraintSpec.parse(json_schema={"type": "array", "items": {"type": "number", "exclusiveMaximum": 1}})
     assert ConstraintSpec.parse(json_schema={"type": "integer", "enum": [1, 2]}) is not None
+
+
+def test_a_missing_schema_library_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "outlines_core.json_schema", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"pip install 'dllm\[structured\]'"):
+        ConstraintSpec.parse(json_schema={"type": "boolean"}).to_regex()

@@ -68,8 +68,11 @@ class ConstraintSpec:
             return self.regex
         if self.choice is not None:
             return "(" + "|".join(re.escape(c) for c in self.choice) + ")"
-        from outlines_core.json_schema import build_regex_from_schema
-
+        try:
+            from outlines_core.json_schema import build_regex_from_schema
+        except ImportError as err:  # an optional dependency: say which extra brings it
+            raise ImportError("json_schema= needs outlines-core (its schema -> regex step): "
+                              "pip install 'dllm[structured]'") from err
         try:
             return build_regex_from_schema(json.dumps(self.json_schema))
         except Exception as err:  # noqa: BLE001  the Rust extension's errors are plain exceptions
