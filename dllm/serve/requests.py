@@ -184,6 +184,8 @@ def _constraint(body: dict, model, stops: StopConditions, max_tokens: int,
         return row_constraint(model, spec, stops, max_tokens, config)
     except (ValueError, TypeError) as err:
         raise RequestError(f"{field}: {err}", field.split(".")[0]) from None
+    except ImportError as err:  # the server lacks the structured extra: say so, not a bare 500
+        raise RequestError(f"{field}: this server cannot serve it: {err}", field.split(".")[0]) from None
 
 
 def _check_fields(body: dict, allowed: set[str], chat: bool) -> None:

@@ -7,6 +7,7 @@ the unstreamed ones."""
 from __future__ import annotations
 
 import re
+import sys
 
 import openai
 import pytest
@@ -110,3 +111,10 @@ def test_streamed_constrained_answers_are_words_and_equal_unstreamed(tiny):
     assert json_answer_errors(whole, NAMES) is None, whole
     assert streamed == whole
     assert said in ("yes", "no"), said
+
+
+def test_a_server_without_the_structured_extra_says_so(tiny, monkeypatch):
+    monkeypatch.setitem(sys.modules, "outlines_core.json_schema", None)  # as if not installed
+    with pytest.raises(RequestError, match=r"cannot serve it: .*pip install 'dllm\[structured\]'") as err:
+        parse(tiny, {"guided_json": {"type": "object", "properties": {"b": {"type": "boolean"}}}})
+    assert err.value.param == "guided_json" and err.value.status == 400
