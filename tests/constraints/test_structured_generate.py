@@ -1,6 +1,6 @@
 """generate(..., regex=, choice=, json_schema=) on tiny random models: every answer is a word of
 its language (Python's re and jsonschema decide, not the code under test), under greedy and
-sampled decoding, several rules and caches; a ragged batch with a constraint per row decodes
+sampled decoding, every registered rule and several caches; a ragged batch with a constraint per row decodes
 each row as its single run; what is not covered is refused before any model work."""
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 from dllm import GenerationConfig
 from dllm.engine.decoding import Decoding, RowStart, decode
 from dllm.samplers.constraints import RowConstraint, compile_regex, json_answer_errors, token_bytes
+from tests.rule_configs import RULE_OPTIONS, VARIANTS, rule_config, save_filter
 
 PROMPTS = ["hello there", "a much longer prompt that goes on", "x"]
 NAMES = r"\[\"[A-Z][a-z]{1,6}\"(, \"[A-Z][a-z]{1,6}\")*\]"
@@ -148,3 +149,21 @@ def test_the_engine_refuses_a_canvas_that_holds_no_word(tiny_models, monkeypatch
     monkeypatch.setattr(lm.model, "forward", lambda *a, **k: pytest.fail("a forward ran"))
     with pytest.raises(ValueError, match="row 1: no word .* fits in 8 answer tokens"):
         decode(lm.model, [[5, 6], [7]], GenerationConfig(gen_length=8), constraints=[None, RowConstraint(dfa=dfa)])
+
+
+@pytest.mark.parametrize("rule", sorted(RULE_OPTIONS) + sorted(VARIANTS))
+def test_every_rule_answers_words_in_a_ragged_batch_as_alone(tiny_models, tmp_path, rule):
+    """Each registered unmasking rule (and each variant the rule tests use) under a constraint per
+    row: every answer a word of its language, and each row of the ragged batch its single run."""
+    lm = tiny_models["llada"]
+    options = rule_config(rule, save_filter(tmp_path / "filter", 6) if rule == "learn2pd" else "")
+    config = GenerationConfig(gen_length=12, block_length=6, temperature=0.8, seed=1, **options)
+    patterns = [r"(yes|no)( (yes|no))*", r"[a-z]{2,5}( [a-z]{2,5})?"]
+    rows = [RowStart(prefix=lm.encode(p, chat=False), gen_length=12, seed=s, constraint=RowConstraint(dfa=_dfa(lm, r)))
+            for p, s, r in zip(PROMPTS[:2], (1, 2), patterns)]
+    free = lm.to_output(Decoding(lm.model, [dataclasses.replace(r, constraint=None) for r in rows], config).run())
+    assert not any(re.fullmatch(p, t) for p, t in zip(patterns, free.texts))  # the random model's own answers
+    batch = Decoding(lm.model, rows, config).run()
+    for i, (row, pattern) in enumerate(zip(rows, patterns)):
+        assert re.fullmatch(pattern, lm.to_output(batch).texts[i]), (rule, lm.to_output(batch).texts[i])
+        assert torch.equal(batch.answer[i], Decoding(lm.model, [row], config).run().answer[0]), rule
