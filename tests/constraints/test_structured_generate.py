@@ -1,6 +1,6 @@
 """generate(..., regex=, choice=, json_schema=) on tiny random models: every answer is a word of
 its language (Python's re and jsonschema decide, not the code under test), under greedy and
-sampled decoding, every registered rule and several caches; a ragged batch with a constraint per row decodes
+sampled decoding, every registered rule and every cache; a ragged batch with a constraint per row decodes
 each row as its single run; what is not covered is refused before any model work."""
 from __future__ import annotations
 
@@ -151,19 +151,39 @@ def test_the_engine_refuses_a_canvas_that_holds_no_word(tiny_models, monkeypatch
         decode(lm.model, [[5, 6], [7]], GenerationConfig(gen_length=8), constraints=[None, RowConstraint(dfa=dfa)])
 
 
+def _ragged_words_as_alone(lm, config: GenerationConfig) -> None:
+    """Two ragged rows, each under its own regex: every answer a word (the tiny model's free
+    answers are not), each row of the batch its single run."""
+    patterns = [r"(yes|no)( (yes|no))*", r"[a-z]{2,5}( [a-z]{2,5})?"]
+    rows = [RowStart(prefix=lm.encode(p, chat=False), gen_length=config.gen_length, seed=s,
+                     constraint=RowConstraint(dfa=_dfa(lm, r))) for p, s, r in zip(PROMPTS[:2], (1, 2), patterns)]
+    free = lm.to_output(Decoding(lm.model, [dataclasses.replace(r, constraint=None) for r in rows], config).run())
+    assert not any(re.fullmatch(p, t) for p, t in zip(patterns, free.texts))
+    batch = Decoding(lm.model, rows, config).run()
+    texts = lm.to_output(batch).texts
+    for i, (row, pattern) in enumerate(zip(rows, patterns)):
+        assert re.fullmatch(pattern, texts[i]), texts[i]
+        assert torch.equal(batch.answer[i], Decoding(lm.model, [row], config).run().answer[0]), i
+
+
 @pytest.mark.parametrize("rule", sorted(RULE_OPTIONS) + sorted(VARIANTS))
 def test_every_rule_answers_words_in_a_ragged_batch_as_alone(tiny_models, tmp_path, rule):
-    """Each registered unmasking rule (and each variant the rule tests use) under a constraint per
-    row: every answer a word of its language, and each row of the ragged batch its single run."""
-    lm = tiny_models["llada"]
+    """Each registered unmasking rule (and each variant the rule tests use), sampled."""
     options = rule_config(rule, save_filter(tmp_path / "filter", 6) if rule == "learn2pd" else "")
-    config = GenerationConfig(gen_length=12, block_length=6, temperature=0.8, seed=1, **options)
-    patterns = [r"(yes|no)( (yes|no))*", r"[a-z]{2,5}( [a-z]{2,5})?"]
-    rows = [RowStart(prefix=lm.encode(p, chat=False), gen_length=12, seed=s, constraint=RowConstraint(dfa=_dfa(lm, r)))
-            for p, s, r in zip(PROMPTS[:2], (1, 2), patterns)]
-    free = lm.to_output(Decoding(lm.model, [dataclasses.replace(r, constraint=None) for r in rows], config).run())
-    assert not any(re.fullmatch(p, t) for p, t in zip(patterns, free.texts))  # the random model's own answers
-    batch = Decoding(lm.model, rows, config).run()
-    for i, (row, pattern) in enumerate(zip(rows, patterns)):
-        assert re.fullmatch(pattern, lm.to_output(batch).texts[i]), (rule, lm.to_output(batch).texts[i])
-        assert torch.equal(batch.answer[i], Decoding(lm.model, [row], config).run().answer[0]), rule
+    _ragged_words_as_alone(tiny_models["llada"], GenerationConfig(gen_length=12, block_length=6, temperature=0.8,
+                                                                  seed=1, **options))
+
+
+CACHES = {"none": dict(cache="none"), "prefix": dict(cache="prefix"), "dual": dict(cache="dual"),
+          "adaptive": dict(cache="adaptive", cache_args={"drift": 0.02, "from_layer": 0, "cover": 0.5}),
+          "adaptive_window": dict(cache="adaptive", cache_args={"select": "window", "drift": 0.02, "scope": "all",
+                                                                "ratio": 0.5, "from_layer": 0}),
+          "dual_sub_block": dict(cache="dual", sub_block_length=4),
+          "prefix_refresh": dict(cache="prefix", cache_args={"refresh_every": 2})}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_every_cache_answers_words_in_a_ragged_batch_as_alone(tiny_models, cache):
+    """Each cache of the registry (adaptive with refreshes that fire, sub-blocks, periodic refresh;
+    the encoder cache is DiffusionGemma's, under a constraint in test_constrained_strategies.py)."""
+    _ragged_words_as_alone(tiny_models["llada"], GenerationConfig(gen_length=16, block_length=8, **CACHES[cache]))
