@@ -187,3 +187,10 @@ def test_every_cache_answers_words_in_a_ragged_batch_as_alone(tiny_models, cache
     """Each cache of the registry (adaptive with refreshes that fire, sub-blocks, periodic refresh;
     the encoder cache is DiffusionGemma's, under a constraint in test_constrained_strategies.py)."""
     _ragged_words_as_alone(tiny_models["llada"], GenerationConfig(gen_length=16, block_length=8, **CACHES[cache]))
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=0.7, top_p=0.9), dict(temperature=1.0, top_k=20)],
+                         ids=["top_p", "top_k"])
+def test_top_p_and_top_k_sampling_answer_words_as_alone(tiny_models, sampling):
+    """Truncated sampling draws from the constrained distribution's top (the mask comes first)."""
+    _ragged_words_as_alone(tiny_models["dream"], GenerationConfig(gen_length=12, block_length=6, seed=4, **sampling))
