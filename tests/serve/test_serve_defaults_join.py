@@ -16,6 +16,8 @@ from dllm.serve.protocol import SchedulerLimits
 from dllm.serve.requests import DEFAULT_BLOCK_LENGTH, ServerDefaults, parse_request
 from serve_helpers import RecordingScheduler, running_server
 
+LONG = 320  # the long answer's tokens, one per step: seconds of work on the tiny model, so the 0.5 s delay lands early in it
+
 
 def test_requests_of_every_length_share_one_batch_key():
     model = dllm.load()
@@ -46,16 +48,16 @@ def test_a_short_request_behind_a_long_one(tiny_dirs, block):
     long request stays long."""
     model = dllm.load(tiny_dirs["llada"], dtype="float32")
     scheduler = RecordingScheduler(model, SchedulerLimits(max_batch=8, max_queue=64))
-    args = argparse.Namespace(behind=(960, 8), policy="low_confidence", cache="none", seed=0, block_length=block)
+    args = argparse.Namespace(behind=(LONG, 8), policy="low_confidence", cache="none", seed=0, block_length=block)
     long_body, short_body = behind_bodies(args)
     try:
         with running_server(create_app(model, scheduler, defaults=ServerDefaults())) as url:
             result = asyncio.run(behind_run(url, long_body, short_body, delay=0.5, timeout=300))
     finally:
         scheduler.close()
-    assert result["long_tokens"] == 960
+    assert result["long_tokens"] == LONG
     waited = result["short_behind_latency_s"]
-    # the long one still had most of its 960 steps to go when the short one came
+    # the long one still had most of its LONG steps to go when the short one came
     if block is None:
         assert waited < result["long_latency_s"] - 0.5, result
     else:  # a key of its own (block 8): queued until the long batch drained
