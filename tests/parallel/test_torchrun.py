@@ -48,22 +48,6 @@ def test_data_parallel_matches_single_process_in_order(setup):
     assert [o["token_ids"] for o in summary["outputs"]] == _single(model_dir, PROMPTS)
 
 
-@pytest.mark.parametrize("batch", [1, 2])
-def test_branch_parallel_lopa_matches_single_process(setup, batch):
-    model_dir, prompts, root = setup
-    lopa = ["--policy", "threshold", "--policy-arg", "tau=0.5", "--strategy", "lopa", "--strategy-arg", "branches=3"]
-    out = root / f"bp{batch}"
-    done = _torchrun(model_dir, prompts, out, ["--branch-parallel", "--batch-size", str(batch), *lopa])
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads((out / "throughput.json").read_text())
-    expected = []
-    for i in range(0, len(PROMPTS), batch):
-        expected += _single(model_dir, PROMPTS[i : i + batch], policy="threshold", policy_args={"tau": 0.5},
-                            strategy="lopa", strategy_args={"branches": 3})
-    assert [o["token_ids"] for o in summary["outputs"]] == expected
-    assert summary["comm_bytes_per_round"] > 0
-
-
 def _single_outputs(model_dir, prompts, **options):
     model = dllm.load(model_dir, device="cpu")  # gloo runs on the CPU, whatever the suite's device
     cfg = GenerationConfig(gen_length=16, block_length=8, steps=16, stop_at_eos=False, **options)
@@ -91,6 +75,7 @@ def test_branch_parallel_splits_any_candidate_count(setup, batch, branches, temp
         expected += _single_outputs(model_dir, PROMPTS[i : i + batch], **options)
     got = [{k: o[k] for k in ("token_ids", "nfe", "draft_rows", "token_forwards")} for o in summary["outputs"]]
     assert got == expected
+    assert summary["comm_bytes_per_round"] > 0
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +97,9 @@ def trained_setup(tmp_path_factory):
     return default_model_path(), prompts, messages, root
 
 
-@pytest.mark.parametrize("batch", [1, 2])
-def test_branch_parallel_lopa_on_the_trained_model(trained_setup, batch):
+def test_branch_parallel_lopa_on_the_trained_model(trained_setup):
+    """Batch 2 over five prompts: two full batches and a tail batch of one, so both shapes run."""
+    batch = 2
     model_dir, prompts, messages, root = trained_setup
     lopa = ["--gen-length", "32", "--block-length", "32", "--steps", "32",
             "--policy", "threshold", "--policy-arg", "tau=0.9", "--strategy", "lopa", "--strategy-arg", "branches=3"]
