@@ -23,6 +23,9 @@ from torch import Tensor
 
 from dllm.kernels import confidence_stats as _cs
 from dllm.kernels import grouped_matmul as _gm
+from dllm.kernels import invariant_matmul as _im
+from dllm.kernels import log_softmax as _ls
+from dllm.kernels import rms_norm as _rn
 from dllm.kernels import shard_stats as _ss
 from dllm.kernels.confidence_stats import StatsScratch, TokenStats, confidence_stats_torch
 from dllm.kernels.grouped_matmul import grouped_matmul_torch
@@ -109,5 +112,33 @@ def grouped_matmul(x: Tensor, w: Tensor, offsets: Tensor) -> Tensor:
     return _gm.grouped_matmul_torch(x, w, offsets)
 
 
+def _dispatch(name: str, device, triton_fn, torch_fn, *args):
+    """Count the call under ``name`` and its backend, then run that backend's function."""
+    backend = kernel_backend(device)
+    CALL_COUNTS[name] += 1
+    CALL_COUNTS[f"{name}:{backend}"] += 1
+    return (triton_fn if backend == "triton" else torch_fn)(*args)
+
+
+def invariant_linear(x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ w.T + bias`` with a fixed tile and K order whatever the row count, through the
+    selected backend (``dllm.kernels.invariant_matmul``)."""
+    return _dispatch("invariant_linear", x.device, _im.invariant_linear_triton, _im.invariant_linear_torch,
+                     x, w, bias)
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """RMSNorm of x (..., D), one fixed reduction order a row, through the selected backend
+    (``dllm.kernels.rms_norm``)."""
+    return _dispatch("rms_norm", x.device, _rn.rms_norm_triton, _rn.rms_norm_torch, x, weight, eps)
+
+
+def log_softmax(x: Tensor) -> Tensor:
+    """float32 log-probabilities of x (..., V), one fixed reduction order a row, through the
+    selected backend (``dllm.kernels.log_softmax``)."""
+    return _dispatch("log_softmax", x.device, _ls.log_softmax_triton, _ls.log_softmax_torch, x)
+
+
 __all__ = ["BACKENDS", "CALL_COUNTS", "StatsScratch", "TokenStats", "combine_shard_stats", "confidence_stats",
-           "confidence_stats_torch", "grouped_matmul", "grouped_matmul_torch", "kernel_backend", "shard_stats"]
+           "confidence_stats_torch", "grouped_matmul", "grouped_matmul_torch", "invariant_linear", "kernel_backend",
+           "log_softmax", "rms_norm", "shard_stats"]

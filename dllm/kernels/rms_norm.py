@@ -1,0 +1,89 @@
+"""Batch-invariant RMSNorm: one program per row, its sum of squares in one fixed order.
+
+``weight * (x32 * rsqrt(mean(x32 ** 2) + eps)).to(x.dtype)``, the order of
+``dllm.models.layers.RMSNorm``. On a GPU torch's mean picks how many threads and blocks share a
+row from the tensor's shape, so a row's bits can move with the row count (issue 39). The kernel
+gives each row one program that walks its D features in BLOCK_D chunks into a vector of float32
+partial sums, then adds the lanes: the same order for a row alone or in any batch.
+``rms_norm_torch`` is the reference and the CPU path.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from dllm.kernels.confidence_stats import triton_interpreted
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the torch reference needs no triton
+    triton = None
+    tl = None
+
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+MAX_BLOCK_D = 1024  # the chunk a row is read in: a function of D only
+
+
+def _check(x: Tensor, weight: Tensor) -> None:
+    if x.dim() < 1 or weight.shape != (x.shape[-1],):
+        raise ValueError(f"rms_norm expects x (..., D) and weight (D,), got {tuple(x.shape)} and {tuple(weight.shape)}")
+    if x.dtype not in FLOAT_DTYPES or weight.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"rms_norm takes float tensors, got {x.dtype} and {weight.dtype}")
+
+
+def rms_norm_torch(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """Reference: ``dllm.models.layers.RMSNorm``'s arithmetic."""
+    _check(x, weight)
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * normed.to(x.dtype)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, D, stride_x, stride_y, eps, BLOCK_D: tl.constexpr):
+        """One row per program: sum of squares over BLOCK_D chunks, then the scaled row."""
+        row = tl.program_id(0).to(tl.int64)
+        lane = tl.arange(0, BLOCK_D)
+        acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        for start in range(0, D, BLOCK_D):
+            cols = start + lane
+            x = tl.load(x_ptr + row * stride_x + cols, mask=cols < D, other=0.0).to(tl.float32)
+            acc += x * x
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / D + eps)
+        for start in range(0, D, BLOCK_D):
+            cols = start + lane
+            ok = cols < D
+            x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0)
+            normed = (x.to(tl.float32) * rstd).to(x.dtype)  # rounded to x's dtype before the scale
+            w = tl.load(w_ptr + cols, mask=ok, other=0.0)
+            y = w.to(tl.float32) * normed.to(tl.float32)
+            tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=ok)
+
+else:
+    _rms_norm_kernel = None
+
+
+def rms_norm_triton(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """Launch ``_rms_norm_kernel``; same contract as ``rms_norm_torch`` (output dtype: x's and
+    weight's promoted). x on CUDA, or on CPU under TRITON_INTERPRET=1."""
+    if _rms_norm_kernel is None:
+        raise RuntimeError("rms_norm_triton needs triton; pip install triton or use DLLM_KERNELS=torch")
+    _check(x, weight)
+    if x.device.type != "cuda" and not triton_interpreted():
+        raise RuntimeError(f"the Triton kernel got a {x.device.type} tensor: set TRITON_INTERPRET=1 before importing "
+                           "dllm to run it on CPU, or use DLLM_KERNELS=torch")
+    D = x.shape[-1]
+    x2 = x.reshape(-1, D)
+    if D and x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    y = torch.empty(x2.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
+    if x2.shape[0] and D:
+        _rms_norm_kernel[(x2.shape[0],)](x2, weight.contiguous(), y, D, x2.stride(0), y.stride(0), float(eps),
+                                         BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(D)), num_warps=4)
+    return y.view(*x.shape[:-1], D)
+
+
+__all__ = ["rms_norm_torch", "rms_norm_triton"]

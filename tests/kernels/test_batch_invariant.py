@@ -1,0 +1,162 @@
+"""Batch-invariant kernels (issue 39): matmul, RMSNorm and log-softmax give a row the same bits
+alone and inside ragged batches of 2..33 rows, and match their torch references.
+
+The Triton check runs this file as a script in a fresh interpreter (under TRITON_INTERPRET=1 on
+CPU, natively on a GPU), as the other kernel tests do, and refuses to pass unless the Triton path
+ran (the references patched to raise inside the dispatch). The control shows the row check fails
+for a product whose K split depends on the row count, the cuBLAS behaviour the kernels remove.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+import torch
+
+import dllm.kernels as kernels
+from dllm.kernels import CALL_COUNTS, kernel_backend
+from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check
+
+im = importlib.import_module("dllm.kernels.invariant_matmul")
+rn = importlib.import_module("dllm.kernels.rms_norm")
+ls = importlib.import_module("dllm.kernels.log_softmax")
+
+BATCH_SIZES = (2, 7, 16, 33)  # a sample of 2..33: below, at and past one row tile (BLOCK_M = 32)
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def assert_row_invariant(fn, row: torch.Tensor, g: torch.Generator, what) -> None:
+    """fn(row[None]) equals, bit for bit, that row's output inside batches of BATCH_SIZES random
+    rows (at the first and the last position)."""
+    alone = fn(row[None])[0]
+    for n in BATCH_SIZES:
+        for at in (0, n - 1):
+            batch = (torch.randn(n, *row.shape, generator=g) * 3).to(row.dtype).to(row.device)
+            batch[at] = row
+            got = fn(batch)[at]
+            assert torch.equal(got, alone), (what, n, at, (got.float() - alone.float()).abs().max().item())
+
+
+def _cases(device: str, g: torch.Generator):
+    """(name, dispatch fn, reference fn, row, tolerance) for each kernel and dtype; tiny shapes with
+    K, D and V not multiples of the blocks (masked tails) and more than one K / V chunk."""
+    for dtype in DTYPES:
+        tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1.6e-2, "atol": 1e-2}
+        w = (torch.randn(70, 100, generator=g) / 10).to(dtype).to(device)  # N = 70 > BLOCK_N, K = 100
+        b = torch.randn(70, generator=g).to(dtype).to(device)
+        x = torch.randn(100, generator=g).to(dtype).to(device)
+        # default arguments bind this dtype's tensors (a closure would see the last loop's).
+        # bfloat16 tl.dot is wrong under this triton's interpreter (as test_grouped_matmul notes):
+        # the bfloat16 product is checked on a GPU only
+        if dtype == torch.float32 or device == "cuda":
+            yield (f"linear {dtype}", lambda t, w=w: kernels.invariant_linear(t, w),
+                   lambda t, w=w: im.invariant_linear_torch(t, w), x, tol)
+            yield (f"linear+bias {dtype}", lambda t, w=w, b=b: kernels.invariant_linear(t, w, b),
+                   lambda t, w=w, b=b: im.invariant_linear_torch(t, w, b), x, tol)
+        nw = (1 + torch.randn(1100, generator=g) / 4).to(dtype).to(device)  # D = 1100: two chunks
+        xn = (torch.randn(1100, generator=g) * 2).to(dtype).to(device)
+        yield (f"rms_norm {dtype}", lambda t, nw=nw: kernels.rms_norm(t, nw, 1e-6),
+               lambda t, nw=nw: rn.rms_norm_torch(t, nw, 1e-6), xn, tol)
+        xl = (torch.randn(5000, generator=g) * 4).to(dtype).to(device)  # V = 5000: two chunks
+        xl[:700] = float("-inf")  # a filtered stretch: whole -inf lanes in the first chunk
+        yield (f"log_softmax {dtype}", kernels.log_softmax, ls.log_softmax_torch, xl,
+               {"rtol": 1e-5, "atol": 1e-5})
+
+
+def _kernel_check(device: str) -> None:
+    """Each kernel through the dispatch with DLLM_KERNELS=triton: row-invariant, and within
+    float rounding of its reference; raises unless the Triton path ran."""
+    assert kernel_backend(device) == "triton", f"dispatch backend is {kernel_backend(device)!r}, not 'triton'"
+    if device == "cpu":
+        assert im.triton_interpreted(), "kernel was not built for the Triton interpreter"
+    g = torch.Generator().manual_seed(0)
+    references = {"invariant_linear": im, "rms_norm": rn, "log_softmax": ls}
+    saved = {name: getattr(mod, f"{name}_torch") for name, mod in references.items()}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the dispatch fell back to the torch reference")
+
+    cases = list(_cases(device, g))  # built before the references are patched (they close over them)
+    for name, mod in references.items():
+        setattr(mod, f"{name}_torch", refuse)
+    before = sum(CALL_COUNTS[f"{name}:triton"] for name in references)
+    try:
+        for what, fn, _, row, _ in cases:
+            assert_row_invariant(fn, row, g, what)
+    finally:
+        for name, mod in references.items():
+            setattr(mod, f"{name}_torch", saved[name])
+    assert sum(CALL_COUNTS[f"{name}:triton"] for name in references) > before
+    for what, fn, reference, row, tol in cases:
+        batch = torch.stack([row, (torch.randn(row.shape, generator=g) * 3).to(row.dtype).to(device)])
+        got, want = fn(batch), reference(batch)
+        assert got.dtype == want.dtype and got.shape == want.shape, what
+        torch.testing.assert_close(got, want, **tol, msg=lambda m, w=what: f"{w}: {m}")
+    # a 3-d input (B, T, K) with a non-contiguous row layout goes through the same kernels
+    w = torch.randn(24, 40, generator=g).to(device)
+    x = torch.randn(3, 40, 5, generator=g).to(device).transpose(1, 2)  # (3, 5, 40), stride(-1) = 5
+    torch.testing.assert_close(kernels.invariant_linear(x, w), x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_row_check_fails_for_a_row_count_dependent_split():
+    """Control: a product that splits K in two when there are more than 8 rows (as cuBLAS's
+    split-K heuristics do) fails the row check; the plain per-row float32 sum passes it."""
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(16, 4096, generator=g)
+
+    def split_k(x):
+        if x.shape[0] <= 8:
+            return (x[:, :, None] * w.T[None]).sum(1)
+        half = 2048
+        return (x[:, :half, None] * w.T[None, :half]).sum(1) + (x[:, half:, None] * w.T[None, half:]).sum(1)
+
+    row = torch.randn(4096, generator=g)
+    with pytest.raises(AssertionError):
+        assert_row_invariant(split_k, row, g, "split-K")
+    assert_row_invariant(lambda x: (x[:, :, None] * w.T[None]).sum(1), row, g, "one order")
+
+
+def test_dispatch_auto_uses_the_references_on_cpu_and_counts(monkeypatch):
+    monkeypatch.setenv("DLLM_KERNELS", "auto")
+    before = dict(CALL_COUNTS)
+    x, w, nw = torch.randn(3, 8), torch.randn(5, 8), torch.randn(8)
+    assert torch.equal(kernels.invariant_linear(x, w), im.invariant_linear_torch(x, w))
+    assert torch.equal(kernels.rms_norm(x, nw, 1e-5), rn.rms_norm_torch(x, nw, 1e-5))
+    assert torch.equal(kernels.log_softmax(x), ls.log_softmax_torch(x))
+    for name in ("invariant_linear", "rms_norm", "log_softmax"):
+        assert CALL_COUNTS[f"{name}:torch"] == before.get(f"{name}:torch", 0) + 1, name
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(ValueError, match="share a float dtype"):
+        im.invariant_linear_torch(torch.randn(2, 4), torch.randn(3, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"w \(N, K\)"):
+        im.invariant_linear_torch(torch.randn(2, 4), torch.randn(3, 5))
+    with pytest.raises(ValueError, match="weight"):
+        rn.rms_norm_torch(torch.randn(2, 4), torch.randn(5), 1e-6)
+    with pytest.raises(ValueError, match="V > 0"):
+        ls.log_softmax_torch(torch.randn(2, 0))
+
+
+def test_kernel_check_fails_when_the_torch_path_runs(monkeypatch):
+    """Control for the interpreter test: without the Triton path the check does not pass."""
+    monkeypatch.setenv("DLLM_KERNELS", "torch")
+    with pytest.raises(AssertionError, match="backend"):
+        _kernel_check("cpu")
+
+
+def test_triton_kernels_are_row_invariant_interpreted():
+    pytest.importorskip("triton", reason=NO_TRITON)
+    run_kernel_check(__file__, "cpu", interpret=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the native run needs a GPU")
+def test_triton_kernels_are_row_invariant_on_gpu():
+    pytest.importorskip("triton", reason=NO_TRITON)
+    run_kernel_check(__file__, "cuda", interpret=False)
+
+
+if __name__ == "__main__":
+    _kernel_check(sys.argv[1])
+    print("KERNEL-OK")
