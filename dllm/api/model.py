@@ -11,6 +11,7 @@ from dllm.engine.config import GenerationConfig
 from dllm.engine.decoding import DecodeResult, Decoding, RowStart, check_prompts, decode
 from dllm.api.inputs import check_token_ids, prompt_batch
 from dllm.models import load_model, load_tokenizer
+from dllm.models.batch_invariant import check_batch_invariant, make_batch_invariant
 from dllm.models.bundled import resolve_model_path
 from dllm.models.helper import load_helper
 from dllm.models.placement import resolve_device
@@ -167,7 +168,7 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
          dtype: str | torch.dtype = "auto", prepack: bool = False, revision: str | None = None,
          tensor_parallel: int = 1,
          quantize: str | None = None, adapter: str | Path | None = None,
-         helper: str | Path | None = None) -> DiffusionLM:
+         helper: str | Path | None = None, batch_invariant: bool = False) -> DiffusionLM:
     """Load a checkpoint directory, a bundled model by name (``dllm models`` lists them;
     default: the bundled LLaDA-layout model), or a Hugging Face hub id (``org/name``) from the
     user's hub cache, fetching only the files dllm reads when they are not there
@@ -196,6 +197,11 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     ``dllm-waitingline-ar``, or a hub id) loaded through transformers' AutoModelForCausalLM on the
     model's device and dtype, for the strategies that use one (``apd``); its tokenizer must be the
     model's (the first mismatch is named; ``dllm.models.helper``).
+    batch_invariant: on CUDA, run the linears, RMSNorms and log-probabilities through Triton kernels
+    whose reduction order does not depend on the row count, so a row's logits do not move with
+    its batch (``dllm.models.batch_invariant``); attention and the MoE grouped product are not
+    replaced yet (a warning says so). Refused with quantize or tensor_parallel. On the CPU it is
+    accepted and changes nothing: the CPU path is batch-invariant already.
     """
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise OptionTypeError(f"path must be a checkpoint directory, a bundled model's name or a hub id "
@@ -213,6 +219,8 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     if adapter is not None and tensor_parallel != 1:
         raise ValueError("a LoRA adapter cannot be merged under tensor parallelism yet; merge it into a "
                          "checkpoint first, or load without tensor_parallel")
+    swap_invariant = check_batch_invariant(batch_invariant, resolve_device(device), quantize=quantize,
+                                           tensor_parallel=tensor_parallel)  # before any weight is read
     path = resolve_model_path(path, revision)
     check_checkpoint_unquantized(Path(path))
     shard = None
@@ -227,6 +235,8 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     model = load_model(path, dtype=dtype, device=device, prepack=prepack, tensor_parallel=shard, adapter=adapter)
     if mode is not None:
         quantize_linears(model, mode)
+    if swap_invariant:
+        make_batch_invariant(model)
     tokenizer = load_tokenizer(path)
     check_tokenizer_fits(tokenizer, model.config, path)
     if helper is not None:

@@ -69,6 +69,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def invariant_args(args: argparse.Namespace) -> list[str]:
+    """``--batch-invariant`` for the server when the benchmark was given it."""
+    return ["--batch-invariant"] if getattr(args, "batch_invariant", False) else []
+
+
 class ServerProcess:
     """``dllm serve`` in a subprocess on 127.0.0.1 (a free port), stopped on exit."""
 
@@ -302,7 +307,8 @@ def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
                                max_queue=args.max_queue, log_path=out_dir / log_name,
                                device=args.device, dtype=args.dtype,
                                prepack=args.prepack, forward_overhead_tokens=args.forward_overhead_tokens,
-                               revision=args.revision, extra_args=extra, quantize=args.quantize) as server:
+                               revision=args.revision, extra_args=extra + invariant_args(args),
+                               quantize=args.quantize) as server:
                 before = prompt_cache_counters(server.url)
                 if args.behind:
                     long_body, short_body = behind_bodies(args)
@@ -333,7 +339,8 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
     rss: list[tuple[float, float]] = []
     with ServerProcess(args.model, continuous=True, max_batch=args.max_batch, max_queue=args.max_queue,
                        log_path=out_dir / "server_soak.log", device=args.device, dtype=args.dtype,
-                       prepack=args.prepack, revision=args.revision, quantize=args.quantize) as server:
+                       prepack=args.prepack, revision=args.revision, quantize=args.quantize,
+                       extra_args=invariant_args(args)) as server:
         start = time.perf_counter()
         last = [0.0]
 

@@ -171,6 +171,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prepack", action="store_true",
                    help="CPU only: reorder the linear weights for oneDNN once at load (faster decode steps; "
                         "logits move by float rounding from the default path)")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="CUDA: linears, RMSNorms and log-probabilities through fixed-order Triton kernels so a "
+                        "row's logits do not move with its batch (attention and MoE experts not yet covered); "
+                        "CPU: accepted, already batch-invariant")
     p.add_argument("--quantize", default=None, choices=["int8", "float8"],
                    help="quantize every linear but the LM head at load (torchao, weight-only): int8 on any "
                         "device, float8 on NVIDIA GPUs of compute capability 8.9+ (default: off)")
@@ -191,7 +195,8 @@ def load_from_args(args: argparse.Namespace, device: str | None = None) -> Diffu
     return dllm.load(args.model, device=args.device if device is None else device, dtype=args.dtype,
                      prepack=args.prepack, revision=args.revision, quantize=getattr(args, "quantize", None),
                      tensor_parallel=getattr(args, "tensor_parallel", 1), adapter=getattr(args, "adapter", None),
-                     helper=getattr(args, "helper", None))
+                     helper=getattr(args, "helper", None),
+                     batch_invariant=getattr(args, "batch_invariant", False))
 
 
 def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> None:

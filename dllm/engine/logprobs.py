@@ -19,6 +19,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from dllm import kernels
+
 
 class TokenLogprob(NamedTuple):
     """One answer token's log-probability and its ``top`` alternatives (token id, logprob),
@@ -71,7 +73,7 @@ class CommitLogprobs:
             B, W, V = self._logits.shape
             chosen, values, ids = self._tp.logprobs(self._logits.reshape(B * W, V), token.reshape(-1), self.top)
             return chosen.reshape(B, W), values.reshape(B, W, -1), ids.reshape(B, W, -1)
-        logp = self._logits.float().log_softmax(-1)
+        logp = kernels.log_softmax(self._logits)  # one fixed order a row (batch-invariant on CUDA)
         chosen = logp.gather(-1, token[..., None]).squeeze(-1)
         if not self.top:
             return chosen, logp[..., :0], token[..., None][..., :0]

@@ -26,6 +26,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from dllm import kernels
 from dllm.runner.canvas import build_canvas
 from dllm.runner.model_runner import ModelRunner
 
@@ -119,7 +120,7 @@ def _forward_draws(model, pairs: list, masks: list[Tensor]) -> Tensor:
     logits = ModelRunner(model, canvas).forward(canvas.tokens, 0)
     shift = 1 if model.shift_logits else 0
     window = logits[:, width - longest - shift : width - shift].float()
-    logp = torch.log_softmax(window, dim=-1).gather(-1, targets[..., None])[..., 0]
+    logp = kernels.log_softmax(window).gather(-1, targets[..., None])[..., 0]
     total = (logp * masked).sum(dim=1).double()
     lengths = torch.tensor([len(cont) for _, cont in pairs], dtype=torch.float64, device=total.device)
     return (total * lengths / masked.sum(dim=1).double()).cpu()

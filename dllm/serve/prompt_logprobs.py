@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from dllm import kernels
 from dllm.engine.logprobs import TokenLogprob
 from dllm.runner.canvas import build_canvas
 from dllm.runner.model_runner import ModelRunner
@@ -34,7 +35,7 @@ def prompt_logprobs(model, prompt_ids: list[int], gen_length: int, top: int) -> 
     shift, length = int(model.shift_logits), len(prompt_ids)
     with torch.inference_mode():
         logits = ModelRunner(model, canvas).forward(canvas.tokens, 0, logits_for=(1 - shift, length - shift))
-        logp = torch.log_softmax(logits[0].float(), dim=-1)  # row j: the distribution of token j + 1
+        logp = kernels.log_softmax(logits[0])  # row j: the distribution of token j + 1
         chosen = logp.gather(-1, canvas.tokens[0, 1:length, None])[:, 0].tolist()
         values, ids = logp.topk(min(top, logp.shape[-1]), dim=-1) if top else (None, None)
     alternatives = ([list(zip(i, v)) for i, v in zip(ids.tolist(), values.tolist())] if top

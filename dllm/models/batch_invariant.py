@@ -1,0 +1,102 @@
+"""``load(..., batch_invariant=True)``: a row's logits do not depend on the rest of its batch.
+
+On a GPU, cuBLAS and torch's reductions choose tiles, split-K and thread layouts from the tensor
+shapes, so the same row rounds differently alone and in a batch (issue 39). This transform swaps
+the model's building blocks for kernels whose reduction order is fixed whatever the row count
+(``dllm.kernels``): every ``nn.Linear`` (projections, MLPs, router, LM head) becomes an
+``InvariantLinear`` (fixed tiles, one K order, no split-K) and every ``RMSNorm`` an
+``InvariantRMSNorm`` (one program a row). The per-step statistics already run one Triton program
+a row on CUDA (``confidence_stats``), and log-probabilities go through ``kernels.log_softmax``.
+
+Not replaced yet, so not guaranteed bitwise on a GPU: attention (SDPA's flash / efficient kernels
+may split the keys by the batch's shape), the MoE grouped product (its row tile follows the mean
+rows per expert) and families with their own norm class (Gemma). Loading says so with a warning.
+
+On the CPU the option is accepted and changes nothing: the CPU path is batch-invariant already
+(every GEMM covers at least ``MIN_GEMM_ROWS`` rows; the suite checks ragged batches against
+batch 1 everywhere).
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import Tensor, nn
+
+from dllm import kernels
+from dllm.models.layers import RMSNorm
+from dllm.validation import OptionTypeError
+
+log = logging.getLogger(__name__)
+NOT_COVERED = ("attention (SDPA) and the MoE grouped product are not replaced yet, so a row's logits on "
+               "CUDA can still move with its batch through them (issue 39)")
+
+
+class InvariantLinear(nn.Module):
+    """An ``nn.Linear`` whose product runs ``kernels.invariant_linear``; the same Parameters."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight  # the same Parameter: tied weights and state_dict keys unchanged
+        self.bias = linear.bias
+
+    def forward(self, x: Tensor) -> Tensor:
+        return kernels.invariant_linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class InvariantRMSNorm(RMSNorm):
+    """``RMSNorm`` through ``kernels.rms_norm`` (one program a row); the same weight."""
+
+    def __init__(self, norm: RMSNorm) -> None:
+        nn.Module.__init__(self)  # no fresh weight: the norm's own Parameter is kept
+        self.weight, self.eps = norm.weight, norm.eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return kernels.rms_norm(x, self.weight, self.eps)
+
+
+def check_batch_invariant(batch_invariant: object, device: torch.device, *, quantize: str | None = None,
+                          tensor_parallel: int = 1) -> bool:
+    """Validate the option before any weight is read; returns whether modules will be swapped
+    (CUDA only). Refuses, naming the fix, what the mode cannot keep invariant."""
+    if not isinstance(batch_invariant, bool):
+        raise OptionTypeError(f"batch_invariant must be True or False, got {batch_invariant!r}")
+    if not batch_invariant:
+        return False
+    if device.type != "cuda":
+        log.info("batch_invariant=True on %s: nothing to replace, the CPU path is batch-invariant already", device)
+        return False
+    if quantize is not None:
+        raise ValueError(f"batch_invariant=True and quantize={quantize!r} both replace the linears; pick one")
+    if tensor_parallel != 1:
+        raise ValueError("batch_invariant=True under tensor parallelism needs an all-reduce of fixed order, which "
+                         "dllm does not have yet; load without tensor_parallel or without batch_invariant")
+    if kernels.kernel_backend(device) != "triton":
+        raise ValueError("batch_invariant=True on CUDA runs Triton kernels, but the kernel backend is torch "
+                         "(DLLM_KERNELS=torch, or triton missing); unset DLLM_KERNELS and pip install triton")
+    return True
+
+
+def make_batch_invariant(model: nn.Module) -> dict[str, int]:
+    """Swap every ``nn.Linear`` and ``RMSNorm`` of ``model`` (in place) for its batch-invariant
+    twin; returns how many of each. Marks ``model.batch_invariant`` (results record it)."""
+    counts = {"linear": 0, "rms_norm": 0}
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, InvariantLinear(child))
+                counts["linear"] += 1
+            elif type(child) is RMSNorm:
+                setattr(parent, name, InvariantRMSNorm(child))
+                counts["rms_norm"] += 1
+    model.batch_invariant = True
+    log.warning("batch_invariant=True: %d linears and %d RMSNorms replaced; %s", counts["linear"],
+                counts["rms_norm"], NOT_COVERED)
+    return counts
+
+
+__all__ = ["InvariantLinear", "InvariantRMSNorm", "NOT_COVERED", "check_batch_invariant", "make_batch_invariant"]

@@ -1,0 +1,94 @@
+"""``load(batch_invariant=True)`` (issue 39): what it swaps, what it refuses, and its plumbing.
+
+The kernels' bitwise row invariance is tests/kernels/test_batch_invariant.py's; here the model
+transform keeps the parameters and the logits (through the torch references on the CPU), the CPU
+load accepts the option and changes nothing, CUDA-only refusals name their fix (checked with a
+``cuda`` device object, no GPU needed), and every model-loading command passes the flag on.
+"""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+import dllm
+from dllm.models.batch_invariant import (InvariantLinear, InvariantRMSNorm, check_batch_invariant,
+                                         make_batch_invariant)
+from dllm.models.layers import RMSNorm
+from dllm.validation import OptionTypeError
+
+CPU = dict(device="cpu", dtype="float32")
+
+
+def test_swapped_model_keeps_parameters_ties_and_logits(tiny_dirs, caplog):
+    plain = dllm.load(tiny_dirs["llada"], **CPU).model
+    model = dllm.load(tiny_dirs["llada"], **CPU).model
+    keys = {k: v for k, v in model.state_dict().items()}
+    with caplog.at_level(logging.WARNING, logger="dllm.models.batch_invariant"):
+        counts = make_batch_invariant(model)
+    assert "attention (SDPA)" in caplog.text  # what is not covered is said, not hidden
+    assert not any(type(m) in (nn.Linear, RMSNorm) for m in model.modules())
+    assert counts == {"linear": sum(isinstance(m, InvariantLinear) for m in model.modules()),
+                      "rms_norm": sum(isinstance(m, InvariantRMSNorm) for m in model.modules())}
+    assert counts["linear"] == sum(type(m) is nn.Linear for m in plain.modules()) and counts["rms_norm"] > 0
+    assert model.state_dict().keys() == keys.keys()
+    assert all(model.state_dict()[k] is v or torch.equal(model.state_dict()[k], v) for k, v in keys.items())
+    ids = torch.randint(0, 100, (3, 12))
+    pos = torch.arange(12).expand(3, -1)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, pos), plain(ids, pos), rtol=1e-4, atol=1e-4)
+    tied = nn.Module()
+    tied.embed = nn.Embedding(10, 4)
+    tied.head = nn.Linear(4, 10, bias=False)
+    tied.head.weight = tied.embed.weight
+    assert make_batch_invariant(tied)["linear"] == 1 and tied.head.weight is tied.embed.weight
+
+
+def test_cpu_load_accepts_the_option_and_changes_nothing(tiny_dirs, caplog):
+    with caplog.at_level(logging.INFO, logger="dllm.models.batch_invariant"):
+        lm = dllm.load(tiny_dirs["llada"], batch_invariant=True, **CPU)
+    assert "batch-invariant already" in caplog.text
+    assert not any(isinstance(m, (InvariantLinear, InvariantRMSNorm)) for m in lm.model.modules())
+    with pytest.raises(OptionTypeError, match="batch_invariant must be True or False"):
+        dllm.load(tiny_dirs["llada"], batch_invariant="yes", **CPU)
+
+
+def test_cuda_refusals_name_the_fix(monkeypatch):
+    cuda = torch.device("cuda")
+    with pytest.raises(ValueError, match="quantize"):
+        check_batch_invariant(True, cuda, quantize="int8")
+    with pytest.raises(ValueError, match="tensor_parallel"):
+        check_batch_invariant(True, cuda, tensor_parallel=2)
+    monkeypatch.setenv("DLLM_KERNELS", "torch")
+    with pytest.raises(ValueError, match="DLLM_KERNELS"):
+        check_batch_invariant(True, cuda)
+    assert check_batch_invariant(False, cuda) is False
+    assert check_batch_invariant(True, torch.device("cpu"), quantize="int8", tensor_parallel=2) is False
+    pytest.importorskip("triton")
+    monkeypatch.setenv("DLLM_KERNELS", "auto")
+    assert check_batch_invariant(True, cuda) is True
+
+
+def test_every_model_loading_command_takes_the_flag_and_load_from_args_passes_it(monkeypatch):
+    from dllm.cli import build_parser
+    from dllm.cli.options import load_from_args
+
+    parser = build_parser()
+    commands = [["generate", "x"], ["chat"], ["serve"], ["train-filter", "--out", "o"],
+                ["bench", "parallelbench", "--out", "o"], ["bench", "throughput", "--prompts", "p", "--out", "o"],
+                ["bench", "serve", "--out", "o"]]
+    for argv in commands:
+        assert parser.parse_args([*argv, "--batch-invariant"]).batch_invariant is True, argv
+        assert parser.parse_args(argv).batch_invariant is False, argv
+    seen = {}
+    monkeypatch.setattr(dllm, "load", lambda *a, **kw: seen.update(kw))
+    load_from_args(parser.parse_args(["generate", "x", "--batch-invariant"]))
+    assert seen["batch_invariant"] is True
+    from dllm.bench.serve_load import invariant_args
+
+    # the load benchmark starts its own server: the flag reaches that command line too
+    assert invariant_args(parser.parse_args(["bench", "serve", "--out", "o", "--batch-invariant"])) == [
+        "--batch-invariant"]
+    assert invariant_args(parser.parse_args(["bench", "serve", "--out", "o"])) == []
