@@ -201,7 +201,7 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     whose reduction order does not depend on the row count, so a row's logits do not move with
     its batch (``dllm.models.batch_invariant``); attention and the MoE grouped product are not
     replaced yet (a warning says so). Refused with quantize or tensor_parallel. On the CPU it is
-    accepted and changes nothing: the CPU path is batch-invariant already.
+    accepted and changes nothing: there a ragged batch's rows already decode their batch-1 tokens.
     """
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise OptionTypeError(f"path must be a checkpoint directory, a bundled model's name or a hub id "

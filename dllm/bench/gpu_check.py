@@ -7,7 +7,10 @@
    LLaDA; no checkpoint written) and measures, per batch size and answer length, one forward per
    cache mode against the device's roofline, the engine's overhead per step, and tokens/s with
    NFE for top-k, threshold 0.9, FreeDave and LoPA;
-4. writes ``OUT/gpu_<device>/`` (JSON per model + ``results.md``) and prints the tables.
+4. runs a ragged batch of 8 rows through the first model, as built and with
+   ``batch_invariant=True``'s kernels, and reports how many rows' logits equal their batch-1
+   forward bit for bit and the forward-time ratio (``dllm.bench.batch_invariance``; issue 39);
+5. writes ``OUT/gpu_<device>/`` (JSON per model + ``results.md``) and prints the tables.
 
 ``--tiny --device cpu`` runs the same stages on seconds-sized models (the test suite does).
 """
@@ -65,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peak-tflops", type=positive_float, default=None,
                    help="dense bf16 TFLOP/s (default: looked up from the device name)")
     p.add_argument("--no-tests", action="store_true", help="skip the test suite stage")
+    p.add_argument("--no-batch-invariance", action="store_true",
+                   help="skip the batch-invariance section (a ragged batch's rows against their batch-1 "
+                        "forwards, default and batch_invariant=True, on the first model)")
     p.add_argument("--pytest-args", default="",
                    help="arguments of the test stage's pytest (default: none, the whole suite)")
     p.add_argument("--out", default=str(REPO / "bench" / "results"),
@@ -168,6 +174,27 @@ def measure_model(name: str, args: argparse.Namespace, device, dtype, extra: dic
     return result
 
 
+def measure_invariance(name: str, args: argparse.Namespace, device, dtype) -> dict:
+    """The batch-invariance section on a fresh random model of shape ``name``
+    (``dllm.bench.batch_invariance``): 8 ragged rows of up to --prompt-length tokens and one block
+    of masks, seconds on a GPU."""
+    import torch
+
+    from dllm.bench.batch_invariance import batch_invariance_section
+    from dllm.bench.random_models import build_random_model
+
+    model = build_random_model(name, device=device, dtype=dtype)
+    result = {"model": name, "dtype": str(dtype).removeprefix("torch."), "device_name": device_name(device),
+              **batch_invariance_section(model, rows=8, prompt_length=args.prompt_length,
+                                         gen_length=args.block_length)}
+    log.info("%s batch invariance: default %d/8 rows equal, batch_invariant %d/8, forward ratio %.2fx", name,
+             result["default"]["rows_equal"], result["batch_invariant"]["rows_equal"], result["forward_ratio"])
+    del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
 def _brief(row: dict) -> str:
     if "error" in row:
         return f"batch {row['batch']} gen {row['gen_length']}: {row['error']}"
@@ -205,6 +232,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         write_json(out / "tests.json", tests)
         log.info("tests: %s", tests["summary"])
         status = EXIT_FAILED if tests["returncode"] != 0 else 0
+    if not args.no_batch_invariance:
+        write_json(out / f"invariance_{args.models[0]}.json", measure_invariance(args.models[0], args, device, dtype))
     sizes = f"b{'-'.join(map(str, args.batch_sizes))}_g{'-'.join(map(str, args.gen_lengths))}"
     for model_name in args.models:  # one file per model and selection: split runs add up
         result = measure_model(model_name, args, device, dtype, extra, peak, command)

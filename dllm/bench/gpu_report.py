@@ -65,6 +65,22 @@ def decoding_table(model: str, rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def invariance_table(name: str, r: dict) -> list[str]:
+    """Markdown lines of one batch-invariance result (``dllm.bench.batch_invariance``)."""
+    lines = [f"### {name}: batch invariance ({r['rows']} ragged rows, prompts {min(r['prompt_lengths'])}-"
+             f"{max(r['prompt_lengths'])} + {r['gen_length']} masks, one uncached forward, {r['device']}, "
+             f"kernels: {r['kernel_backend']})", "",
+             "| mode | rows equal to batch 1 | max abs diff | median forward ms |", "|---|---:|---:|---:|"]
+    for mode in ("default", "batch_invariant"):
+        m = r[mode]
+        lines.append(f"| {mode} | {m['rows_equal']}/{r['rows']} | {m['max_abs_diff']:.3g} | "
+                     f"{m['median_forward_s'] * 1e3:.2f} |")
+    lines += ["", f"batch_invariant / default forward time: {r['forward_ratio']:.2f}x (same run). Replaced: "
+              f"{r['replaced']['linear']} linears, {r['replaced']['rms_norm']} RMSNorms; attention (SDPA) is not "
+              "replaced yet."]
+    return lines
+
+
 def markdown_report(folder: Path) -> str:
     """Every table of the JSON results in ``folder``."""
     parts = [f"# GPU check: {folder.name}", ""]
@@ -82,6 +98,9 @@ def markdown_report(folder: Path) -> str:
                   f"Command: `{m['command']}`", ""]
         parts += forward_table(m["model"], m["forwards"]) + [""]
         parts += decoding_table(m["model"], m["decoding"]) + [""]
+    for path in sorted(folder.glob("invariance_*.json")):
+        r = json.loads(path.read_text())
+        parts += invariance_table(f"{r['model']} ({r['dtype']}, {r['device_name']})", r) + [""]
     parts += ["Window forward: a cached step's forward (the canvas forward without a cache); refresh: "
               "the block-start forward over the canvas. x ceiling: the window forwards' time / their "
               "max(bytes read / peak bandwidth, FLOPs / peak bf16 throughput); HBM share: (bytes / peak "

@@ -174,7 +174,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-invariant", action="store_true",
                    help="CUDA: linears, RMSNorms and log-probabilities through fixed-order Triton kernels so a "
                         "row's logits do not move with its batch (attention and MoE experts not yet covered); "
-                        "CPU: accepted, already batch-invariant")
+                        "CPU: accepted, changes nothing (rows already decode their batch-1 tokens)")
     p.add_argument("--quantize", default=None, choices=["int8", "float8"],
                    help="quantize every linear but the LM head at load (torchao, weight-only): int8 on any "
                         "device, float8 on NVIDIA GPUs of compute capability 8.9+ (default: off)")

@@ -12,9 +12,11 @@ Not replaced yet, so not guaranteed bitwise on a GPU: attention (SDPA's flash / 
 may split the keys by the batch's shape), the MoE grouped product (its row tile follows the mean
 rows per expert) and families with their own norm class (Gemma). Loading says so with a warning.
 
-On the CPU the option is accepted and changes nothing: the CPU path is batch-invariant already
-(every GEMM covers at least ``MIN_GEMM_ROWS`` rows; the suite checks ragged batches against
-batch 1 everywhere).
+On the CPU the option is accepted and changes nothing: there the suite checks everywhere that a
+row of a ragged batch decodes the tokens of its batch-1 run (the MoE GEMMs are widened to
+``MIN_GEMM_ROWS`` rows for it). That is a claim about tokens: a raw forward's logits can still
+differ in the last bits between a short row alone and the same row in a batch
+(``dllm.bench.batch_invariance`` measures it).
 """
 from __future__ import annotations
 
@@ -68,7 +70,8 @@ def check_batch_invariant(batch_invariant: object, device: torch.device, *, quan
     if not batch_invariant:
         return False
     if device.type != "cuda":
-        log.info("batch_invariant=True on %s: nothing to replace, the CPU path is batch-invariant already", device)
+        log.info("batch_invariant=True on %s: nothing to replace, the CPU path keeps a row's tokens those of "
+                 "batch 1 already (the suite checks it)", device)
         return False
     if quantize is not None:
         raise ValueError(f"batch_invariant=True and quantize={quantize!r} both replace the linears; pick one")

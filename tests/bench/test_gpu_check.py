@@ -39,6 +39,13 @@ def test_tiny_run_end_to_end_on_cpu(tiny_run, capsys):
     env = json.loads((folder / "environment.json").read_text())
     assert {"torch", "transformers", "safetensors", "pytest"} <= set(env["versions"])
     report = (folder / "results.md").read_text()
+    # the batch-invariance section ran on the first model, both modes, and is in the report
+    inv = json.loads((folder / "invariance_tiny-llada.json").read_text())
+    assert inv["rows"] == 8 and len(set(inv["prompt_lengths"])) > 1 and inv["replaced"]["linear"] > 0
+    for mode in ("default", "batch_invariant"):
+        assert 0 <= inv[mode]["rows_equal"] <= 8 and inv[mode]["median_forward_s"] > 0
+    assert inv["forward_ratio"] == inv["batch_invariant"]["median_forward_s"] / inv["default"]["median_forward_s"]
+    assert "### tiny-llada (float32, cpu" in report and "batch invariance" in report
     for name in ("tiny-llada", "tiny-dream"):
         result = json.loads((folder / f"model_{name}_b1-2_g16.json").read_text())
         assert result["dtype"] == "float32"  # dtype auto on the CPU
@@ -93,6 +100,7 @@ def test_unknown_peaks_leave_the_ceiling_blank(tiny_run):
 ])
 def test_bad_input_is_one_error_before_any_model_work(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(gpu_check, "measure_model", lambda *a, **k: pytest.fail("a model was built"))
+    monkeypatch.setattr(gpu_check, "measure_invariance", lambda *a, **k: pytest.fail("a model was built"))
     monkeypatch.setattr(gpu_check, "run_tests", lambda *a, **k: pytest.fail("the tests ran"))
     assert gpu_check.main([*argv, "--out", str(tmp_path / "out")]) == gpu_check.EXIT_USAGE
     err = capsys.readouterr().err

@@ -1,0 +1,86 @@
+"""The GPU check's batch-invariance section (issue 39): does a row's logits depend on its batch?
+
+One random model, a ragged batch of left-padded prompts plus a block of masks, one uncached
+canvas forward: each row's logits are compared, bit for bit, with the same row's batch-1 forward,
+first as built (cuBLAS, torch reductions) and then after ``make_batch_invariant`` (the Triton
+kernels of ``load(batch_invariant=True)``), with the median forward time of each and their ratio
+from the same run. Attention is not replaced yet, so rows may still differ through it; the
+section reports what it measures. On the CPU it runs the same steps through the kernels' torch
+references (the suite's dry run); only a CUDA result says anything about the GPU.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from dllm.kernels import kernel_backend
+from dllm.models.batch_invariant import make_batch_invariant
+from dllm.runner.canvas import build_canvas
+from dllm.runner.model_runner import ModelRunner
+
+REPEATS = 5
+
+
+def _prompts(rows: int, max_len: int, vocab: int, mask_id: int, seed: int) -> list[list[int]]:
+    """``rows`` prompts of lengths spread over [1, max_len] (ragged), ids clear of the mask id."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [max(1, round(max_len * (i + 1) / rows)) for i in range(rows)]
+    ids = [torch.randint(0, vocab, (n,), generator=g) for n in lengths]
+    return [torch.where(t == mask_id, (t + 1) % vocab, t).tolist() for t in ids]
+
+
+def _forward(model, prompts: list[list[int]], gen_length: int) -> torch.Tensor:
+    """Canvas logits (B, L, V) of one uncached forward over left-padded prompts + masks."""
+    canvas = build_canvas(prompts, gen_length=gen_length, mask_id=model.mask_token_id,
+                          pad_id=model.config.pad_token_id, device=model.device)
+    with torch.inference_mode():
+        return ModelRunner(model, canvas).forward(canvas.tokens, 0)
+
+
+def _timed(model, prompts, gen_length: int) -> float:
+    """Median seconds of REPEATS batch forwards (synchronised on CUDA)."""
+    cuda = model.device.type == "cuda"
+    times = []
+    for _ in range(REPEATS):
+        if cuda:
+            torch.cuda.synchronize(model.device)
+        start = time.perf_counter()
+        _forward(model, prompts, gen_length)
+        if cuda:
+            torch.cuda.synchronize(model.device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _compare(model, prompts, gen_length: int) -> dict:
+    """Rows whose batch logits equal their batch-1 logits bit for bit, the largest difference,
+    and the median batch forward time."""
+    batch = _forward(model, prompts, gen_length)
+    equal, worst = 0, 0.0
+    for row, prompt in enumerate(prompts):
+        alone = _forward(model, [prompt], gen_length)[0]  # (len(prompt) + gen, V)
+        mine = batch[row, batch.shape[1] - alone.shape[0]:]  # the row's own (unpadded) positions
+        equal += int(torch.equal(mine, alone))
+        worst = max(worst, (mine.float() - alone.float()).abs().max().item())
+    return {"rows_equal": equal, "max_abs_diff": worst, "median_forward_s": _timed(model, prompts, gen_length)}
+
+
+def batch_invariance_section(model, *, rows: int = 8, prompt_length: int = 64, gen_length: int = 32,
+                             seed: int = 0) -> dict:
+    """Measure ``model`` as built, then swap its modules (in place: the model is spent after)
+    and measure again. Returns the JSON the GPU check writes."""
+    prompts = _prompts(rows, prompt_length, model.config.vocab_size, model.mask_token_id, seed)
+    _forward(model, prompts, gen_length)  # warm-up (kernel selection, allocator)
+    default = _compare(model, prompts, gen_length)
+    counts = make_batch_invariant(model)
+    _forward(model, prompts, gen_length)  # warm-up: the Triton kernels compile here on CUDA
+    invariant = _compare(model, prompts, gen_length)
+    return {"device": str(model.device), "kernel_backend": kernel_backend(model.device), "rows": rows,
+            "prompt_lengths": [len(p) for p in prompts], "gen_length": gen_length, "replaced": counts,
+            "default": default, "batch_invariant": invariant,
+            "forward_ratio": invariant["median_forward_s"] / default["median_forward_s"]}
+
+
+__all__ = ["batch_invariance_section"]
