@@ -1,5 +1,6 @@
 """Batch-invariant kernels (issue 39): matmul, RMSNorm and log-softmax give a row the same bits
-alone and inside ragged batches of 2..33 rows, and match their torch references.
+alone and inside ragged batches of 2..33 rows, and match their torch references; the MoE grouped
+product is checked for the same property (its reference parity is test_grouped_matmul's).
 
 The Triton check runs this file as a script in a fresh interpreter (under TRITON_INTERPRET=1 on
 CPU, natively on a GPU), as the other kernel tests do, and refuses to pass unless the Triton path
@@ -21,6 +22,7 @@ from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check
 im = importlib.import_module("dllm.kernels.invariant_matmul")
 rn = importlib.import_module("dllm.kernels.rms_norm")
 ls = importlib.import_module("dllm.kernels.log_softmax")
+gm = importlib.import_module("dllm.kernels.grouped_matmul")
 
 BATCH_SIZES = (2, 7, 16, 33)  # a sample of 2..33: below, at and past one row tile (BLOCK_M = 32)
 DTYPES = (torch.float32, torch.bfloat16)
@@ -64,6 +66,25 @@ def _cases(device: str, g: torch.Generator):
                {"rtol": 1e-5, "atol": 1e-5})
 
 
+def _grouped_row_check(device: str, g: torch.Generator) -> None:
+    """The MoE grouped product has the property too: a row's output from its expert is the same
+    bits alone and as the first or last row of that expert inside ragged batches of 2..33 rows
+    spread over 3 experts, and under every row tile the launcher picks (16, 32, 64)."""
+    E, K, N = 3, 100, 70
+    w = (torch.randn(E, N, K, generator=g) / 10).to(device)
+    row = torch.randn(K, generator=g).to(device)
+    alone = kernels.grouped_matmul(row[None], w[1:2], torch.tensor([0, 1], device=device))[0]
+    for n in BATCH_SIZES:
+        x = torch.randn(n, K, generator=g).to(device)
+        lo, hi = n // 3, n - n // 3  # expert 1 holds rows [lo, hi), at least one
+        offsets = torch.tensor([0, lo, hi, n], device=device)
+        for at in (lo, hi - 1):
+            x[at] = row
+            assert torch.equal(kernels.grouped_matmul(x, w, offsets)[at], alone), ("grouped", n, at)
+    for bm in (32, 64):
+        assert torch.equal(gm.grouped_matmul_triton(x, w, offsets, block_m=bm)[hi - 1], alone), ("grouped", bm)
+
+
 def _kernel_check(device: str) -> None:
     """Each kernel through the dispatch with DLLM_KERNELS=triton: row-invariant, and within
     float rounding of its reference; raises unless the Triton path ran."""
@@ -71,7 +92,7 @@ def _kernel_check(device: str) -> None:
     if device == "cpu":
         assert im.triton_interpreted(), "kernel was not built for the Triton interpreter"
     g = torch.Generator().manual_seed(0)
-    references = {"invariant_linear": im, "rms_norm": rn, "log_softmax": ls}
+    references = {"invariant_linear": im, "rms_norm": rn, "log_softmax": ls, "grouped_matmul": gm}
     saved = {name: getattr(mod, f"{name}_torch") for name, mod in references.items()}
 
     def refuse(*args, **kwargs):
@@ -84,6 +105,7 @@ def _kernel_check(device: str) -> None:
     try:
         for what, fn, _, row, _ in cases:
             assert_row_invariant(fn, row, g, what)
+        _grouped_row_check(device, g)
     finally:
         for name, mod in references.items():
             setattr(mod, f"{name}_torch", saved[name])
