@@ -23,6 +23,7 @@ from torch import Tensor
 
 from dllm.kernels import confidence_stats as _cs
 from dllm.kernels import grouped_matmul as _gm
+from dllm.kernels import invariant_attention as _ia
 from dllm.kernels import invariant_matmul as _im
 from dllm.kernels import log_softmax as _ls
 from dllm.kernels import rms_norm as _rn
@@ -127,6 +128,14 @@ def invariant_linear(x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor
                      x, w, bias)
 
 
+def invariant_attention(q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None, key_end: int) -> Tensor:
+    """Attention of q (B, H, T, D) over keys [0, key_end) of k, v (B, H_kv, S, D) with per-row
+    key validity -> (B, T, H, D), keys walked in a fixed order from each row's first valid key,
+    through the selected backend (``dllm.kernels.invariant_attention``)."""
+    return _dispatch("invariant_attention", q.device, _ia.invariant_attention_triton, _ia.invariant_attention_torch,
+                     q, k, v, valid, key_end)
+
+
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """RMSNorm of x (..., D), one fixed reduction order a row, through the selected backend
     (``dllm.kernels.rms_norm``)."""
@@ -140,5 +149,6 @@ def log_softmax(x: Tensor) -> Tensor:
 
 
 __all__ = ["BACKENDS", "CALL_COUNTS", "StatsScratch", "TokenStats", "combine_shard_stats", "confidence_stats",
-           "confidence_stats_torch", "grouped_matmul", "grouped_matmul_torch", "invariant_linear", "kernel_backend",
+           "confidence_stats_torch", "grouped_matmul", "grouped_matmul_torch", "invariant_attention",
+           "invariant_linear", "kernel_backend",
            "log_softmax", "rms_norm", "shard_stats"]

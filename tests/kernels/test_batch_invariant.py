@@ -23,6 +23,7 @@ im = importlib.import_module("dllm.kernels.invariant_matmul")
 rn = importlib.import_module("dllm.kernels.rms_norm")
 ls = importlib.import_module("dllm.kernels.log_softmax")
 gm = importlib.import_module("dllm.kernels.grouped_matmul")
+ia = importlib.import_module("dllm.kernels.invariant_attention")
 
 BATCH_SIZES = (2, 7, 16, 33)  # a sample of 2..33: below, at and past one row tile (BLOCK_M = 32)
 DTYPES = (torch.float32, torch.bfloat16)
@@ -85,6 +86,35 @@ def _grouped_row_check(device: str, g: torch.Generator) -> None:
         assert torch.equal(gm.grouped_matmul_triton(x, w, offsets, block_m=bm)[hi - 1], alone), ("grouped", bm)
 
 
+def _attention_row_check(device: str, g: torch.Generator, reference) -> None:
+    """Attention: one row's queries, keys and values (L positions, grouped K/V heads) give the
+    same bits alone (no mask) and left-padded to the width of ragged batches of 2..33 rows, over
+    all keys and over a block-causal key prefix; and ``reference``'s (SDPA's) values at the valid
+    queries."""
+    H, H_kv, D, L = 2, 1, 16, 21
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(device)
+
+    q1, k1, v1 = rand(1, H, L, D), rand(1, H_kv, L, D), rand(1, H_kv, L, D)
+    alone = kernels.invariant_attention(q1, k1, v1, None, L)[0]
+    alone_prefix = kernels.invariant_attention(q1, k1, v1, None, 10)[0]
+    for n in BATCH_SIZES:
+        width = L + 3 + n % 5  # wider than the row: it is left-padded
+        q, k, v = rand(n, H, width, D), rand(n, H_kv, width, D), rand(n, H_kv, width, D)
+        valid = torch.ones(n, width, dtype=torch.bool, device=device)
+        valid[:, : n % 4] = False  # the other rows: ragged padding of their own
+        at, pad = n - 1, width - L
+        valid[at, :pad] = False
+        q[at, :, pad:], k[at, :, pad:], v[at, :, pad:] = q1[0], k1[0], v1[0]
+        out = kernels.invariant_attention(q, k, v, valid, width)
+        assert torch.equal(out[at, pad:], alone), ("attention", n)
+        assert torch.equal(kernels.invariant_attention(q, k, v, valid, pad + 10)[at, pad:], alone_prefix), (
+            "attention prefix", n)
+        want = reference(q, k, v, valid, width)
+        torch.testing.assert_close(out[valid], want[valid], rtol=1e-5, atol=1e-5)
+
+
 def _kernel_check(device: str) -> None:
     """Each kernel through the dispatch with DLLM_KERNELS=triton: row-invariant, and within
     float rounding of its reference; raises unless the Triton path ran."""
@@ -92,7 +122,8 @@ def _kernel_check(device: str) -> None:
     if device == "cpu":
         assert im.triton_interpreted(), "kernel was not built for the Triton interpreter"
     g = torch.Generator().manual_seed(0)
-    references = {"invariant_linear": im, "rms_norm": rn, "log_softmax": ls, "grouped_matmul": gm}
+    references = {"invariant_linear": im, "rms_norm": rn, "log_softmax": ls, "grouped_matmul": gm,
+                  "invariant_attention": ia}
     saved = {name: getattr(mod, f"{name}_torch") for name, mod in references.items()}
 
     def refuse(*args, **kwargs):
@@ -106,6 +137,7 @@ def _kernel_check(device: str) -> None:
         for what, fn, _, row, _ in cases:
             assert_row_invariant(fn, row, g, what)
         _grouped_row_check(device, g)
+        _attention_row_check(device, g, saved["invariant_attention"])
     finally:
         for name, mod in references.items():
             setattr(mod, f"{name}_torch", saved[name])
