@@ -197,10 +197,11 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     ``dllm-waitingline-ar``, or a hub id) loaded through transformers' AutoModelForCausalLM on the
     model's device and dtype, for the strategies that use one (``apd``); its tokenizer must be the
     model's (the first mismatch is named; ``dllm.models.helper``).
-    batch_invariant: on CUDA, run the linears, RMSNorms and log-probabilities through Triton kernels
-    whose reduction order does not depend on the row count, so a row's logits do not move with
-    its batch (``dllm.models.batch_invariant``); attention and the MoE grouped product are not
-    replaced yet (a warning says so). Refused with quantize or tensor_parallel. On the CPU it is
+    batch_invariant: on CUDA, run the linears, RMSNorms, attention and log-probabilities through
+    Triton kernels whose reduction order does not depend on the row count or the padding, so a
+    row's logits do not move with its batch (``dllm.models.batch_invariant``); the MoE grouped
+    product is not yet measured on a GPU and DiffusionGemma's own layers are not replaced (a
+    warning says so). Refused with quantize or tensor_parallel. On the CPU it is
     accepted and changes nothing: there a ragged batch's rows already decode their batch-1 tokens.
     """
     if path is not None and not isinstance(path, (str, os.PathLike)):

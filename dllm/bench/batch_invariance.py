@@ -4,8 +4,8 @@ One random model, a ragged batch of left-padded prompts plus a block of masks, o
 canvas forward: each row's logits are compared, bit for bit, with the same row's batch-1 forward,
 first as built (cuBLAS, torch reductions) and then after ``make_batch_invariant`` (the Triton
 kernels of ``load(batch_invariant=True)``), with the median forward time of each and their ratio
-from the same run. Attention is not replaced yet, so rows may still differ through it; the
-section reports what it measures. On the CPU it runs the same steps through the kernels' torch
+from the same run. What the option does not cover yet (``dllm.models.batch_invariant``) can
+still make rows differ; the section reports what it measures. On the CPU it runs the same steps through the kernels' torch
 references (the suite's dry run); only a CUDA result says anything about the GPU.
 """
 from __future__ import annotations

@@ -76,8 +76,8 @@ def invariance_table(name: str, r: dict) -> list[str]:
         lines.append(f"| {mode} | {m['rows_equal']}/{r['rows']} | {m['max_abs_diff']:.3g} | "
                      f"{m['median_forward_s'] * 1e3:.2f} |")
     lines += ["", f"batch_invariant / default forward time: {r['forward_ratio']:.2f}x (same run). Replaced: "
-              f"{r['replaced']['linear']} linears, {r['replaced']['rms_norm']} RMSNorms; attention (SDPA) is not "
-              "replaced yet."]
+              f"{r['replaced']['linear']} linears, {r['replaced']['rms_norm']} RMSNorms, "
+              f"{r['replaced'].get('attention', 0)} attentions."]
     return lines
 
 

@@ -65,7 +65,7 @@ from dllm.cache.base import register_cache
 from dllm.cache.block import BlockCache
 from dllm.cache.kv import KVBuffers
 from dllm.cache.read_refresh import full_refresh, read_forward
-from dllm.models.layers import attend, rope_cos_sin
+from dllm.models.layers import rope_cos_sin
 from dllm.runner.model_runner import LastForward, ModelRunner
 
 SCOPES = ("all", "prefix", "prompt", "response")
@@ -346,7 +346,7 @@ class AdaptiveCache:
             keep = written[:, None, :, None]
             k, v = torch.where(keep, k, k_buf[:, :, at]), torch.where(keep, v, v_buf[:, :, at])
         k_buf[:, :, at], v_buf[:, :, at] = k, v
-        x = x + attn.project(attend(q, k_buf, v_buf, visible).reshape(Bq, T, -1))
+        x = x + attn.project(attn.attend(q, k_buf, v_buf, visible).reshape(Bq, T, -1))
         return x + layer.mlp(layer.mlp_norm(x))
 
 

@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from dllm.models.layers import attend, rope_cos_sin
+from dllm.models.layers import rope_cos_sin
 from dllm.models.visibility import KeyVisibility
 from dllm.runner.model_runner import ModelRunner, head_rows_pay_off
 
@@ -93,7 +93,7 @@ def read_forward(runner: ModelRunner, tokens: Tensor, kv, hidden: Tensor, rows: 
             moving, k_r, v_r = _refresh_tokens(model, kv, hidden, slots, take, positions, visible, start)
             k_buf, v_buf = k_buf.index_copy(0, moving, k_r), v_buf.index_copy(0, moving, v_r)  # this forward's
             chosen = take.sum(-1)
-    heads = attend(q, k_buf, v_buf, visible).reshape(B, W, -1)
+    heads = last.attn.attend(q, k_buf, v_buf, visible).reshape(B, W, -1)
     cost = W * n + chosen * (n - start) if isinstance(chosen, Tensor) else torch.full((B,), W * n, device=device)
     charged = runner.charge(torch.div(cost + n - 1, n, rounding_mode="floor").long(), rows, count)
     need = _read_rows(runner, rows, B, W)
@@ -173,6 +173,6 @@ def _refresh_tokens(model, kv, hidden: Tensor, slots: Tensor, take: Tensor, posi
         if i == len(model.layers) - 1:  # nobody reads the last layer's outputs of the context
             return moving, k_r, v_r
         q = layer.attn.queries(h, cos, sin)
-        x = x + layer.attn.project(attend(q, k_r, v_r, visible).reshape(R, K, -1))
+        x = x + layer.attn.project(layer.attn.attend(q, k_r, v_r, visible).reshape(R, K, -1))
         x = x + layer.mlp(layer.mlp_norm(x))
     raise AssertionError("start must be below the last layer")

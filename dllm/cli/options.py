@@ -172,8 +172,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                    help="CPU only: reorder the linear weights for oneDNN once at load (faster decode steps; "
                         "logits move by float rounding from the default path)")
     p.add_argument("--batch-invariant", action="store_true",
-                   help="CUDA: linears, RMSNorms and log-probabilities through fixed-order Triton kernels so a "
-                        "row's logits do not move with its batch (attention and MoE experts not yet covered); "
+                   help="CUDA: linears, RMSNorms, attention and log-probabilities through fixed-order Triton "
+                        "kernels so a row's logits do not move with its batch (MoE experts not yet measured); "
                         "CPU: accepted, changes nothing (rows already decode their batch-1 tokens)")
     p.add_argument("--quantize", default=None, choices=["int8", "float8"],
                    help="quantize every linear but the LM head at load (torchao, weight-only): int8 on any "

@@ -4,13 +4,17 @@ On a GPU, cuBLAS and torch's reductions choose tiles, split-K and thread layouts
 shapes, so the same row rounds differently alone and in a batch (issue 39). This transform swaps
 the model's building blocks for kernels whose reduction order is fixed whatever the row count
 (``dllm.kernels``): every ``nn.Linear`` (projections, MLPs, router, LM head) becomes an
-``InvariantLinear`` (fixed tiles, one K order, no split-K) and every ``RMSNorm`` an
-``InvariantRMSNorm`` (one program a row). The per-step statistics already run one Triton program
-a row on CUDA (``confidence_stats``), and log-probabilities go through ``kernels.log_softmax``.
+``InvariantLinear`` (fixed tiles, one K order, no split-K), every ``RMSNorm`` an
+``InvariantRMSNorm`` (one program a row), and every ``Attention`` runs
+``kernels.invariant_attention`` instead of SDPA (keys walked in fixed chunks from each row's first
+valid key, so neither the batch nor left padding moves them). The per-step statistics already run
+one Triton program a row on CUDA (``confidence_stats``), and log-probabilities go through
+``kernels.log_softmax``.
 
-Not replaced yet, so not guaranteed bitwise on a GPU: attention (SDPA's flash / efficient kernels
-may split the keys by the batch's shape), the MoE grouped product (its row tile follows the mean
-rows per expert) and families with their own norm class (Gemma). Loading says so with a warning.
+Not covered yet, so not guaranteed bitwise on a GPU: the MoE grouped product (row-invariant under
+the Triton interpreter and across its row tiles, tests/kernels/test_batch_invariant.py, not yet
+measured on a GPU), the adaptive cache's read-mass scores (torch), training's dense-mask
+attention, and the DiffusionGemma family's own attention and norm. Loading says so with a warning.
 
 On the CPU the option is accepted and changes nothing: there the suite checks everywhere that a
 row of a ragged batch decodes the tokens of its batch-1 run (the MoE GEMMs are widened to
@@ -26,12 +30,12 @@ import torch
 from torch import Tensor, nn
 
 from dllm import kernels
-from dllm.models.layers import RMSNorm
+from dllm.models.layers import Attention, RMSNorm
 from dllm.validation import OptionTypeError
 
 log = logging.getLogger(__name__)
-NOT_COVERED = ("attention (SDPA) and the MoE grouped product are not replaced yet, so a row's logits on "
-               "CUDA can still move with its batch through them (issue 39)")
+NOT_COVERED = ("the MoE grouped product is not yet measured on a GPU, and DiffusionGemma's own attention and "
+               "norm are not replaced, so a row's logits on CUDA can still move with its batch there (issue 39)")
 
 
 class InvariantLinear(nn.Module):
@@ -86,8 +90,13 @@ def check_batch_invariant(batch_invariant: object, device: torch.device, *, quan
 
 def make_batch_invariant(model: nn.Module) -> dict[str, int]:
     """Swap every ``nn.Linear`` and ``RMSNorm`` of ``model`` (in place) for its batch-invariant
-    twin; returns how many of each. Marks ``model.batch_invariant`` (results record it)."""
-    counts = {"linear": 0, "rms_norm": 0}
+    twin and point every ``Attention`` at ``kernels.invariant_attention``; returns how many of
+    each. Marks ``model.batch_invariant`` (results record it)."""
+    counts = {"linear": 0, "rms_norm": 0, "attention": 0}
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.attention_kernel = kernels.invariant_attention
+            counts["attention"] += 1
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
@@ -97,8 +106,8 @@ def make_batch_invariant(model: nn.Module) -> dict[str, int]:
                 setattr(parent, name, InvariantRMSNorm(child))
                 counts["rms_norm"] += 1
     model.batch_invariant = True
-    log.warning("batch_invariant=True: %d linears and %d RMSNorms replaced; %s", counts["linear"],
-                counts["rms_norm"], NOT_COVERED)
+    log.warning("batch_invariant=True: %d linears, %d RMSNorms and %d attentions replaced; %s", counts["linear"],
+                counts["rms_norm"], counts["attention"], NOT_COVERED)
     return counts
 
 

@@ -91,6 +91,8 @@ class Attention(nn.Module):
         # per-head RMSNorm of q and k (one weight of head_dim shared by the heads), before RoPE
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        # None: SDPA; ``load(batch_invariant=True)`` sets kernels.invariant_attention (issue 39)
+        self.attention_kernel = None
 
     def forward(
         self,
@@ -112,7 +114,11 @@ class Attention(nn.Module):
             k_buf[:, :, write_at : write_at + T] = k
             v_buf[:, :, write_at : write_at + T] = v
             k, v = k_buf, v_buf
-        return self.project(pick_rows(attend(q, k, v, visible).reshape(B, T, -1), rows))
+        return self.project(pick_rows(self.attend(q, k, v, visible).reshape(B, T, -1), rows))
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None) -> Tensor:
+        """``attend`` with this layer's attention kernel (the one place; the caches call it too)."""
+        return attend(q, k, v, visible, self.attention_kernel)
 
     def project(self, heads: Tensor) -> Tensor:
         """(..., H * D) attention outputs -> (..., d_model): o_proj, and under tensor parallelism
@@ -147,8 +153,12 @@ def pick_rows(x: Tensor, rows: Tensor | slice | None) -> Tensor:
     return x[:, rows] if isinstance(rows, slice) else x[rows]
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None) -> Tensor:
+def attend(q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None, kernel=None) -> Tensor:
     """SDPA of q (B, H, T, D) over k, v (B, H_kv, S, D) -> (B, T, H, D).
+
+    ``kernel``: instead of SDPA, a function (q, k, v, valid, key_end) -> (B, T, H, D) run on each
+    key prefix (``dllm.kernels.invariant_attention`` under ``load(batch_invariant=True)``);
+    training's dense ``allowed`` rule always runs SDPA.
 
     Invalid keys are masked per row only ((B, 1, 1, S), or no mask at all); block-causal spans
     run one call per query block on its key prefix; grouped K/V heads are broadcast, not
@@ -159,6 +169,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None) -> Te
     gqa = k.shape[1] != H
 
     def sdpa(queries: Tensor, key_end: int) -> Tensor:
+        if kernel is not None:
+            return kernel(queries, k, v, visible.valid, key_end)
         mask = None if visible.valid is None else visible.valid[:, None, None, :key_end]
         out = F.scaled_dot_product_attention(queries, k[:, :, :key_end], v[:, :, :key_end],
                                              attn_mask=mask, enable_gqa=gqa)
