@@ -6,11 +6,17 @@ first as built (cuBLAS, torch reductions) and then after ``make_batch_invariant`
 kernels of ``load(batch_invariant=True)``), with the median forward time of each and their ratio
 from the same run. What the option does not cover yet (``dllm.models.batch_invariant``) can
 still make rows differ; the section reports what it measures. On the CPU it runs the same steps through the kernels' torch
-references (the suite's dry run); only a CUDA result says anything about the GPU.
+references (the suite's dry run), or through the Triton kernels themselves under
+``DLLM_KERNELS=triton TRITON_INTERPRET=1`` (slow: seconds a forward on the tiny shapes); only a
+CUDA result says anything about the GPU's timing.
+
+    python -m dllm.bench.batch_invariance --model tiny-llada --device cpu
 """
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import time
 
 import torch
@@ -83,4 +89,30 @@ def batch_invariance_section(model, *, rows: int = 8, prompt_length: int = 64, g
             "forward_ratio": invariant["median_forward_s"] / default["median_forward_s"]}
 
 
-__all__ = ["batch_invariance_section"]
+def main(argv: list[str] | None = None) -> int:
+    """Build a random model, run the section, print its table."""
+    from dllm.bench.gpu_report import invariance_table
+    from dllm.bench.random_models import SHAPES, build_random_model
+    from dllm.models.placement import resolve_device, resolve_dtype
+
+    p = argparse.ArgumentParser(prog="python -m dllm.bench.batch_invariance", description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="tiny-llada", choices=sorted(SHAPES), help="random-weight shape")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--rows", type=int, default=8)
+    p.add_argument("--prompt-length", type=int, default=8, help="the longest prompt")
+    p.add_argument("--gen-length", type=int, default=8, help="masks after each prompt")
+    args = p.parse_args(argv)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device=device)
+    model = build_random_model(args.model, device=device, dtype=dtype)
+    result = batch_invariance_section(model, rows=args.rows, prompt_length=args.prompt_length,
+                                      gen_length=args.gen_length)
+    print("\n".join(invariance_table(f"{args.model} ({str(dtype).removeprefix('torch.')})", result)))
+    return 0
+
+
+__all__ = ["batch_invariance_section", "main"]
+
+if __name__ == "__main__":
+    sys.exit(main())
