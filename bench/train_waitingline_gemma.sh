@@ -12,7 +12,7 @@ set -euo pipefail
 RUNS=${RUNS:-runs/gemma}
 PY=${PY:-python}
 STEPS1=${STEPS1:-500}
-STEPS2=${STEPS2:-1800}
+STEPS2=${STEPS2:-1500}
 A=dllm/assets/models
 S="waiting_line/shuffle waiting_line/insert_random"
 TASKS="waiting_line/copy waiting_line/reverse waiting_line/insert_index waiting_line/remove_index

@@ -1,6 +1,8 @@
-"""Every bundled model solves fresh copy and reverse prompts at one token per step; the
+"""Every bundled model solves fresh copy and reverse prompts at one token per step (the
+uniform-state one under its entropy-bound acceptance, up to one step per token); the
 block-causal ones' caches are exact (cached decode == uncached, token for token, on official
-ParallelBench prompts); the MoE one routes to every expert."""
+ParallelBench prompts); the MoE one routes to every expert; the uniform-state one is
+transformers' DiffusionGemma (its own class loads the files and its generate gives dllm's tokens)."""
 from __future__ import annotations
 
 import pytest
@@ -18,7 +20,7 @@ from tests.pb_data import require_data
 NAMES = sorted(bundled_models())
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", NAMES)  # the uniform-state model under its defaults (eb_sampler)
 def test_solves_fresh_copy_and_reverse_at_one_token_per_step(name):
     lm = dllm.load(name)
     data = require_data()
@@ -97,3 +99,35 @@ def test_moe_model_is_llada2_layout_and_routes_to_every_expert(name):
         lm.generate(ex.messages, gen_length=ex.gen_length, steps=ex.gen_length // 4)
     for i, c in enumerate(counts):
         assert (c > 0).all(), f"MoE layer {i + 1}: experts {(c == 0).nonzero().flatten().tolist()} never chosen"
+
+
+UNIFORM = [n for n in NAMES if bundled_models()[n].config.get("model_type") == "diffusion_gemma"]
+
+
+@pytest.mark.parametrize("name", UNIFORM)
+def test_uniform_state_model_is_transformers_diffusion_gemma(name):
+    """The shipped files are DiffusionGemma's own: transformers' class loads them (the vision
+    tower aside) and its ``generate`` gives dllm's tokens in parity mode on official prompts."""
+    try:
+        from transformers import DiffusionGemmaForBlockDiffusion
+        from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
+    except ImportError:
+        pytest.skip("the installed transformers has no models/diffusion_gemma (it came in 5.17)")
+    lm = dllm.load(name)
+    ref = DiffusionGemmaForBlockDiffusion.from_pretrained(bundled_models()[name].path).eval()
+    data = require_data()
+    specs = load_task_configs(data)
+    eos, canvas = lm.model.config.eos_token_ids[0], lm.model.config.canvas_length
+    for task in ("waiting_line/reverse", "puzzle/latin_square_n4"):
+        prompt = lm.encode(build_messages(specs[task], load_samples(data, task)[7], shots=0))
+        G = specs[task].max_tokens
+        torch.manual_seed(3)
+        with torch.no_grad():
+            out = ref.generate(torch.tensor([prompt]), max_new_tokens=G, max_denoising_steps=canvas,
+                               sampler_config=EntropyBoundSamplerConfig(entropy_bound=0.1), eos_token_id=eos,
+                               pad_token_id=eos)
+        ours = decode(lm.model, [prompt], GenerationConfig(gen_length=G, block_length=canvas, steps=G, seed=3,
+                                                          strategy_args={"draws": "generator"}))
+        expected = out.sequences[0, len(prompt):].tolist()
+        expected = expected[: expected.index(eos) + 1] if eos in expected else expected
+        assert ours.answer[0].tolist()[: len(expected)] == expected, task

@@ -27,11 +27,14 @@ def main() -> None:
         s = out.stats[0]
         print(f"{label}: {out.texts[0]}")
         print(f"  [NFE {s['nfe']} | TPF {s['tpf']:.2f} | {s['tokens'] / s['seconds']:.0f} tokens/s on {model.model.device}]")
-    print("\nevery bundled model, one token per step (`dllm models` lists them):")
+    print("\nevery bundled model, one token per step (the uniform-state one: its entropy-bound acceptance, up to "
+          "32 steps; `dllm models` lists them):")
     for name in bundled_models():
         other = model if name == DEFAULT_MODEL else dllm.load(name)
         out = other.generate(PROMPT, gen_length=32, steps=32)
-        layout = other.model.config.family + (" (block-causal)" if other.model.attention == "block_causal" else "")
+        layout = other.model.config.family + (" (block-causal)" if other.model.attention == "block_causal" else
+                                              " (uniform state: eb_sampler)" if getattr(other.model, "uniform_state", False)
+                                              else "")
         print(f"  {name} [{layout}, NFE {out.stats[0]['nfe']}]: {out.texts[0]}")
 
 

@@ -1,8 +1,9 @@
 """Models that ship inside the package, found by name: ``dllm.load("dllm-waitingline-llada")``.
 
 Each is a checkpoint directory in its family's original layout under ``dllm/assets/models/``
-(dllm-waitingline-llada, -dream, -bd, the LLaDA2-layout MoE dllm-waitingline-moe and -bd's D2F
-student dllm-waitingline-d2f), with a card (README.md) and, once measured, ``scores.json`` (its
+(dllm-waitingline-llada, -dream, -bd, the LLaDA2-layout MoE dllm-waitingline-moe, -bd's D2F
+student dllm-waitingline-d2f and the uniform-state DiffusionGemma-layout dllm-waitingline-gemma),
+with a card (README.md) and, once measured, ``scores.json`` (its
 ParallelBench scores at one token per step, with the results file they were read from).
 """
 from __future__ import annotations
@@ -36,13 +37,14 @@ class BundledModel:
     def parameters(self) -> int:
         """Parameter count from the safetensors header (no weights loaded). A MoE router's
         ``expert_bias`` (LLaDA2) is a buffer moved by the balance rule, not a trained parameter,
-        and is not counted."""
+        and is not counted; nor are DiffusionGemma's ``layer_scalar`` buffers (a tied LM head is
+        not stored, so it counts once)."""
         from safetensors import safe_open
 
         total = 0
         with safe_open(str(self.path / "model.safetensors"), framework="pt") as f:
             for name in f.keys():
-                if name.endswith(".expert_bias"):
+                if name.endswith((".expert_bias", ".layer_scalar")):
                     continue
                 n = 1
                 for dim in f.get_slice(name).get_shape():
