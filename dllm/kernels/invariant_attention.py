@@ -86,7 +86,7 @@ if triton is not None:
         k_base = k_ptr + b.to(tl.int64) * skb + kvh * skh
         v_base = v_ptr + b.to(tl.int64) * svb + kvh * svh
         m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-        l = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        denom = tl.zeros((BLOCK_M,), dtype=tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
         first = tl.load(start_ptr + b)
         for n0 in range(first, key_end, BLOCK_N):
@@ -102,10 +102,10 @@ if triton is not None:
                 s = tl.dot(q, kt)
             s = tl.where(k_ok[None, :], s * scale, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, axis=1))
-            live = m_new > float("-inf")  # a query with no valid key yet keeps l = acc = 0
+            live = m_new > float("-inf")  # a query with no valid key yet keeps denom = acc = 0
             alpha = tl.where(live, tl.exp(m - m_new), 1.0)
             p = tl.where(live[:, None], tl.exp(s - m_new[:, None]), 0.0)
-            l = l * alpha + tl.sum(p, axis=1)
+            denom = denom * alpha + tl.sum(p, axis=1)
             vv = tl.load(v_base + ks[:, None].to(tl.int64) * svs + ds[None, :], mask=k_ok[:, None] & d_ok[None, :],
                          other=0.0)  # (BLOCK_N, BLOCK_D)
             if IEEE:
@@ -113,7 +113,7 @@ if triton is not None:
             else:
                 acc = acc * alpha[:, None] + tl.dot(p.to(vv.dtype), vv)
             m = m_new
-        out = acc / tl.where(l > 0, l, 1.0)[:, None]
+        out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
         tl.store(out_ptr + b.to(tl.int64) * sob + qs[:, None].to(tl.int64) * sot + h * soh + ds[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=q_ok[:, None] & d_ok[None, :])
 
