@@ -20,7 +20,7 @@ def _args(model=None, shots=None):
 
 # models trained on zero-shot prompts only declare it; those trained on one-shot prompts too
 # (bench/train_any_length.sh) declare nothing and take the benchmark's own protocol
-@pytest.mark.parametrize("name", ["dllm-waitingline-d2f"])
+@pytest.mark.parametrize("name", ["dllm-waitingline-d2f", "dllm-waitingline-gemma"])
 def test_bundled_models_declare_the_zero_shot_prompts_they_were_trained_on(name):
     assert declared_shots(resolve_model_path(name)) == 0
     shots, line = choose_shots(_args(name))
