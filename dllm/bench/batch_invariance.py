@@ -73,20 +73,36 @@ def _compare(model, prompts, gen_length: int) -> dict:
     return {"rows_equal": equal, "max_abs_diff": worst, "median_forward_s": _timed(model, prompts, gen_length)}
 
 
+def _timings(model, batches: dict[int, list[list[int]]], gen_length: int) -> dict[int, float]:
+    """Median forward seconds per batch size (one warm-up forward each)."""
+    out = {}
+    for b, prompts in batches.items():
+        _forward(model, prompts, gen_length)
+        out[b] = _timed(model, prompts, gen_length)
+    return out
+
+
 def batch_invariance_section(model, *, rows: int = 8, prompt_length: int = 64, gen_length: int = 32,
-                             seed: int = 0) -> dict:
+                             seed: int = 0, timing_batches: tuple[int, ...] = ()) -> dict:
     """Measure ``model`` as built, then swap its modules (in place: the model is spent after)
-    and measure again. Returns the JSON the GPU check writes."""
-    prompts = _prompts(rows, prompt_length, model.config.vocab_size, model.mask_token_id, seed)
+    and measure again. ``timing_batches``: batch sizes whose ragged canvas forward is also timed
+    in both modes (the cost of the mode, side by side). Returns the JSON the GPU check writes."""
+    vocab, mask = model.config.vocab_size, model.mask_token_id
+    prompts = _prompts(rows, prompt_length, vocab, mask, seed)
+    batches = {b: _prompts(b, prompt_length, vocab, mask, seed + b) for b in timing_batches}
     _forward(model, prompts, gen_length)  # warm-up (kernel selection, allocator)
     default = _compare(model, prompts, gen_length)
+    default_times = _timings(model, batches, gen_length)
     counts = make_batch_invariant(model)
     _forward(model, prompts, gen_length)  # warm-up: the Triton kernels compile here on CUDA
     invariant = _compare(model, prompts, gen_length)
+    invariant_times = _timings(model, batches, gen_length)
+    timing = [{"batch": b, "default_s": default_times[b], "batch_invariant_s": invariant_times[b],
+               "ratio": invariant_times[b] / default_times[b]} for b in timing_batches]
     return {"device": str(model.device), "kernel_backend": kernel_backend(model.device), "rows": rows,
             "prompt_lengths": [len(p) for p in prompts], "gen_length": gen_length, "replaced": counts,
             "default": default, "batch_invariant": invariant,
-            "forward_ratio": invariant["median_forward_s"] / default["median_forward_s"]}
+            "forward_ratio": invariant["median_forward_s"] / default["median_forward_s"], "timing": timing}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,12 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=8)
     p.add_argument("--prompt-length", type=int, default=8, help="the longest prompt")
     p.add_argument("--gen-length", type=int, default=8, help="masks after each prompt")
+    p.add_argument("--timing-batches", type=int, nargs="*", default=[], help="batch sizes timed in both modes")
     args = p.parse_args(argv)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device=device)
     model = build_random_model(args.model, device=device, dtype=dtype)
     result = batch_invariance_section(model, rows=args.rows, prompt_length=args.prompt_length,
-                                      gen_length=args.gen_length)
+                                      gen_length=args.gen_length, timing_batches=tuple(args.timing_batches))
     print("\n".join(invariance_table(f"{args.model} ({str(dtype).removeprefix('torch.')})", result)))
     return 0
 

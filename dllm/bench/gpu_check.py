@@ -9,7 +9,8 @@
    NFE for top-k, threshold 0.9, FreeDave and LoPA;
 4. runs a ragged batch of 8 rows through the first model, as built and with
    ``batch_invariant=True``'s kernels, and reports how many rows' logits equal their batch-1
-   forward bit for bit and the forward-time ratio (``dllm.bench.batch_invariance``; issue 39);
+   forward bit for bit, and the two modes' forward times at each --batch-sizes
+   (``dllm.bench.batch_invariance``; issue 39);
 5. writes ``OUT/gpu_<device>/`` (JSON per model + ``results.md``) and prints the tables.
 
 ``--tiny --device cpu`` runs the same stages on seconds-sized models (the test suite does).
@@ -177,7 +178,8 @@ def measure_model(name: str, args: argparse.Namespace, device, dtype, extra: dic
 def measure_invariance(name: str, args: argparse.Namespace, device, dtype) -> dict:
     """The batch-invariance section on a fresh random model of shape ``name``
     (``dllm.bench.batch_invariance``): 8 ragged rows of up to --prompt-length tokens and one block
-    of masks, seconds on a GPU."""
+    of masks against their batch-1 forwards, and both modes' canvas forward timed at each
+    --batch-sizes; seconds on a GPU (about 35 forwards a mode)."""
     import torch
 
     from dllm.bench.batch_invariance import batch_invariance_section
@@ -186,7 +188,7 @@ def measure_invariance(name: str, args: argparse.Namespace, device, dtype) -> di
     model = build_random_model(name, device=device, dtype=dtype)
     result = {"model": name, "dtype": str(dtype).removeprefix("torch."), "device_name": device_name(device),
               **batch_invariance_section(model, rows=8, prompt_length=args.prompt_length,
-                                         gen_length=args.block_length)}
+                                         gen_length=args.block_length, timing_batches=tuple(args.batch_sizes))}
     log.info("%s batch invariance: default %d/8 rows equal, batch_invariant %d/8, forward ratio %.2fx", name,
              result["default"]["rows_equal"], result["batch_invariant"]["rows_equal"], result["forward_ratio"])
     del model

@@ -78,6 +78,10 @@ def invariance_table(name: str, r: dict) -> list[str]:
     lines += ["", f"batch_invariant / default forward time: {r['forward_ratio']:.2f}x (same run). Replaced: "
               f"{r['replaced']['linear']} linears, {r['replaced']['rms_norm']} RMSNorms, "
               f"{r['replaced'].get('attention', 0)} attentions."]
+    if r.get("timing"):
+        lines += ["", "| batch (ragged canvas forward) | default ms | batch_invariant ms | ratio |", "|---:|---:|---:|---:|"]
+        lines += [f"| {t['batch']} | {t['default_s'] * 1e3:.2f} | {t['batch_invariant_s'] * 1e3:.2f} | "
+                  f"{t['ratio']:.2f}x |" for t in r["timing"]]
     return lines
 
 

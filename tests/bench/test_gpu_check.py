@@ -45,6 +45,7 @@ def test_tiny_run_end_to_end_on_cpu(tiny_run, capsys):
     for mode in ("default", "batch_invariant"):
         assert 0 <= inv[mode]["rows_equal"] <= 8 and inv[mode]["median_forward_s"] > 0
     assert inv["forward_ratio"] == inv["batch_invariant"]["median_forward_s"] / inv["default"]["median_forward_s"]
+    assert [t["batch"] for t in inv["timing"]] == [1, 2] and all(t["ratio"] > 0 for t in inv["timing"])
     assert "### tiny-llada (float32, cpu" in report and "batch invariance" in report
     for name in ("tiny-llada", "tiny-dream"):
         result = json.loads((folder / f"model_{name}_b1-2_g16.json").read_text())
