@@ -98,3 +98,24 @@ def test_every_model_loading_command_takes_the_flag_and_load_from_args_passes_it
     assert invariant_args(parser.parse_args(["bench", "serve", "--out", "o", "--batch-invariant"])) == [
         "--batch-invariant"]
     assert invariant_args(parser.parse_args(["bench", "serve", "--out", "o"])) == []
+
+
+def test_swapped_bundled_model_decodes_ragged_batches_as_single_rows():
+    """The bundled model with its modules swapped (the kernels' torch references on the CPU): a
+    ragged batch gives each row its batch-1 tokens through the uncached, dual and adaptive caches
+    (the adaptive cache's partial layers call Attention.attend too), and those are the unswapped
+    model's tokens."""
+    from dllm import GenerationConfig
+    from dllm.engine.decoding import decode
+
+    lm, plain = dllm.load(**CPU), dllm.load(**CPU)
+    make_batch_invariant(lm.model)
+    prompts = [lm.encode(p) for p in ("Sort: Lee, Ann, Bo", "Reverse the list: Kim Ray Sue Tom Ada Eve Max",
+                                      "Copy: Zoe")]
+    before = CALL_COUNTS["invariant_attention"]
+    for cache in ("none", "dual", "adaptive"):
+        cfg = GenerationConfig(gen_length=32, block_length=8, steps=32, stop_at_eos=False, cache=cache)
+        batch = decode(lm.model, prompts, cfg).answer.tolist()
+        assert batch == [decode(lm.model, [p], cfg).answer[0].tolist() for p in prompts], cache
+        assert batch == decode(plain.model, prompts, cfg).answer.tolist(), cache
+    assert CALL_COUNTS["invariant_attention"] > before
