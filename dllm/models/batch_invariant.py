@@ -16,6 +16,12 @@ the Triton interpreter and across its row tiles, tests/kernels/test_batch_invari
 measured on a GPU), the adaptive cache's read-mass scores (torch), training's dense-mask
 attention, and the DiffusionGemma family's own attention and norm. Loading says so with a warning.
 
+Status: checked on the CPU under the Triton interpreter (each kernel bit for bit in ragged
+batches of 2..33 rows; a tiny LLaDA's and Dream's ragged canvas forwards 8 of 8 rows equal to
+batch 1 through every kernel, against 1 of 8 without them: ``DLLM_KERNELS=triton TRITON_INTERPRET=1
+python -m dllm.bench.batch_invariance``); not yet run on a GPU, where the GPU check's
+batch-invariance section measures it and its cost.
+
 On the CPU the option is accepted and changes nothing: there the suite checks everywhere that a
 row of a ragged batch decodes the tokens of its batch-1 run (the MoE GEMMs are widened to
 ``MIN_GEMM_ROWS`` rows for it). That is a claim about tokens: a raw forward's logits can still
