@@ -1,5 +1,5 @@
 """APD's released loop (danielmisrael/apd, ``dream/generation_utils.py``: ``apd_sample`` with
-``apd_accept_criterion``), batch 1, temperature 0, no diffusion K/V window.
+``apd_accept_criterion``), batch 1, temperature 0, with or without its diffusion K/V window.
 
 Written from the published code: the canvas is the prompt and ``gen_length`` masks; each round
 forwards the diffusion model on the canvas up to ``curr + max_lookahead`` (Dream's right shift
@@ -12,15 +12,26 @@ logits carried over from the round before. The target is the argmax of ``R * dif
 product of draft == target with position 0 forced. It stops when no mask is left or an
 end-of-text is in the canvas. It shares no code with the engine (the mask token's logit is -inf,
 as dllm does).
+
+With ``kv_window`` (W) the diffusion model keeps its K/V as the released loop's cache does: the
+first round forwards [0, right) and keeps every K/V; each later round crops the cache to
+``left = max(curr - W - num_accept + 1, 0)`` (curr already advanced by the accepted count) and
+forwards [left, right) at its positions over the kept K/V of [0, left). Here the cache is the
+model's static per-layer buffers (written at ``left``) with keys at or past ``right`` hidden,
+which is what the crop-and-append leaves visible.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
+
+from dllm.models.visibility import KeyVisibility
 
 
 @torch.no_grad()
 def apd_generate(model, helper, prompt: list[int], *, gen_length: int, mixture_weight: float,
-                 max_lookahead: int | None, eos_id: int) -> list[int]:
+                 max_lookahead: int | None, eos_id: int, kv_window: int | None = None) -> list[int]:
     """The answer tokens (masks left where the loop stopped) and the rounds it took."""
     mask_id = model.mask_token_id
     V_h = helper.get_input_embeddings().weight.shape[0]
@@ -29,10 +40,19 @@ def apd_generate(model, helper, prompt: list[int], *, gen_length: int, mixture_w
     x[0, :P] = torch.tensor(prompt)
     L = x.shape[1]
     curr, prefilling, past, prev_logits, rounds = P, True, None, None, 0
+    diffusion_kv, num_accept = None, 0
     while curr < L:
         right = min(curr + max_lookahead, L) if max_lookahead is not None else L
         window = x[:, :right]
-        logits = model(window, torch.arange(right)[None]).double()
+        if kv_window is None:
+            logits = model(window, torch.arange(right)[None]).double()
+        else:
+            left = 0 if diffusion_kv is None else max(curr - kv_window - num_accept + 1, 0)
+            if diffusion_kv is None:
+                diffusion_kv = _kv_buffers(model, L)
+            keys = KeyVisibility(valid=(torch.arange(L) < right)[None])
+            part = model(x[:, left:right], torch.arange(left, right)[None], keys, diffusion_kv, left).double()
+            logits = torch.cat([part.new_zeros(1, left, part.shape[-1]), part], dim=1)  # (1, right, V)
         logits[..., mask_id] = float("-inf")
         if model.shift_logits:
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
@@ -68,6 +88,14 @@ def apd_generate(model, helper, prompt: list[int], *, gen_length: int, mixture_w
         if not bool((x == mask_id).any()) or bool((x == eos_id).any()):
             break
     return x[0, P:].tolist(), rounds
+
+
+def _kv_buffers(model, length: int) -> SimpleNamespace:
+    """Zeroed (1, H_kv, length, D) K and V buffers per layer, as the model's cached forward takes."""
+    c = model.config
+    shape = (1, c.n_kv_heads, length, c.head_dim)
+    make = lambda: torch.zeros(shape, dtype=model.dtype, device=model.device)  # noqa: E731
+    return SimpleNamespace(layers=[(make(), make()) for _ in range(c.n_layers)])
 
 
 def _crop_to(past, keep: int) -> None:

@@ -86,6 +86,44 @@ def test_ragged_batch_equals_single_runs(models, extra):
         assert int(batch.nfe[row]) == int(single.nfe[0]), row
 
 
+@pytest.mark.parametrize("family", ["dream", "llada"])
+@pytest.mark.parametrize("R, M, W", [(0.5, None, 1), (0.7, 6, 2), (0.6, 8, 5)])
+def test_apd_kv_window_equals_released_loop(models, family, R, M, W):
+    """kv_window (W): the released loop's K/V approximation, same tokens and rounds; a small W
+    changes some answer (the frozen K/V are really used)."""
+    model = models[family]
+    G, changed = 24, False
+    for prompt in PROMPTS:
+        want, rounds = apd_generate(model, model.helper.model, prompt, gen_length=G, mixture_weight=R,
+                                    max_lookahead=M, eos_id=-1, kv_window=W)
+        exact, _ = apd_generate(model, model.helper.model, prompt, gen_length=G, mixture_weight=R,
+                                max_lookahead=M, eos_id=-1)
+        changed |= want != exact
+        cfg = _apd(G, R, M, stop_at_eos=False)
+        cfg.strategy_args["kv_window"] = W
+        got = decode(model, [prompt], cfg)
+        assert got.answer[0].tolist() == want, prompt
+        assert int(got.nfe[0]) == rounds, prompt
+    if W == 1:
+        assert changed
+
+
+@pytest.mark.parametrize("extra", [dict(), dict(block_length=8), dict(temperature=0.8, seed=3)],
+                         ids=["one_block", "blocks", "temperature"])
+def test_kv_window_ragged_batch_equals_single_runs(models, extra):
+    """Rows keep their own window start: one forward per distinct recompute start, each row its
+    single run's tokens and forwards."""
+    model = models["dream"]
+    cfg = GenerationConfig(**{**dict(gen_length=24, block_length=24, strategy="apd", stop_at_eos=False,
+                                     strategy_args={"mixture_weight": 0.6, "max_lookahead": 6, "kv_window": 3}),
+                              **extra})
+    batch = decode(model, PROMPTS, cfg, seeds=[1, 2, 3, 4])
+    for row, prompt in enumerate(PROMPTS):
+        single = decode(model, [prompt], cfg, seeds=[row + 1])
+        assert batch.answer[row].tolist() == single.answer[0].tolist(), row
+        assert int(batch.nfe[row]) == int(single.nfe[0]), row
+
+
 @pytest.mark.parametrize("options, reason", [
     (dict(cache="dual"), "cache='none'"),
     (dict(stopper="prophet"), "stopper='none'"),
@@ -101,11 +139,21 @@ def test_refusals_name_the_reason(models, options, reason):
 
 
 def test_bad_options_and_missing_helper(tiny_models):
-    for args, reason in (({"mixture_weight": 1.5}, "mixture_weight"), ({"max_lookahead": 0}, "max_lookahead")):
+    for args, reason in (({"mixture_weight": 1.5}, "mixture_weight"), ({"max_lookahead": 0}, "max_lookahead"),
+                         ({"kv_window": 0}, "kv_window"), ({"kv_window": 2.5}, "kv_window")):
         with pytest.raises(ValueError, match=reason):
             check_policies(GenerationConfig(gen_length=8, strategy="apd", strategy_args=args))
     with pytest.raises(ValueError, match="helper=PATH_OR_ID"):
         decode(tiny_models["dream"].model, [PROMPTS[0]], _apd(8, 0.7, 4))
+
+
+def test_kv_window_refused_on_a_block_causal_model(tmp_path, test_device):
+    bd = dllm.load(write_tiny_checkpoint(tmp_path / "bd", "fast_dllm_v2", seed=5, block_size=8),
+                   device=test_device, dtype="float32").model
+    cfg = _apd(8, 0.7, 4)
+    cfg.strategy_args["kv_window"] = 4
+    with pytest.raises(ValueError, match="kv_window=None"):
+        decode(bd, [PROMPTS[0]], cfg)
 
 
 # --- guided diffusion (FlashDLM) ------------------------------------------------------------------

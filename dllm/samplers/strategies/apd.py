@@ -17,11 +17,14 @@ model's mask id excluded, as everywhere in dllm). Blocks generalise the loop: th
 crosses the active block (one block of ``gen_length`` is the released loop). Each row keeps its
 own window and accepted count, so a ragged batch gives each row's single-run tokens.
 
-Not yet: the released loop's K/V window (``kv_window``, an approximation of the diffusion
-model's K/V older than W positions) and the helper's K/V cache: each round runs the helper over
-the row's canvas up to the window's end (the same logits, more compute). Refused, with the
-reason: dllm's caches (they refresh K/V at block boundaries, APD's window moves every round), a
-stopper, classifier-free guidance and a rule other than the default (APD applies none).
+``kv_window`` (W; None, the default, recomputes every K/V each round, exact) is the released
+loop's K/V window: each round recomputes the diffusion model's K/V from W - 1 positions before
+the previous window start and keeps the older ones as last computed (apd_kv_window.py; a
+ragged batch runs one forward per distinct recompute start, each row its single run).
+Not yet: the helper's K/V cache: each round runs the helper over the row's canvas up to the
+window's end (the same logits, more compute). Refused, with the reason: dllm's caches (they
+refresh K/V at block boundaries, APD's window moves every round; ``kv_window`` is APD's own),
+a stopper, classifier-free guidance and a rule other than the default (APD applies none).
 Under a constraint (structured output) the draft is the masked statistics' and the mixture chooses
 among the tokens that keep the canvas completable given the draft before them (verifier_choice.py).
 """
@@ -34,6 +37,7 @@ import torch
 from torch import Tensor
 
 from dllm.samplers.base import register_strategy
+from dllm.samplers.strategies.apd_kv_window import APDWindowCache
 from dllm.samplers.strategies.verifier_choice import verifier_choice
 
 
@@ -87,11 +91,20 @@ def helper_logits(helper, tokens: Tensor, valid: Tensor, positions: Tensor, star
     return out.logits[:, start - 1 : stop - 1]
 
 
+def window_cache(state, kv_window: int) -> APDWindowCache:
+    """The decode's K/V window cache, installed in place of ``cache='none'`` on the first round
+    (APD refuses every other cache; a block-causal model's blocks would need whole-block K/V)."""
+    if not isinstance(state.cache, APDWindowCache):
+        state.cache = APDWindowCache(kv_window)
+    return state.cache
+
+
 @register_strategy("apd")
 @dataclass(kw_only=True, slots=True)
 class APD:
     mixture_weight: float = 0.7  # R: the diffusion model's weight in the mixture (1 - R: the helper's)
     max_lookahead: int | None = None  # M: the window's masks (None: the rest of the block)
+    kv_window: int | None = None  # W: K/V recomputed from W - 1 before the last window start (None: all, exact)
     candidate_rows = 1  # rows one canvas row occupies in a forward (dllm.engine.memory)
 
     def __post_init__(self) -> None:
@@ -99,6 +112,10 @@ class APD:
             raise ValueError(f"mixture_weight (R) must be in [0, 1], got {self.mixture_weight}")
         if self.max_lookahead is not None and self.max_lookahead < 1:
             raise ValueError(f"max_lookahead (M) must be >= 1 or None (the whole block), got {self.max_lookahead}")
+        if self.kv_window is not None and (isinstance(self.kv_window, bool) or not isinstance(self.kv_window, int)
+                                           or self.kv_window < 1):
+            raise ValueError(f"kv_window (W) must be an integer >= 1 or None (every K/V recomputed each round), "
+                             f"got {self.kv_window!r}")
 
     def check_config(self, config) -> None:
         """Refuse what APD's loop does not compose with, naming why."""
@@ -111,6 +128,9 @@ class APD:
     def step(self, state) -> Tensor:
         """One round; returns the tokens each row committed (its base steps)."""
         self.check_config(state.config)
+        if self.kv_window is not None and state.model.attention == "block_causal":
+            raise ValueError("apd's kv_window recomputes K/V from inside a model block, which a block-causal model "
+                             "reads whole: use kv_window=None")
         helper = require_helper(state, "apd")
         canvas, bs, be = state.canvas, state.bs, state.be
         eligible = state.eligible() & state.runner.active[:, None]  # (B, W) the row's masks left (a suffix)
@@ -121,6 +141,8 @@ class APD:
         M = W if self.max_lookahead is None else self.max_lookahead
         window = eligible & (j[None, :] < curr[:, None] + M)  # (B, W) the lookahead window
         right = bs + torch.where(moving, (curr + window.sum(-1)), W)  # (B,) canvas end the model sees
+        if self.kv_window is not None:
+            window_cache(state, self.kv_window).start, state.cache.right, state.cache.moving = bs + curr, right, moving
         with keys_before(canvas, right):
             logits = state.block_logits()  # (B, W, V)
         stats = state.statistics(logits)
