@@ -2,7 +2,8 @@
 
 Each is a checkpoint directory in its family's original layout under ``dllm/assets/models/``
 (dllm-waitingline-llada, -dream, -bd, the LLaDA2-layout MoE dllm-waitingline-moe, -bd's D2F
-student dllm-waitingline-d2f and the uniform-state DiffusionGemma-layout dllm-waitingline-gemma),
+student dllm-waitingline-d2f, the uniform-state DiffusionGemma-layout dllm-waitingline-gemma and
+dllm-waitingline-llada-cf, -llada after dParallel's certainty-forcing distillation),
 with a card (README.md) and, once measured, ``scores.json`` (its
 ParallelBench scores at one token per step, with the results file they were read from).
 """
