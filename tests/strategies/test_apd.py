@@ -124,6 +124,37 @@ def test_kv_window_ragged_batch_equals_single_runs(models, extra):
         assert int(batch.nfe[row]) == int(single.nfe[0]), row
 
 
+@pytest.mark.parametrize("extra", [dict(), dict(block_length=8), dict(temperature=0.8, seed=3),
+                                   dict(stop_at_eos=True, max_lookahead=None), dict(kv_window=2)],
+                         ids=["one_block", "blocks", "temperature", "eos_whole_block", "kv_window"])
+def test_helper_cache_same_tokens_and_forwards_fewer_helper_tokens(models, extra):
+    """helper_cache=True: transformers' cache of the committed prefix gives each row, alone and in
+    a ragged batch, the tokens and forwards of the uncached helper, feeding the helper fewer tokens."""
+    model = models["dream"]
+    fed = []
+    hook = model.helper.model.register_forward_pre_hook(
+        lambda module, args, kwargs: fed.append(kwargs["input_ids"].numel()), with_kwargs=True)
+    try:
+        runs = {}
+        for cached in (False, True):
+            args = {"mixture_weight": 0.6, "max_lookahead": 6, "helper_cache": cached}
+            args.update({k: extra[k] for k in ("max_lookahead", "kv_window") if k in extra})
+            options = {k: v for k, v in extra.items() if k not in ("max_lookahead", "kv_window")}
+            cfg = GenerationConfig(**{**dict(gen_length=24, block_length=24, strategy="apd", stop_at_eos=False,
+                                             strategy_args=args), **options})
+            fed.clear()
+            runs[cached] = [decode(model, PROMPTS, cfg, seeds=[1, 2, 3, 4]), sum(fed)]
+            runs[cached] += [decode(model, [p], cfg, seeds=[row + 1]) for row, p in enumerate(PROMPTS)]
+    finally:
+        hook.remove()
+    (plain, plain_fed, *plain_single), (cached, cached_fed, *cached_single) = runs[False], runs[True]
+    assert cached.answer.tolist() == plain.answer.tolist() and cached.nfe.tolist() == plain.nfe.tolist()
+    for row, (a, b) in enumerate(zip(plain_single, cached_single)):
+        assert b.answer[0].tolist() == a.answer[0].tolist() == plain.answer[row].tolist(), row
+        assert int(b.nfe[0]) == int(a.nfe[0]), row
+    assert cached_fed < plain_fed
+
+
 @pytest.mark.parametrize("options, reason", [
     (dict(cache="dual"), "cache='none'"),
     (dict(stopper="prophet"), "stopper='none'"),
@@ -140,7 +171,8 @@ def test_refusals_name_the_reason(models, options, reason):
 
 def test_bad_options_and_missing_helper(tiny_models):
     for args, reason in (({"mixture_weight": 1.5}, "mixture_weight"), ({"max_lookahead": 0}, "max_lookahead"),
-                         ({"kv_window": 0}, "kv_window"), ({"kv_window": 2.5}, "kv_window")):
+                         ({"kv_window": 0}, "kv_window"), ({"kv_window": 2.5}, "kv_window"),
+                         ({"helper_cache": "yes"}, "helper_cache")):
         with pytest.raises(ValueError, match=reason):
             check_policies(GenerationConfig(gen_length=8, strategy="apd", strategy_args=args))
     with pytest.raises(ValueError, match="helper=PATH_OR_ID"):

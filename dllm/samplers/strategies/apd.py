@@ -21,22 +21,26 @@ own window and accepted count, so a ragged batch gives each row's single-run tok
 loop's K/V window: each round recomputes the diffusion model's K/V from W - 1 positions before
 the previous window start and keeps the older ones as last computed (apd_kv_window.py; a
 ragged batch runs one forward per distinct recompute start, each row its single run).
-Not yet: the helper's K/V cache: each round runs the helper over the row's canvas up to the
-window's end (the same logits, more compute). Refused, with the reason: dllm's caches (they
-refresh K/V at block boundaries, APD's window moves every round; ``kv_window`` is APD's own),
-a stopper, classifier-free guidance and a rule other than the default (APD applies none).
+``helper_cache=True`` keeps the helper's transformers cache of the prefix every row has
+committed, as the released loop does (apd_helper_cache.py: the same tokens and forwards, the
+helper fed fewer tokens); off (the default), each round runs the helper over the row's canvas
+up to the window's end. Refused, with the reason: dllm's caches (they refresh K/V at block
+boundaries, APD's window moves every round; ``kv_window`` is APD's own), a stopper,
+classifier-free guidance, a rule other than the default (APD applies none) and ``kv_window`` on
+a block-causal model.
 Under a constraint (structured output) the draft is the masked statistics' and the mixture chooses
 among the tokens that keep the canvas completable given the draft before them (verifier_choice.py).
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from dllm.samplers.base import register_strategy
+from dllm.samplers.strategies.apd_helper_cache import HelperPrefixCache
 from dllm.samplers.strategies.apd_kv_window import APDWindowCache
 from dllm.samplers.strategies.verifier_choice import verifier_choice
 
@@ -105,6 +109,8 @@ class APD:
     mixture_weight: float = 0.7  # R: the diffusion model's weight in the mixture (1 - R: the helper's)
     max_lookahead: int | None = None  # M: the window's masks (None: the rest of the block)
     kv_window: int | None = None  # W: K/V recomputed from W - 1 before the last window start (None: all, exact)
+    helper_cache: bool = False  # keep the helper's K/V of the committed prefix (transformers' cache)
+    helper_prefix: tuple | None = field(default=None, init=False, repr=False)  # (decode state, its cache)
     candidate_rows = 1  # rows one canvas row occupies in a forward (dllm.engine.memory)
 
     def __post_init__(self) -> None:
@@ -116,6 +122,8 @@ class APD:
                                            or self.kv_window < 1):
             raise ValueError(f"kv_window (W) must be an integer >= 1 or None (every K/V recomputed each round), "
                              f"got {self.kv_window!r}")
+        if not isinstance(self.helper_cache, bool):
+            raise ValueError(f"helper_cache must be True or False, got {self.helper_cache!r}")
 
     def check_config(self, config) -> None:
         """Refuse what APD's loop does not compose with, naming why."""
@@ -150,7 +158,12 @@ class APD:
         tokens = state.tokens.clone()
         tokens[:, bs:be] = torch.where(window, draft, tokens[:, bs:be])
         stop = int(right.max())  # (a host read: the helper's forward length)
-        verify = helper_logits(helper, tokens, canvas.valid, canvas.positions, bs, stop)  # (B, stop - bs, V_h)
+        if self.helper_cache:
+            if self.helper_prefix is None or self.helper_prefix[0] is not state:
+                self.helper_prefix = (state, HelperPrefixCache())
+            verify = self.helper_prefix[1].logits(helper, tokens, canvas.valid, canvas.positions, bs, stop)
+        else:
+            verify = helper_logits(helper, tokens, canvas.valid, canvas.positions, bs, stop)  # (B, stop - bs, V_h)
         V = min(verify.shape[-1], logits.shape[-1])
         mixed = logits[:, : stop - bs, :V].double().clone()
         if state.mask_id < V:
@@ -165,4 +178,6 @@ class APD:
         first = torch.where(reject.any(-1), reject.int().argmax(-1), W)  # (B,)
         commit = window & (j[None, :] < first[:, None])
         state.commit(commit, draft)
+        if self.helper_cache:
+            self.helper_prefix[1].keep_committed(state.tokens, state.mask_id)
         return commit.sum(-1)
