@@ -185,6 +185,8 @@ def plan_memory(model, batch: int, canvas_length: int, config: GenerationConfig,
             kv += kv_cache_bytes(model, widest_rows, canvas_length)
         if config.cache == "adaptive":  # each layer's cached input and the tokens they were computed for
             kv += adaptive_state_bytes(model, batch + (widest_rows if widest_rows > batch else 0), canvas_length)
+    if getattr(strategy, "kv_window", None) is not None:  # APD's own K/V window: buffers + a row group's copy
+        kv = 2 * kv_cache_bytes(model, batch, canvas_length)
     # a tensor-parallel rank's LM head holds its vocabulary shard: logits and statistics are per rank
     V, e = model.lm_head.weight.shape[0], _itemsize(model)
     # the LM head runs on the decision window only; Dream's shifted window may be concatenated

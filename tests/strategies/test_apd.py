@@ -118,6 +118,7 @@ def test_kv_window_ragged_batch_equals_single_runs(models, extra):
                                      strategy_args={"mixture_weight": 0.6, "max_lookahead": 6, "kv_window": 3}),
                               **extra})
     batch = decode(model, PROMPTS, cfg, seeds=[1, 2, 3, 4])
+    assert 0 < batch.memory["kv_cache_peak_bytes"] <= batch.memory["kv_cache_bytes"]  # planned, not past the plan
     for row, prompt in enumerate(PROMPTS):
         single = decode(model, [prompt], cfg, seeds=[row + 1])
         assert batch.answer[row].tolist() == single.answer[0].tolist(), row
