@@ -34,6 +34,22 @@ def _positions(lo: int, n: int, batch: int) -> torch.Tensor:
     return torch.arange(lo, lo + n)[None].expand(batch, n)
 
 
+def _denoiser_logits(ref, model, seed: int):
+    """(dllm's logits, the reference's, dllm's prefix store) of one random canvas of CANVAS tokens
+    after a random 13-token prompt, batch 2, both models encoding the prompt first."""
+    gen = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(6, 250, (2, 13), generator=gen)
+    canvas = torch.randint(0, model.config.vocab_size, (2, CANVAS), generator=gen)
+    with torch.no_grad():
+        cache = _reference_cache(ref)
+        ref.model.encoder(input_ids=prompt, cache=cache)
+        expected = ref(decoder_input_ids=canvas, cache=cache).logits
+        store = PrefixKV()
+        model.encode(prompt, _positions(0, 13, 2), torch.ones(2, 13, dtype=torch.bool), store)
+        logits = model.denoise(canvas, _positions(13, CANVAS, 2), store)
+    return logits, expected, store
+
+
 def test_encoder_and_denoiser_logits_match_transformers(checkpoint):
     """Prompt longer than the sliding window, two canvases, self-conditioning: every output of
     dllm's module equals transformers' within float32 tolerance."""
@@ -181,16 +197,7 @@ def test_bfloat16_load_runs_in_bfloat16_and_stays_close(checkpoint):
     _, model_cls = reference_classes()
     ref = model_cls.from_pretrained(path, dtype=torch.bfloat16).eval()
     model = load_model(path, dtype="bfloat16")
-    gen = torch.Generator().manual_seed(4)
-    prompt = torch.randint(6, 250, (2, 13), generator=gen)
-    canvas = torch.randint(0, model.config.vocab_size, (2, CANVAS), generator=gen)
-    with torch.no_grad():
-        cache = _reference_cache(ref)
-        ref.model.encoder(input_ids=prompt, cache=cache)
-        expected = ref(decoder_input_ids=canvas, cache=cache).logits
-        store = PrefixKV()
-        model.encode(prompt, _positions(0, 13, 2), torch.ones(2, 13, dtype=torch.bool), store)
-        logits = model.denoise(canvas, _positions(13, CANVAS, 2), store)
+    logits, expected, store = _denoiser_logits(ref, model, seed=4)
     assert store.keys[0].dtype == torch.bfloat16
     assert (logits - expected).abs().max() < 0.05 * expected.abs().max()
     assert (logits.argmax(-1) == expected.argmax(-1)).float().mean() >= 0.9
@@ -220,16 +227,7 @@ def test_dllm_s_tiny_writer_is_the_layout_transformers_reads(tmp_path):
     path = write_tiny_checkpoint(tmp_path / "tiny", "diffusion_gemma", n_layers=3, seed=1, num_shards=2)
     ref = model_cls.from_pretrained(path).eval()
     model = load_model(path)
-    gen = torch.Generator().manual_seed(5)
-    prompt = torch.randint(6, 250, (2, 13), generator=gen)
-    canvas = torch.randint(0, model.config.vocab_size, (2, CANVAS), generator=gen)
-    with torch.no_grad():
-        cache = _reference_cache(ref)
-        ref.model.encoder(input_ids=prompt, cache=cache)
-        expected = ref(decoder_input_ids=canvas, cache=cache).logits
-        store = PrefixKV()
-        model.encode(prompt, _positions(0, 13, 2), torch.ones(2, 13, dtype=torch.bool), store)
-        logits = model.denoise(canvas, _positions(13, CANVAS, 2), store)
+    logits, expected, _ = _denoiser_logits(ref, model, seed=5)
     torch.testing.assert_close(logits, expected, atol=ATOL, rtol=0)
     assert model.config.layer_types[-1] == "full_attention" and model.config.global_head_dim == 2 * model.config.head_dim
 
