@@ -20,9 +20,12 @@ import weakref
 from typing import Callable
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 _COMPILED: "weakref.WeakKeyDictionary[torch.nn.Module, Callable]" = weakref.WeakKeyDictionary()
-_STATIC: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
+# Buffers already marked, keyed by identity: a WeakSet compares its members with ``==``, which
+# for tensors is elementwise ("Boolean value of Tensor with more than one value is ambiguous")
+_STATIC: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def compile_available() -> str | None:
@@ -51,14 +54,15 @@ def compiled_model(model: torch.nn.Module) -> Callable:
     return compiled
 
 
-def mark_static(cache) -> None:
-    """Mark a cache's preallocated K/V buffers as static addresses (CUDA graphs write them in
-    place instead of copying them in)."""
+def mark_static(cache, devices: tuple[str, ...] = ("cuda",)) -> None:
+    """Mark a cache's preallocated K/V buffers on ``devices`` (CUDA graphs: the only place it
+    matters) as static addresses, each once: the graphs write them in place instead of copying
+    them in."""
     for pair in getattr(cache, "layers", ()):
         for buf in pair:
-            if buf.device.type == "cuda" and buf not in _STATIC:
+            if buf.device.type in devices and buf not in _STATIC:
                 torch._dynamo.mark_static_address(buf)
-                _STATIC.add(buf)
+                _STATIC[buf] = True
 
 
 def call_compiled(model: torch.nn.Module, *args) -> torch.Tensor:

@@ -39,6 +39,24 @@ def test_compiled_decode_equals_eager(tiny_models, options):
     assert torch.equal(eager.order, compiled.order) and torch.equal(eager.nfe, compiled.nfe)
 
 
+def test_mark_static_marks_each_buffer_once(monkeypatch):
+    """Issue 38: the marked-buffer bookkeeping was a WeakSet, whose membership test compares
+    tensors with ``==`` (elementwise): the second forward of every cached decode on CUDA raised.
+    Run here on CPU tensors of several elements; equal-valued buffers stay distinct."""
+    from dllm.cache.kv import KVBuffers
+    from dllm.runner import compiled
+
+    marked = []
+    monkeypatch.setattr(torch._dynamo, "mark_static_address", lambda t, guard=False: marked.append(id(t)))
+    kv = KVBuffers([(torch.zeros(2, 2, 4, 3), torch.zeros(2, 2, 4, 3)) for _ in range(2)])
+    copy = kv.select(torch.tensor([1, 1, 0]))  # a candidate batch's copy: new buffers
+    for cache in (kv, kv, copy, kv, copy):
+        compiled.mark_static(cache, devices=("cpu",))
+    assert marked == [id(t) for cache in (kv, copy) for pair in cache.layers for t in pair]
+    compiled.mark_static(KVBuffers([(torch.zeros(3), torch.zeros(3))]))  # CPU buffers: not CUDA's concern
+    assert len(marked) == 8
+
+
 def test_compile_is_off_by_default():
     assert GenerationConfig().compile is False
 
