@@ -62,7 +62,8 @@ class BlockCache:
     def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
                      rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
         if self.kv is None:
-            self.kv = KVBuffers.allocate(runner.model, runner.canvas.batch_size, runner.canvas.length)
+            self.kv = KVBuffers.allocate(runner.model, runner.canvas.batch_size, runner.canvas.length,
+                                         graphs=runner.graphs)
             if self.prompt_reuse is not None:  # stored prompt blocks: the first refresh starts after them
                 self.exact_end = self.prompt_reuse.load(runner.canvas, self.kv)
         shift = int(runner.shift_logits)

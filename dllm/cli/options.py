@@ -120,6 +120,9 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
                         "decoded this share; needs a rule with a threshold (default: one block at a time)")
     g.add_argument("--decoded-token-threshold", type=float, default=0.95,
                    help="pipelined decoding: a block is fully active once its predecessor decoded this share")
+    g.add_argument("--cuda-graphs", action="store_true",
+                   help="CUDA: replay the forwards from CUDA graphs captured once per shape (batch padded to "
+                        "captured sizes; not with --cache adaptive or a uniform-state model) (default: eager)")
     g.add_argument("--memory-budget-mb", type=float, default=None,
                    help="refuse a decode whose planned peak memory (MiB: weights, KV cache, logits, "
                         "activations, statistics) exceeds this (default: no check)")
@@ -140,7 +143,7 @@ def generation_config(args: argparse.Namespace):
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
         cfg_scale=args.cfg_scale, stop_at_eos=not args.no_stop_at_eos, seed=args.seed,
         memory_budget_mb=args.memory_budget_mb, block_add_threshold=args.block_add_threshold,
-        decoded_token_threshold=args.decoded_token_threshold,
+        decoded_token_threshold=args.decoded_token_threshold, cuda_graphs=args.cuda_graphs,
     )
     check_policies(config, {"policy_args": "--policy-arg", "strategy_args": "--strategy-arg",
                             "stopper_args": "--stopper-arg", "cache_args": "--cache-arg"})

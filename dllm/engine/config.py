@@ -38,6 +38,9 @@ class GenerationConfig:
     compile: run the model forward through torch.compile (CUDA: mode="reduce-overhead", i.e.
       CUDA graphs of the static-shaped window forwards; CPU: a plain compile). Same tokens as
       eager; off by default until measured (dllm/runner/compiled.py).
+    cuda_graphs: replay the forwards from CUDA graphs captured once per shape (batch padded to
+      captured sizes, K/V in static slots reused across decodes; dllm/runner/graphs.py). CUDA only;
+      exclusive with compile; off by default until measured.
     """
 
     gen_length: int = 128
@@ -62,6 +65,7 @@ class GenerationConfig:
     edit_threshold: float | None = None
     max_post_steps: int = 16
     compile: bool = False
+    cuda_graphs: bool = False
     block_add_threshold: float | None = None
     decoded_token_threshold: float = 0.95
 
@@ -105,6 +109,11 @@ class GenerationConfig:
             self._check_pipeline()
         if self.cfg_scale < 0:
             raise ValueError(f"cfg_scale must be >= 0, got {self.cfg_scale}")
+        if self.cuda_graphs and self.compile:
+            raise ValueError("cuda_graphs=True and compile=True both capture the forward; pick one")
+        if self.cuda_graphs and self.cache == "adaptive":
+            raise ValueError("cache='adaptive' runs its layers itself, so there is no forward to replay under "
+                             "cuda_graphs=True; use cache='dual' (or 'prefix', 'none') or cuda_graphs=False")
         if self.sub_block_length is not None and (
             self.sub_block_length <= 0 or self.block_length % self.sub_block_length
         ):

@@ -56,7 +56,11 @@ class DecodeState:
         self.model, self.canvas, self.config = model, canvas, config
         self.mask_id = model.mask_token_id
         self.tp = getattr(model, "tensor_parallel", None)  # this rank's TensorShard; None: one process
-        self.runner = ModelRunner(model, canvas, cfg_scale=config.cfg_scale, compile=config.compile)
+        if config.cuda_graphs and getattr(model, "uniform_state", False):
+            raise ValueError("cuda_graphs=True replays the mask-diffusion forward; a uniform-state model's encoder "
+                             "and denoiser are not captured yet: decode it with cuda_graphs=False")
+        self.runner = ModelRunner(model, canvas, cfg_scale=config.cfg_scale, compile=config.compile,
+                                  cuda_graphs=config.cuda_graphs)
         self.cache = make_cache(config.cache, **self._cache_options())
         self.rule = make_rule(config.policy, config.policy_args)
         self.stopper = make_stopper(config.stopper, config.stopper_args)

@@ -51,7 +51,8 @@ class AppendCache:
     def block_logits(self, runner: ModelRunner, tokens: Tensor, bs: int, be: int, step: int,
                      rows: Tensor | None = None, count: Tensor | None = None) -> Tensor:
         if self.kv is None:
-            self.kv = KVBuffers.allocate(runner.model, runner.canvas.batch_size, runner.canvas.length)
+            self.kv = KVBuffers.allocate(runner.model, runner.canvas.batch_size, runner.canvas.length,
+                                         graphs=runner.graphs)
         kv = self.kv if rows is None else self.kv.select(rows)
         self.peak_bytes = max(self.peak_bytes, self.kv.nbytes + (kv.nbytes if rows is not None else 0))
         shift = int(runner.shift_logits)

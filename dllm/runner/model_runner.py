@@ -13,6 +13,7 @@ from torch import Tensor
 
 from dllm.runner.canvas import Canvas
 from dllm.runner.compiled import call_compiled, mark_static
+from dllm.runner.graphs import GraphRunner, graph_runner
 from dllm.models.transformer import DiffusionTransformer
 from dllm.models.visibility import KeyVisibility, block_causal_spans
 
@@ -36,11 +37,14 @@ def head_rows_pay_off(device: torch.device) -> bool:
 
 
 class ModelRunner:
-    def __init__(self, model, canvas: Canvas, *, cfg_scale: float = 0.0, compile: bool = False) -> None:
+    def __init__(self, model, canvas: Canvas, *, cfg_scale: float = 0.0, compile: bool = False,
+                 cuda_graphs: bool = False) -> None:
         self.model = model
         self.canvas = canvas
         self.cfg_scale = cfg_scale
         self.compile = compile  # forwards through torch.compile (GenerationConfig.compile)
+        # forwards replayed from CUDA graphs (GenerationConfig.cuda_graphs; dllm/runner/graphs.py)
+        self.graphs: GraphRunner | None = graph_runner(model) if cuda_graphs else None
         B = canvas.batch_size
         self.nfe = torch.zeros(B, dtype=torch.long, device=canvas.tokens.device)
         self.token_forwards = torch.zeros_like(self.nfe)
@@ -103,10 +107,10 @@ class ModelRunner:
             head_lo, head_hi = min(lo, max(0, self.canvas.prompt_width - int(self.shift_logits) - q_start)), T
         head = None if (head_lo, head_hi) == (0, T) else (head_lo, head_hi)
         need = self.head_rows
-        if need is not None and (rows is not None or keep or self.compile or self.cfg_scale > 0
+        if need is not None and (rows is not None or keep or self.compile or self.graphs or self.cfg_scale > 0
                                  or need.shape != (tokens.shape[0], hi - lo) or not head_rows_pay_off(tokens.device)
                                  or not isinstance(self.model, DiffusionTransformer)):
-            need = None  # candidate states, answer-wide heads, static compiled shapes, wrapped models
+            need = None  # candidate states, answer-wide heads, static compiled / graph shapes, wrapped models
         key_len = self.canvas.length if cache is not None else T
         if cache is None and q_start != 0:
             raise ValueError("an uncached forward must cover the canvas from position 0")
@@ -162,6 +166,11 @@ class ModelRunner:
         return unc + (self.cfg_scale + 1) * (cond - unc)
 
     def _model(self, tokens, positions, visible, cache, write_at, head, need=None) -> Tensor:
+        if self.graphs is not None:
+            slot = getattr(cache, "slot", None)
+            if need is None and (cache is None or slot is not None):
+                return self.graphs.run(self.model, tokens, positions, visible, slot, write_at, head)
+            self.graphs.stats.eager += 1  # buffers of its own (candidate states): not replayable
         if not self.compile:
             if need is not None:
                 return self.model(tokens, positions, visible, cache, write_at, head, head_rows=need)

@@ -1,0 +1,266 @@
+"""``GenerationConfig.cuda_graphs``: the decode's forwards replayed from CUDA graphs.
+
+A forward of the model is launch-bound on a GPU (thousands of small kernels per step at batch
+1), and within a decision window every forward has the same shapes. So each distinct forward
+(batch bucket, query length, key length, cache write offset, head range, block-causal spans,
+whether keys are masked) is captured once into a CUDA graph and replayed: the inputs are
+copied into the graph's static buffers, the graph runs, its static logits are copied out.
+
+* Batches are padded to captured sizes (``BUCKETS``), as SGLang and vLLM do: a batch of 3 runs
+  the graph of 4, its fourth row a copy of the first's inputs, never read.
+* K/V: the graph writes the cache's buffers in place, so those buffers must keep their address
+  from capture to every replay, across decodes. The caches that forward through the runner
+  (none, prefix, dual, sub-blocks) take their buffers from a pool of static slots here
+  (``lease``): a slot holds the bucket's rows and is leased to one decode at a time, zeroed on
+  lease (what a fresh allocation gives), and returned when the decode's buffers are freed; the
+  next decode of the same shape reuses it and its graphs. Capture is paid once per process.
+* Forwards that do not run on a leased slot run eagerly and are counted (``GraphStats.eager``):
+  candidate states of FreeDave / LoPA (their buffers are per-step copies), classifier-free
+  guidance, caches that run layer by layer themselves (adaptive) or keep buffers of their own.
+
+Capture runs the forward twice on a side stream first (warm-up: kernel selection and Triton
+compilation outside the graph), then records it. A forward that cannot be captured (a host read
+inside it: an MoE layer's tokens-per-expert counts on the torch path) is an error naming the fix.
+
+On a CPU there are no graphs and the option is refused; the tests replace the capture backend
+with one that re-runs the recorded function on the same static buffers (``EmulatedGraph``),
+which checks everything here but the capture itself: keys, padding, static inputs written in
+place, the slot's K/V shared by the cache and the graph, capture once per shape.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from dllm.models.visibility import KeyVisibility
+
+BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+def bucket(rows: int) -> int:
+    """The captured batch size a batch of ``rows`` runs in (rows itself past the largest bucket)."""
+    for size in BUCKETS:
+        if rows <= size:
+            return size
+    return rows
+
+
+def graphs_available(device: torch.device) -> str | None:
+    """None when CUDA graphs can run on ``device``, else the reason they cannot."""
+    if device.type != "cuda":
+        return f"CUDA graphs need a CUDA device; the model is on {device.type}"
+    if not hasattr(torch.cuda, "CUDAGraph"):
+        return f"torch {torch.__version__} has no torch.cuda.CUDAGraph"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphKey:
+    """What fixes a forward's graph: every shape, offset and Python value the forward reads."""
+
+    rows: int  # the batch bucket
+    tokens: int  # query tokens T
+    keys: int  # key length S (the canvas length with a cache, T without)
+    write_at: int  # canvas offset of the window's K/V
+    head: tuple[int, int] | None  # queries that get logits (None: all)
+    spans: tuple[tuple[int, int, int], ...] | None  # block-causal query spans
+    masked: bool  # whether keys carry a validity mask (padded or truncated canvas)
+    slot: int | None  # the static K/V slot (None: an uncached forward)
+
+
+class CudaGraph:
+    """One captured forward on CUDA (``torch.cuda.CUDAGraph``)."""
+
+    def __init__(self, fn: Callable[[], Tensor], pool) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # kernel choice and Triton compilation happen here, not in the graph
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=pool):
+            self.out = fn()
+
+    def replay(self) -> Tensor:
+        self.graph.replay()
+        return self.out
+
+
+class EmulatedGraph:
+    """The tests' stand-in on CPU: the recorded function re-run on the same static buffers, its
+    result written into one static output (as a graph's output tensor is one buffer)."""
+
+    def __init__(self, fn: Callable[[], Tensor], pool) -> None:
+        self.fn = fn
+        fn()  # the warm-up the CUDA capture runs too
+        self.out = fn()
+
+    def replay(self) -> Tensor:
+        self.out.copy_(self.fn())
+        return self.out
+
+
+@dataclass(eq=False)
+class KVSlot:
+    """Static K/V of ``rows`` (a bucket) canvases of one length: ``layers[i] = (k, v)`` of shape
+    (rows, H_kv, L, D); leased to one decode at a time."""
+
+    index: int
+    layers: list[tuple[Tensor, Tensor]]
+    leased: bool = False
+
+    def views(self, batch: int) -> list[tuple[Tensor, Tensor]]:
+        """The first ``batch`` rows of every buffer, zeroed (a fresh allocation's contents)."""
+        out = []
+        for k, v in self.layers:
+            out.append((k[:batch].zero_(), v[:batch].zero_()))
+        return out
+
+    def release(self) -> None:
+        self.leased = False
+
+
+@dataclass
+class GraphStats:
+    """Counts of one model's graph runner: captures and their cost, replays, eager forwards."""
+
+    captures: int = 0
+    capture_seconds: float = 0.0
+    replays: int = 0
+    eager: int = 0
+    slots: int = 0
+    slot_bytes: int = 0
+
+    def as_dict(self) -> dict:
+        return {"captures": self.captures, "capture_seconds": round(self.capture_seconds, 4),
+                "replays": self.replays, "eager_forwards": self.eager, "kv_slots": self.slots,
+                "kv_slot_bytes": self.slot_bytes}
+
+
+@dataclass(eq=False)
+class _Captured:
+    graph: CudaGraph | EmulatedGraph
+    tokens: Tensor
+    positions: Tensor
+    valid: Tensor | None
+
+
+class _SlotLayers:
+    """The ``cache`` argument of a captured forward: the slot's whole buffers (bucket rows)."""
+
+    def __init__(self, layers: list[tuple[Tensor, Tensor]]) -> None:
+        self.layers = layers
+
+
+@dataclass(eq=False)
+class GraphRunner:
+    """One model's captured forwards and static K/V slots (one per model and process)."""
+
+    backend: type = CudaGraph
+    graphs: dict[GraphKey, _Captured] = field(default_factory=dict)
+    slots: dict[tuple, list[KVSlot]] = field(default_factory=dict)
+    stats: GraphStats = field(default_factory=GraphStats)
+    pool: object = None  # the CUDA memory pool the graphs share (they replay one at a time)
+
+    # --- K/V slots ------------------------------------------------------------------------
+    def lease(self, shape: tuple[int, int, int, int], n_layers: int, dtype: torch.dtype,
+              device: torch.device) -> tuple[list[tuple[Tensor, Tensor]], KVSlot]:
+        """Buffers (batch, H_kv, L, D) per layer for one decode: views of a free static slot of
+        the batch's bucket (a new slot when every one of that shape is leased)."""
+        batch, *rest = shape
+        rows = bucket(batch)
+        group = self.slots.setdefault((rows, *rest, n_layers, dtype, str(device)), [])
+        slot = next((s for s in group if not s.leased), None)
+        if slot is None:
+            make = lambda: torch.zeros((rows, *rest), dtype=dtype, device=device)  # noqa: E731
+            slot = KVSlot(index=sum(len(g) for g in self.slots.values()),
+                          layers=[(make(), make()) for _ in range(n_layers)])
+            group.append(slot)
+            self.stats.slots += 1
+            self.stats.slot_bytes += sum(k.nbytes + v.nbytes for k, v in slot.layers)
+        slot.leased = True
+        return slot.views(batch), slot
+
+    # --- forwards -------------------------------------------------------------------------
+    def run(self, model, tokens: Tensor, positions: Tensor, visible, slot: KVSlot | None, write_at: int,
+            head: tuple[int, int] | None) -> Tensor:
+        """The model's logits for tokens (N, T) at positions (N, T): the captured graph of this
+        forward's key replayed (captured first if new)."""
+        N, T = tokens.shape
+        rows = bucket(N) if slot is None else slot.layers[0][0].shape[0]
+        valid = visible.valid
+        key = GraphKey(rows=rows, tokens=T, keys=T if slot is None else slot.layers[0][0].shape[2],
+                       write_at=write_at, head=head, spans=visible.spans, masked=valid is not None,
+                       slot=None if slot is None else slot.index)
+        captured = self.graphs.get(key)
+        if captured is None:
+            static_tokens = _padded(tokens, rows)
+            static_positions = _padded(positions, rows)
+            static_valid = None if valid is None else _padded(valid, rows)
+            cache = None if slot is None else _SlotLayers(slot.layers)
+            spans = visible.spans
+
+            def forward() -> Tensor:
+                return model(static_tokens, static_positions, KeyVisibility(static_valid, spans), cache, write_at,
+                             head)
+
+            start = time.perf_counter()
+            try:
+                graph = self.backend(forward, self.pool)
+            except RuntimeError as err:
+                raise RuntimeError(f"cuda_graphs=True: the forward {key} could not be captured ({err}); "
+                                   "decode with cuda_graphs=False") from err
+            self.stats.capture_seconds += time.perf_counter() - start
+            self.stats.captures += 1
+            captured = self.graphs[key] = _Captured(graph, static_tokens, static_positions, static_valid)
+        else:
+            captured.tokens[:N].copy_(tokens)
+            captured.positions[:N].copy_(positions)
+            if valid is not None:
+                captured.valid[:N].copy_(valid)
+        out = captured.graph.replay()
+        self.stats.replays += 1
+        return out[:N].clone()  # the next replay overwrites the graph's output
+
+
+def _padded(x: Tensor, rows: int) -> Tensor:
+    """A fresh static buffer of ``rows`` rows: x, then copies of x's first row (padding rows get
+    real inputs, so nothing in them is out of range or fully masked)."""
+    out = x[:1].repeat(rows, *([1] * (x.dim() - 1)))
+    out[: x.shape[0]] = x
+    return out.contiguous()
+
+
+_RUNNERS: "weakref.WeakKeyDictionary[torch.nn.Module, GraphRunner]" = weakref.WeakKeyDictionary()
+BACKEND: type = CudaGraph  # the tests swap in EmulatedGraph on CPU
+
+
+def graph_runner(model: torch.nn.Module) -> GraphRunner:
+    """The model's GraphRunner (built once per model and process); refuses a device without graphs."""
+    runner = _RUNNERS.get(model)
+    if runner is None:
+        backend = BACKEND
+        if backend is CudaGraph:
+            reason = graphs_available(model.device)
+            if reason is not None:
+                raise ValueError(f"cuda_graphs=True: {reason}; decode with cuda_graphs=False")
+        pool = torch.cuda.graph_pool_handle() if backend is CudaGraph else None
+        runner = _RUNNERS[model] = GraphRunner(backend=backend, pool=pool)
+    return runner
+
+
+def graph_stats(model: torch.nn.Module) -> dict | None:
+    """The model's graph counts (captures, capture seconds, replays, eager forwards), None if
+    it never ran with ``cuda_graphs=True``."""
+    runner = _RUNNERS.get(model)
+    return None if runner is None else runner.stats.as_dict()
+
+
+__all__ = ["BUCKETS", "EmulatedGraph", "GraphKey", "GraphRunner", "GraphStats", "KVSlot", "bucket",
+           "graph_runner", "graph_stats", "graphs_available"]

@@ -1,0 +1,127 @@
+"""``GenerationConfig(cuda_graphs=True)``: forwards replayed from graphs captured once per shape.
+
+No CUDA here: the capture backend is swapped for ``EmulatedGraph``, which re-runs the recorded
+forward on the same static buffers and writes one static output. That checks what the graph
+runner adds to a decode (keys, batch padding to buckets, static inputs, the cache's K/V living
+in a leased static slot the graph writes in place, capture paid once) against the eager decode,
+token for token; the capture itself runs in the GPU check."""
+from __future__ import annotations
+
+import weakref
+
+import pytest
+import torch
+
+import dllm
+from dllm import GenerationConfig
+from dllm.engine.decoding import Decoding, RowStart, decode
+from dllm.models.tiny import write_tiny_checkpoint
+from dllm.runner import graphs
+
+RAGGED = [[5, 17, 42], [7, 8, 9, 10, 11], [100, 3, 9]]  # 3 rows: the bucket of 4, one padding row
+EVEN = [[5, 17, 42, 4], [7, 8, 9, 10]]  # no padding: keys unmasked
+BASE = dict(gen_length=16, block_length=8, steps=8, policy="threshold", policy_args={"tau": 0.3})
+
+
+@pytest.fixture()
+def emulated(monkeypatch):
+    """Graphs emulated on CPU, and a fresh graph runner per model for this test."""
+    monkeypatch.setattr(graphs, "BACKEND", graphs.EmulatedGraph)
+    monkeypatch.setattr(graphs, "_RUNNERS", weakref.WeakKeyDictionary())
+    return graphs
+
+
+def _same(eager, replayed) -> None:
+    assert torch.equal(eager.answer, replayed.answer)
+    assert torch.equal(eager.order, replayed.order)
+    assert torch.equal(eager.nfe, replayed.nfe) and torch.equal(eager.token_forwards, replayed.token_forwards)
+
+
+CACHES = [dict(cache="none"), dict(cache="prefix"), dict(cache="dual"),
+          dict(cache="dual", sub_block_length=4), dict(cache="prefix", sub_block_length=4)]
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+@pytest.mark.parametrize("options", CACHES, ids=["none", "prefix", "dual", "dual-sub", "prefix-sub"])
+def test_replayed_decode_equals_eager(tiny_models, emulated, family, options):
+    model = tiny_models[family].model
+    for prompts in (RAGGED, EVEN):
+        config = dict(BASE, **options)
+        eager = decode(model, prompts, GenerationConfig(**config))
+        replayed = decode(model, prompts, GenerationConfig(**config, cuda_graphs=True))
+        _same(eager, replayed)
+    stats = graphs.graph_stats(model)
+    assert stats["eager_forwards"] == 0  # every forward of these decodes ran from a graph
+    assert 0 < stats["captures"] < stats["replays"]  # a window's later steps replay its graph
+
+
+def test_capture_is_paid_once_and_the_slot_is_reused(tiny_models, emulated):
+    model = tiny_models["llada"].model
+    config = GenerationConfig(**BASE, cache="dual", cuda_graphs=True)
+    first = decode(model, RAGGED, config)
+    after_first = graphs.graph_stats(model)
+    again = decode(model, RAGGED, config)
+    four = decode(model, RAGGED + [[1, 2, 3, 4, 5]], config)  # 4 rows: the same bucket, slot and graphs
+    stats = graphs.graph_stats(model)
+    _same(first, again)
+    _same(decode(model, RAGGED + [[1, 2, 3, 4, 5]], GenerationConfig(**BASE, cache="dual")), four)
+    assert stats["captures"] == after_first["captures"]  # nothing captured after the first decode
+    assert stats["kv_slots"] == 1 and stats["replays"] > 2 * after_first["replays"]
+
+
+def test_decodes_alive_together_lease_their_own_slots(tiny_models, emulated):
+    """Two decodes stepped in turn (as the server's running batches may be): each holds its own
+    static K/V, and each equals its decode alone."""
+    model = tiny_models["llada"].model
+    config = GenerationConfig(**BASE, cache="dual", cuda_graphs=True)
+    rows = [RowStart(prefix=p, gen_length=config.gen_length) for p in RAGGED]
+    a, b = Decoding(model, rows[:2], config), Decoding(model, rows[1:], config)
+    while not (a.done and b.done):
+        for run in (a, b):
+            if not run.done:
+                run.step()
+    assert graphs.graph_stats(model)["kv_slots"] == 2
+    eager = GenerationConfig(**BASE, cache="dual")
+    _same(decode(model, RAGGED[:2], eager), a.result())
+    _same(decode(model, RAGGED[1:], eager), b.result())
+
+
+@pytest.mark.parametrize("strategy", ["freedave", "lopa"])
+def test_candidate_forwards_run_eager_and_are_counted(tiny_models, emulated, strategy):
+    model = tiny_models["llada"].model
+    config = dict(BASE, cache="dual", strategy=strategy)
+    eager = decode(model, RAGGED, GenerationConfig(**config))
+    replayed = decode(model, RAGGED, GenerationConfig(**config, cuda_graphs=True))
+    _same(eager, replayed)
+    stats = graphs.graph_stats(model)
+    assert stats["replays"] > 0 and stats["eager_forwards"] > 0  # candidate states: per-step buffer copies
+
+
+@pytest.fixture(scope="module")
+def block_causal(tmp_path_factory):
+    path = write_tiny_checkpoint(tmp_path_factory.mktemp("bd_graphs"), "fast_dllm_v2", seed=5, block_size=8)
+    return dllm.load(path, dtype="float32").model
+
+
+@pytest.mark.parametrize("options", [dict(cache="dual"), dict(cache="none"),
+                                     dict(cache="dual", block_add_threshold=0.5)],
+                         ids=["dual", "none", "pipelined"])
+def test_block_causal_replayed_decode_equals_eager(block_causal, emulated, options):
+    config = dict(BASE, **options)
+    _same(decode(block_causal, RAGGED, GenerationConfig(**config)),
+          decode(block_causal, RAGGED, GenerationConfig(**config, cuda_graphs=True)))
+    assert graphs.graph_stats(block_causal)["eager_forwards"] == 0
+
+
+def test_buckets():
+    assert [graphs.bucket(n) for n in (1, 2, 3, 5, 9, 33, 256, 300)] == [1, 2, 4, 8, 12, 48, 256, 300]
+
+
+def test_refused_where_it_cannot_replay(tiny_models):
+    model = tiny_models["llada"].model
+    with pytest.raises(ValueError, match="cuda_graphs=False"):  # no CUDA device here
+        decode(model, RAGGED, GenerationConfig(**BASE, cuda_graphs=True))
+    with pytest.raises(ValueError, match="pick one"):
+        GenerationConfig(**BASE, cuda_graphs=True, compile=True)
+    with pytest.raises(ValueError, match="cache='dual'"):
+        GenerationConfig(**BASE, cuda_graphs=True, cache="adaptive")
