@@ -1,4 +1,5 @@
-"""Random-weight models of real shapes (LLaDA-8B, Dream-7B, a ~1B LLaDA), built on the device.
+"""Random-weight models of real shapes (LLaDA-8B, Dream-7B, a ~1B LLaDA, SDAR-8B, LLaDA2.0-mini), built on
+the device.
 
 No checkpoint is written or read: the module is built on the meta device, cast there, given
 uninitialised storage on the target device in the target dtype (``to_empty``), then filled
@@ -30,6 +31,21 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
                            "mlp_hidden_size": 5632, "vocab_size": 32000, "embedding_size": 32000,
                            "rope_theta": 500000.0, "max_sequence_length": 4096,
                            "mask_token_id": 31999, "eos_token_id": 2, "pad_token_id": 2}),
+    # SDAR-8B-Chat (Qwen3-8B's shape, block-causal with block size 4)
+    "sdar-8b": ("sdar", {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
+                         "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
+                         "vocab_size": 151936, "rope_theta": 1000000.0, "max_position_embeddings": 40960,
+                         "block_size": 4, "mask_token_id": 151669, "eos_token_id": 151643,
+                         "pad_token_id": 151643}),
+    # LLaDA2.0-mini (16B total, ~1.4B active: 256 experts of 512, top-8, one shared; layer 0 dense)
+    "llada2-mini": ("llada2_moe", {"hidden_size": 2048, "num_hidden_layers": 20, "num_attention_heads": 16,
+                                   "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 5120,
+                                   "moe_intermediate_size": 512, "num_experts": 256, "num_experts_per_tok": 8,
+                                   "n_group": 8, "topk_group": 4, "num_shared_experts": 1,
+                                   "first_k_dense_replace": 1, "routed_scaling_factor": 2.5,
+                                   "partial_rotary_factor": 0.5, "vocab_size": 157184, "rope_theta": 600000.0,
+                                   "max_position_embeddings": 16384, "use_qk_norm": True, "use_bias": False,
+                                   "mask_token_id": 156895, "eos_token_id": 156892, "pad_token_id": 156892}),
     # seconds-sized stand-ins with the same families, for `--tiny` (the suite runs them on CPU)
     "tiny-llada": ("llada", {"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4,
                              "mlp_hidden_size": 128, "vocab_size": 512, "embedding_size": 512,
@@ -39,6 +55,16 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
                              "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512,
                              "max_position_embeddings": 1024, "mask_token_id": 511, "eos_token_id": 2,
                              "pad_token_id": 2}),
+    "tiny-sdar": ("sdar", {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 512,
+                           "max_position_embeddings": 1024, "block_size": 4, "mask_token_id": 511,
+                           "eos_token_id": 2, "pad_token_id": 2}),
+    "tiny-llada2": ("llada2_moe", {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                   "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,
+                                   "moe_intermediate_size": 32, "num_experts": 8, "num_experts_per_tok": 2,
+                                   "n_group": 2, "topk_group": 1, "num_shared_experts": 1,
+                                   "first_k_dense_replace": 1, "vocab_size": 512, "max_position_embeddings": 1024,
+                                   "use_bias": False, "mask_token_id": 511, "eos_token_id": 2, "pad_token_id": 2}),
 }
 REAL_SHAPES = ("llada-8b", "dream-7b", "llada-1b")
 TINY_SHAPES = ("tiny-llada", "tiny-dream")
