@@ -147,6 +147,13 @@ def generation_config(args: argparse.Namespace):
     )
     check_policies(config, {"policy_args": "--policy-arg", "strategy_args": "--strategy-arg",
                             "stopper_args": "--stopper-arg", "cache_args": "--cache-arg"})
+    if config.cuda_graphs and getattr(args, "device", None) is not None:
+        from dllm.models.placement import resolve_device
+        from dllm.runner.graphs import graphs_available
+
+        reason = graphs_available(resolve_device(args.device))
+        if reason is not None:
+            raise ValueError(f"--cuda-graphs: {reason}; drop --cuda-graphs or run on a GPU (--device cuda)")
     return config
 
 

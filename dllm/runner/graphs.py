@@ -53,7 +53,7 @@ def bucket(rows: int) -> int:
 def graphs_available(device: torch.device) -> str | None:
     """None when CUDA graphs can run on ``device``, else the reason they cannot."""
     if device.type != "cuda":
-        return f"CUDA graphs need a CUDA device; the model is on {device.type}"
+        return f"CUDA graphs need a CUDA device, not {device.type}"
     if not hasattr(torch.cuda, "CUDAGraph"):
         return f"torch {torch.__version__} has no torch.cuda.CUDAGraph"
     return None

@@ -125,3 +125,16 @@ def test_refused_where_it_cannot_replay(tiny_models):
         GenerationConfig(**BASE, cuda_graphs=True, compile=True)
     with pytest.raises(ValueError, match="cache='dual'"):
         GenerationConfig(**BASE, cuda_graphs=True, cache="adaptive")
+
+
+@pytest.mark.parametrize("command", [["generate", "hi"], ["serve"], ["chat"]])
+def test_the_commands_refuse_cuda_graphs_off_cuda_before_loading(monkeypatch, capsys, command):
+    from dllm.cli import main
+
+    def load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the option was checked")
+
+    monkeypatch.setattr("dllm.load", load)
+    assert main([command[0], "--cuda-graphs", "--device", "cpu", *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "--cuda-graphs: CUDA graphs need a CUDA device" in err and "--device cuda" in err
