@@ -18,12 +18,15 @@ says so), prompts holding the image token are refused. ``use_bidirectional_atten
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dllm.models.config import MoEConfig
 from dllm.models.gemma import DiffusionGemma
 from dllm.models.gemma_config import GemmaConfig
 from dllm.models.sources import Source, inner_of, one
+
+if TYPE_CHECKING:
+    from dllm.parallel.tensor_plan import TensorShard
 
 MODEL_TYPES = ("diffusion_gemma",)
 ARCHITECTURES = ("DiffusionGemmaForBlockDiffusion",)
@@ -141,6 +144,7 @@ def parse_config(raw: dict[str, Any]) -> GemmaConfig:
     )
 
 
-def build_model(cfg: GemmaConfig) -> DiffusionGemma:
-    """The family's module (not the shared DiffusionTransformer: an encoder and a denoiser)."""
-    return DiffusionGemma(cfg)
+def build_model(cfg: GemmaConfig, tp: TensorShard | None = None) -> DiffusionGemma:
+    """The family's module (not the shared DiffusionTransformer: an encoder and a denoiser);
+    ``tp``: one rank's shard of it (``dllm.parallel.tensor_plan.GEMMA_PLAN``)."""
+    return DiffusionGemma(cfg, tp)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +26,9 @@ from torch import Tensor, nn
 
 from dllm.models.gemma_config import GemmaConfig
 from dllm.models.moe import MoEMLP
+
+if TYPE_CHECKING:
+    from dllm.parallel.tensor_plan import TensorShard
 
 gelu_tanh = partial(F.gelu, approximate="tanh")
 
@@ -47,16 +51,20 @@ class GemmaRMSNorm(nn.Module):
 
 
 class GeGLU(nn.Module):
-    """down(gelu_tanh(gate(x)) * up(x)): the dense MLP and the self-conditioning block."""
+    """down(gelu_tanh(gate(x)) * up(x)): the layers' dense MLP. Tensor parallel (``tp``): the
+    rank's share of the hidden units, the down projection's partial sums all-reduced."""
 
-    def __init__(self, d_model: int, hidden: int) -> None:
+    def __init__(self, d_model: int, hidden: int, tp: TensorShard | None = None) -> None:
         super().__init__()
+        self.tp = tp
+        hidden = hidden if tp is None else tp.part(hidden)
         self.gate_proj = nn.Linear(d_model, hidden, bias=False)
         self.up_proj = nn.Linear(d_model, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(gelu_tanh(self.gate_proj(x)) * self.up_proj(x))
+        out = self.down_proj(gelu_tanh(self.gate_proj(x)) * self.up_proj(x))
+        return out if self.tp is None else self.tp.all_reduce(out)
 
 
 def inv_freq(head_dim: int, theta: float, rotary_factor: float, device: torch.device) -> Tensor:
@@ -99,12 +107,20 @@ class PrefixKV:
 
 class GemmaAttention(nn.Module):
     """Gemma-4 attention: q / k norm, scale 1, values normed without weight; full layers have
-    no value projection (the keys before their norm are the values)."""
+    no value projection (the keys before their norm are the values).
 
-    def __init__(self, cfg: GemmaConfig, i: int) -> None:
+    Tensor parallel (``tp``): the rank's query heads and the K/V heads they read (this layer's
+    count and head size; one replicated K/V head where the layer has fewer than ranks), so the
+    ``PrefixKV`` holds the rank's heads only; o_proj's partial sums are all-reduced."""
+
+    def __init__(self, cfg: GemmaConfig, i: int, tp: TensorShard | None = None) -> None:
         super().__init__()
+        self.tp = tp
         self.head_dim, self.n_kv_heads = cfg.layer_heads(i)
         self.n_heads = cfg.n_heads
+        if tp is not None:
+            lo, hi = tp.kv_head_range(self.n_kv_heads)
+            self.n_heads, self.n_kv_heads = tp.part(cfg.n_heads), hi - lo
         d = cfg.d_model
         self.q_proj = nn.Linear(d, self.n_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(d, self.n_kv_heads * self.head_dim, bias=False)
@@ -130,18 +146,20 @@ class GemmaAttention(nn.Module):
             k, v = torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=allowed[:, None], scale=1.0,
                                              enable_gqa=self.n_kv_heads != self.n_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+        out = self.o_proj(out.transpose(1, 2).reshape(B, T, -1))  # (B, T, d): the rank's heads' partial sum
+        return out if self.tp is None else self.tp.all_reduce(out)
 
 
 class GemmaLayer(nn.Module):
-    """Sandwich-normed attention, then the dense GeGLU and the experts side by side."""
+    """Sandwich-normed attention, then the dense GeGLU and the experts side by side (under
+    tensor parallelism each all-reduces its own output: both are normed apart before they add)."""
 
-    def __init__(self, cfg: GemmaConfig, i: int) -> None:
+    def __init__(self, cfg: GemmaConfig, i: int, tp: TensorShard | None = None) -> None:
         super().__init__()
         d, eps = cfg.d_model, cfg.rms_norm_eps
-        self.self_attn = GemmaAttention(cfg, i)
-        self.mlp = GeGLU(d, cfg.mlp_hidden_size)
-        self.moe = MoEMLP(d, cfg.moe)
+        self.self_attn = GemmaAttention(cfg, i, tp)
+        self.mlp = GeGLU(d, cfg.mlp_hidden_size, tp)
+        self.moe = MoEMLP(d, cfg.moe, tp)
         self.router_norm = GemmaRMSNorm(d, eps, scale=False)
         self.router_scale = nn.Parameter(torch.ones(d))
         for name in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
@@ -166,14 +184,22 @@ class GemmaLayer(nn.Module):
 
 class DiffusionGemma(nn.Module):
     """Embeddings (times sqrt(d)), the shared layers, final norm, tied LM head with soft-capping,
-    and the denoiser's self-conditioning block."""
+    and the denoiser's self-conditioning block.
 
-    def __init__(self, cfg: GemmaConfig) -> None:
+    Tensor parallel (``tp``, ``dllm.parallel.tensor_plan``'s ``GEMMA_PLAN``): the layers hold
+    the rank's heads, dense hidden units and experts (``tensor_shard``); the embedding, the LM
+    head and the self-conditioning block stay whole on every rank, so the logits are whole rows
+    and ``tensor_parallel`` (what the engine reads for vocabulary-shard logits) stays None."""
+
+    tensor_parallel = None
+
+    def __init__(self, cfg: GemmaConfig, tp: TensorShard | None = None) -> None:
         super().__init__()
         self.config = cfg
+        self.tensor_shard = tp  # this rank's TensorShard (heads, hidden units, experts); None: one process
         d = cfg.d_model
         self.embed = nn.Embedding(cfg.vocab_size, d)
-        self.layers = nn.ModuleList(GemmaLayer(cfg, i) for i in range(cfg.n_layers))
+        self.layers = nn.ModuleList(GemmaLayer(cfg, i, tp) for i in range(cfg.n_layers))
         self.norm = GemmaRMSNorm(d, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
         self.self_conditioning = nn.Module()
@@ -207,10 +233,11 @@ class DiffusionGemma(nn.Module):
     dense_attention_mask = True  # dllm.engine.memory: (queries x keys) masks, not key spans
 
     def kv_cache_bytes(self, batch: int, length: int) -> int:
-        """The encoder's K/V of ``length`` positions for ``batch`` rows (layers differ in shape)."""
+        """The encoder's K/V of ``length`` positions for ``batch`` rows (layers differ in shape;
+        under tensor parallelism the rank's K/V heads)."""
         item = torch.empty((), dtype=self.dtype).element_size()
-        shapes = [self.config.layer_heads(i) for i in range(self.config.n_layers)]
-        return sum(2 * batch * kv * length * dim * item for dim, kv in shapes)
+        heads = [(layer.self_attn.head_dim, layer.self_attn.n_kv_heads) for layer in self.layers]
+        return sum(2 * batch * kv * length * dim * item for dim, kv in heads)
 
     def new_prefix(self) -> PrefixKV:
         return PrefixKV()

@@ -177,8 +177,9 @@ def _read_piece(f, file: Path, piece: Piece, cols: tuple[int, int] | None = None
     """The piece (rows [lo, hi) of a checkpoint tensor, or all of it); ``cols``: only columns
     [lo, hi) of its second dimension (a tensor-parallel rank's input features)."""
     try:
-        if piece.inner is not None:
-            return f.get_slice(piece.name)[:, piece.inner[0]:piece.inner[1]]
+        if piece.inner is not None:  # rows [lo, hi) of it: a tensor-parallel rank's experts
+            lo, hi = piece.rows if piece.rows is not None else (0, f.get_slice(piece.name).get_shape()[0])
+            return f.get_slice(piece.name)[lo:hi, piece.inner[0]:piece.inner[1]]
         if piece.rows is None and cols is None:
             return f.get_tensor(piece.name)
         lo, hi = piece.rows if piece.rows is not None else (0, f.get_slice(piece.name).get_shape()[0])
@@ -229,21 +230,19 @@ def load_model(
     if prepack:
         check_prepack(device, torch_dtype)
     family = family_of(raw)
-    if family.build_model is not None and tp is not None:
-        raise CheckpointError(f"{family.name} checkpoints cannot be split by tensor parallelism yet; load "
-                              "without tensor_parallel")
     sources = tensor_sources(family, cfg)
     files, skipped = _skip_ignored(family, safetensors_files(path))
     with torch.device("meta"):
-        if family.build_model is not None:
-            model = family.build_model(cfg)
+        if family.build_model is not None:  # its own module, which takes the rank's shard itself
+            model = family.build_model(cfg) if tp is None else family.build_model(cfg, tp)
         elif tp is None:
             model = DiffusionTransformer(cfg)
         else:
             from dllm.parallel.tensor_plan import local_config
 
             model = DiffusionTransformer(local_config(cfg, tp.size), tp)
-        full = model if tp is None else DiffusionTransformer(cfg)  # the whole shapes, for the checks
+        # the whole shapes, for the checks
+        full = model if tp is None else (family.build_model or DiffusionTransformer)(cfg)
     if skipped:
         log.warning("%s: loading the text model only; %d tensors of the checkpoint's other parts (%s) are not "
                     "loaded", path, len(skipped), ", ".join(sorted({n.split(".")[2] for n in skipped})))
@@ -272,8 +271,7 @@ def load_model(
                 from dllm.parallel.tensor_plan import read_local
 
                 state[module] = read_local(module, src, module_shapes[module], tp, cfg,
-                                           {n: s[0] for n, s in expected.items()},
-                                           lambda name, rows, cols: read(Piece(name, rows), cols)
+                                           {n: s[0] for n, s in expected.items()}, read
                                            ).to(device=device, dtype=dtype_)
     if lora is not None:
         merge_adapter(state, sources, lora, adapted, torch_dtype)

@@ -17,8 +17,16 @@ pattern, how a tensor is split over the ``size`` ranks of a tensor-parallel grou
   contributions (and its columns of the shared expert) and one all-reduce sums them.
 * ``replicated``: norms, the router and its selection bias.
 
+DiffusionGemma (its own module, ``dllm.models.gemma``) has its own plan, ``GEMMA_PLAN``: the
+same splits of attention (K/V by each layer's own K/V heads and head size: sliding and full
+layers differ; full layers have no v_proj), of the dense GeGLU and of the experts, but the
+vocabulary is not split: the embedding, the tied LM head and the self-conditioning block (which
+reads the whole softmax times the embedding matrix) are replicated, so every rank has whole
+logit rows, which the uniform strategy samples, re-noises and self-conditions on.
+
 ``check_plan`` refuses a size that does not divide the heads, K/V heads (or is not a multiple of
-them), the MLP hidden size, the experts or the vocabulary, before any weight is read.
+them), the MLP hidden size, the experts or the vocabulary (DiffusionGemma: each layer kind's K/V
+heads; not the vocabulary), before any weight is read.
 ``local_config`` is the rank's ArchConfig (its heads and MLP hidden size: what its modules,
 caches and memory plan hold; the vocabulary and MoE settings stay global: token ids and expert
 ids are global). ``read_local`` reads one module tensor's slice for the rank from the
@@ -56,9 +64,30 @@ PLAN: tuple[tuple[str, str], ...] = (
 )
 
 
-def split_of(name: str) -> str:
+# DiffusionGemma's module names (``dllm.models.gemma``); the vocabulary stays whole (module docstring)
+GEMMA_PLAN: tuple[tuple[str, str], ...] = (
+    (r"(embed|lm_head)\.weight", REPLICATED),
+    (r"self_conditioning\.\w+\.weight", REPLICATED),
+    (r"layers\.\d+\.self_attn\.q_proj\.weight", COLUMNS),
+    (r"layers\.\d+\.self_attn\.[kv]_proj\.weight", KV_COLUMNS),
+    (r"layers\.\d+\.self_attn\.o_proj\.weight", ROWS),
+    (r"layers\.\d+\.mlp\.(gate|up)_proj\.weight", COLUMNS),
+    (r"layers\.\d+\.mlp\.down_proj\.weight", ROWS),
+    (r"layers\.\d+\.moe\.(gate|up|down)_proj", EXPERTS),
+    (r"layers\.\d+\.moe\.(router\.weight|expert_scale)", REPLICATED),
+    (r"layers\.\d+\.(router_scale|layer_scalar|encoder_layer_scalar)", REPLICATED),
+    (r".*(norm|layernorm_\d)\.weight", REPLICATED),
+)
+
+
+def plan_of(cfg) -> tuple[tuple[str, str], ...]:
+    """The plan of the module a config builds: DiffusionGemma's own, else DiffusionTransformer's."""
+    return GEMMA_PLAN if getattr(cfg, "family", None) == "diffusion_gemma" else PLAN
+
+
+def split_of(name: str, plan: tuple[tuple[str, str], ...] = PLAN) -> str:
     """How the module tensor ``name`` is split (a name no rule covers is an error, not replicated)."""
-    for pattern, kind in PLAN:
+    for pattern, kind in plan:
         if re.fullmatch(pattern, name):
             return kind
     raise ValueError(f"the tensor-parallel plan has no rule for {name!r}; add one to dllm/parallel/tensor_plan.py")
@@ -74,16 +103,15 @@ def check_plan(cfg, size: int) -> None:
         raise TensorPlanError(f"tensor_parallel must be a positive int, got {size!r}")
     if size == 1:
         return
-    if getattr(cfg, "family", None) == "diffusion_gemma":  # its own module: no sharding plan yet
-        raise TensorPlanError("diffusion_gemma checkpoints cannot be split by tensor parallelism yet; load "
-                              "without tensor_parallel")
+    gemma = plan_of(cfg) is GEMMA_PLAN
     problems = []
     if cfg.n_heads % size:
         problems.append(f"{cfg.n_heads} attention heads")
-    kv = cfg.n_kv_heads
-    if (kv >= size and kv % size) or (kv < size and size % kv):
-        problems.append(f"{kv} K/V heads (the size must divide them, or be a multiple of them to replicate them)")
-    dense = [i for i in range(cfg.n_layers) if i not in cfg.moe_layers]
+    for kv, where in _kv_counts(cfg):
+        if (kv >= size and kv % size) or (kv < size and size % kv):
+            problems.append(f"{kv} K/V heads{where} (the size must divide them, or be a multiple of them to "
+                            "replicate them)")
+    dense = gemma or any(i not in cfg.moe_layers for i in range(cfg.n_layers))  # Gemma: every layer has both
     if dense and cfg.mlp_hidden_size % size:
         problems.append(f"MLP hidden size {cfg.mlp_hidden_size}")
     if cfg.moe is not None:
@@ -91,11 +119,29 @@ def check_plan(cfg, size: int) -> None:
             problems.append(f"{cfg.moe.n_experts} experts")
         if cfg.moe.shared_hidden % size:
             problems.append(f"shared-expert hidden size {cfg.moe.shared_hidden}")
-    if cfg.vocab_size % size:
+    if not gemma and cfg.vocab_size % size:  # DiffusionGemma's vocabulary is replicated
         problems.append(f"vocabulary of {cfg.vocab_size}")
     if problems:
         raise TensorPlanError(f"tensor_parallel={size} does not divide this {cfg.family} model's "
                               + ", ".join(problems) + "; pick a size that does")
+
+
+def _kv_counts(cfg) -> list[tuple[int, str]]:
+    """(K/V heads, where) of each kind of layer: one count, or DiffusionGemma's sliding and full."""
+    if plan_of(cfg) is not GEMMA_PLAN:
+        return [(cfg.n_kv_heads, "")]
+    kinds = {"sliding": cfg.n_kv_heads, "full": cfg.global_kv_heads}
+    present = {"sliding" if cfg.is_sliding(i) else "full" for i in range(cfg.n_layers)}
+    return [(kv, f" of the {kind}-attention layers") for kind, kv in kinds.items() if kind in present]
+
+
+def _kv_layout(cfg, name: str) -> tuple[int, int]:
+    """(head size, K/V heads) of the layer module tensor ``name`` belongs to (DiffusionGemma's
+    sliding and full layers differ; ``layer_heads``)."""
+    layer_heads = getattr(cfg, "layer_heads", None)
+    if layer_heads is None:
+        return cfg.head_dim, cfg.n_kv_heads
+    return layer_heads(int(re.match(r"layers\.(\d+)\.", name).group(1)))
 
 
 def local_config(cfg, size: int):
@@ -226,8 +272,9 @@ def _local_index(kind: str, name: str, full: tuple[int, ...], shard: TensorShard
     if kind == EXPERTS:
         return (0, *shard.expert_range(full[0]))
     if kind == KV_COLUMNS:
-        h_lo, h_hi = shard.kv_head_range(cfg.n_kv_heads)
-        return (0, h_lo * cfg.head_dim, h_hi * cfg.head_dim)
+        head_dim, n_kv = _kv_layout(cfg, name)
+        h_lo, h_hi = shard.kv_head_range(n_kv)
+        return (0, h_lo * head_dim, h_hi * head_dim)
     if kind == COLUMNS:
         n = full[0] // shard.size
         return (0, shard.rank * n, (shard.rank + 1) * n)
@@ -237,25 +284,26 @@ def _local_index(kind: str, name: str, full: tuple[int, ...], shard: TensorShard
     raise ValueError(f"unknown split {kind!r} for {name}")
 
 
-ReadPiece = Callable[[str, tuple[int, int] | None, tuple[int, int] | None], Tensor]
+ReadPiece = Callable[[Piece, tuple[int, int] | None], Tensor]
 
 
 def read_local(name: str, src: Source, full: tuple[int, ...], shard: TensorShard, cfg,
                ckpt_rows: dict[str, int], read: ReadPiece) -> Tensor:
     """This rank's slice of module tensor ``name`` (full shape ``full``, assembled from ``src``).
 
-    ``read(checkpoint_name, rows, cols)`` returns rows [lo, hi) (None: all) and columns [lo, hi)
-    of a checkpoint tensor; ``ckpt_rows`` gives each checkpoint tensor's row count."""
-    kind = split_of(name)
+    ``read(piece, cols)`` returns the piece (its rows [lo, hi) of a checkpoint tensor, None: all;
+    its ``inner`` range of the second dimension, if any) and, ``cols``, only columns [lo, hi);
+    ``ckpt_rows`` gives each checkpoint tensor's row count."""
+    kind = split_of(name, plan_of(cfg))
     dim, lo, hi = _local_index(kind, name, full, shard, cfg)
     if kind == FIRST_RANK and shard.rank != 0:
         return torch.zeros(0).new_zeros(full)  # dtype / device fixed by the caller's cast
     if src.stack:  # experts: whole pieces e in [lo, hi)
         pieces = src.pieces if dim is None else src.pieces[lo:hi]
-        return torch.stack([read(p.name, None, None) for p in pieces])
+        return torch.stack([read(p, None) for p in pieces])
     cols = (lo, hi) if dim == 1 else None
     if dim != 0:
-        parts = [read(p.name, p.rows, cols) for p in src.pieces]
+        parts = [read(p, cols) for p in src.pieces]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
     # rows [lo, hi) of the concatenation of the pieces
     parts, at = [], 0
@@ -263,11 +311,11 @@ def read_local(name: str, src: Source, full: tuple[int, ...], shard: TensorShard
         p_lo, p_hi = p.rows if p.rows is not None else (0, ckpt_rows[p.name])
         n = p_hi - p_lo
         a, b = max(lo, at), min(hi, at + n)
-        if a < b:
-            parts.append(read(p.name, (p_lo + a - at, p_lo + b - at), None))
+        if a < b:  # (an ``inner`` piece keeps its range: DiffusionGemma's fused gate / up experts)
+            parts.append(read(dataclasses.replace(p, rows=(p_lo + a - at, p_lo + b - at)), None))
         at += n
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-__all__ = ["PLAN", "TensorPlanError", "TensorShard", "check_plan", "local_config",
-           "read_local", "split_of", "Piece"]
+__all__ = ["GEMMA_PLAN", "PLAN", "TensorPlanError", "TensorShard", "check_plan", "local_config",
+           "plan_of", "read_local", "split_of", "Piece"]

@@ -203,9 +203,10 @@ def test_bfloat16_load_runs_in_bfloat16_and_stays_close(checkpoint):
     assert (logits.argmax(-1) == expected.argmax(-1)).float().mean() >= 0.9
 
 
-def test_tensor_parallelism_is_refused_before_the_group_forms(checkpoint):
+def test_tensor_parallelism_outside_torchrun_is_refused_naming_the_launch(checkpoint):
+    """The plan fits this checkpoint (tests/parallel splits it under torchrun); one process is not a group."""
     path, _ = checkpoint
-    with pytest.raises(ValueError, match="diffusion_gemma checkpoints cannot be split by tensor parallelism yet"):
+    with pytest.raises(ValueError, match="needs 2 processes: launch it with torchrun --nproc_per_node 2"):
         dllm.load(path, tensor_parallel=2)
 
 

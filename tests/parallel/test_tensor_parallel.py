@@ -1,6 +1,6 @@
 """Tensor and expert parallelism under torchrun (gloo, CPU): the same tokens and logits as one
-process (every cache, top-k / top-p sampling, logprobs, the answer-wide stoppers), sizes that do
-not fit refused before loading, a failing rank ends the job.
+process (every cache, top-k / top-p sampling, logprobs, the answer-wide stoppers, DiffusionGemma's
+uniform-state decode), sizes that do not fit refused before loading, a failing rank ends the job.
 
 One torchrun job at 2 ranks runs every decode and logits case (``tp_worker.py``), one at 4
 ranks the logits cases whose sizes divide by 4; one process computes the references here."""
@@ -24,13 +24,14 @@ import dllm
 from dllm import GenerationConfig
 from dllm.engine.decoding import _filter_logits
 from dllm.engine.memory import plan_memory
+from dllm.engine.uniform_state import uniform_state_config
 from dllm.kernels.confidence_stats import confidence_stats_torch
 from dllm.kernels.shard_stats import combine_shard_stats_torch, shard_stats_torch
 from dllm.models.loading import read_config
 from dllm.models.tiny import write_tiny_checkpoint
 from dllm.parallel.tensor_plan import TensorPlanError, check_plan
 from dllm.parallel.vocab_shard import filter_shard_logits, shard_logprobs
-from tests.parallel.tp_worker import decode_logprobs
+from tests.parallel.tp_worker import decode_logprobs, denoise_logits
 
 WORKER = Path(__file__).with_name("tp_worker.py")
 BUNDLED = ["dllm-waitingline-llada", "dllm-waitingline-dream", "dllm-waitingline-bd"]
@@ -67,6 +68,9 @@ LOGPROBS = [("dllm-waitingline-llada", {"cache": "dual", "temperature": 0.8, "se
 # tiny random checkpoints: K/V heads fewer than 4 ranks (replicated), fused q/k/v, experts
 TINY = [("llada", {}), ("dream", {"n_kv_heads": 2}), ("llada2_moe", {"n_kv_heads": 1}), ("llada_moe", {}),
         ("sdar", {"n_kv_heads": 2})]
+# DiffusionGemma's default decode (strategy uniform, cache encoder: canvases of 8) on a ragged batch
+GEMMA_PROMPTS = ["copy the list [a, b, c]", "sort", "reverse: x y z w v"]
+GEMMA_GEN = dict(gen_length=16, block_length=8, steps=8, stop_at_eos=False)
 
 
 def _torchrun(args, nproc, env=None, timeout=240):
@@ -92,13 +96,37 @@ def _spec_logits(tiny):
 
 
 @pytest.fixture(scope="module")
-def tp2(tiny, tmp_path_factory):
+def gemma(tmp_path_factory):
+    """A tiny DiffusionGemma (4 heads; a sliding layer of 2 K/V heads, a full one of 1 of twice the
+    head size; 4 experts), a prefix and a canvas for its denoiser."""
+    path = write_tiny_checkpoint(tmp_path_factory.mktemp("tp-gemma") / "gemma", "diffusion_gemma", seed=3)
+    g = torch.Generator().manual_seed(2)
+    return path, torch.randint(6, 250, (2, 11), generator=g), torch.randint(6, 250, (2, 8), generator=g)
+
+
+def _spec_gemma(gemma, *, decode: bool = True) -> list[dict]:
+    path, ids, canvas = gemma
+    spec = [{"model": str(path), "kind": "denoise", "ids": ids.tolist(), "canvas": canvas.tolist(), "gemma": True}]
+    if decode:
+        spec.append({"model": str(path), "kind": "generate", "prompts": GEMMA_PROMPTS, "config": GEMMA_GEN,
+                     "gemma": True})
+    return spec
+
+
+def _gemma_case(tp2, kind: str) -> tuple[dict, dict]:
+    spec, out = tp2
+    i = next(i for i, case in enumerate(spec) if case.get("gemma") and case["kind"] == kind)
+    return spec[i], out[i]
+
+
+@pytest.fixture(scope="module")
+def tp2(tiny, gemma, tmp_path_factory):
     root = tmp_path_factory.mktemp("tp2")
     spec = [{"model": name, "kind": "generate", "prompts": PROMPTS, "config": _config(opt),
              "structured": opt.get("structured", {})} for name, opt in DECODES]
     spec += [{"model": str(tiny["llada2_moe"][0]), "kind": "generate", "prompts": PROMPTS,
               "config": {**GEN, "cache": "prefix"}}]
-    spec += _spec_logits(tiny)
+    spec += _spec_logits(tiny) + _spec_gemma(gemma)
     spec += [{"model": name, "kind": "logprobs", "prompts": PROMPTS, "top": 3, "config": {**GEN, **opt}}
              for name, opt in LOGPROBS]
     (root / "spec.json").write_text(json.dumps(spec))
@@ -125,6 +153,8 @@ def _one_process(case):
             return model.model(ids, torch.arange(ids.shape[1])[None].expand_as(ids))
     if case["kind"] == "logprobs":
         return decode_logprobs(model, case["prompts"], GenerationConfig(**case["config"]), case["top"])
+    if case["kind"] == "denoise":
+        return denoise_logits(model.model, torch.tensor(case["ids"]), torch.tensor(case["canvas"]))
     return model.generate(case["prompts"], GenerationConfig(**case["config"]), **case.get("structured", {}))
 
 
@@ -167,6 +197,44 @@ def test_tp2_logits_of_every_family_match_one_process(tp2, tiny):
         assert got["params"] < 0.6 * whole  # no rank holds the whole model
 
 
+def test_tp2_diffusion_gemma_decodes_the_tokens_of_one_process(tp2):
+    """DiffusionGemma split by heads, dense hidden units and experts, its vocabulary whole: a
+    ragged batch's default decode gives one process's tokens and forwards with no statistics
+    exchange (every rank has whole logit rows), and the rank's memory plan counts its K/V heads
+    (the sliding layer's 2 split, the full layer's 1 replicated) and whole logits."""
+    case, got = _gemma_case(tp2, "generate")
+    single = _one_process(case)
+    assert got["token_ids"] == single.token_ids
+    assert got["nfe"] == [s["nfe"] for s in single.stats]
+    assert any(len(set(ids)) > 2 for ids in got["token_ids"])
+    reduced, gathered, reduces, gathers = got["comm"]
+    assert reduced > 0 and reduces > 0 and gathered == gathers == 0
+    cfg = read_config(Path(case["model"]))[1]
+    B, item = len(case["prompts"]), 4  # float32
+    kv = {i: cfg.layer_heads(i) for i in range(cfg.n_layers)}
+    assert sorted(kv.values()) == [(16, 2), (32, 1)]
+    expected = sum(2 * B * (n_kv // 2 if n_kv >= 2 else 1) * 64 * dim * item for dim, n_kv in kv.values())
+    model = _loaded(case["model"]).model  # the plan of the decode it runs: cache "encoder"
+    whole = plan_memory(model, B, 64, uniform_state_config(model, GenerationConfig(**case["config"]))).as_dict()
+    assert got["plan"]["kv_cache_bytes"] == expected < whole["kv_cache_bytes"]
+    assert got["plan"]["logits_bytes"] == whole["logits_bytes"]  # the vocabulary is not split
+    assert got["plan"]["model_bytes"] < whole["model_bytes"]
+
+
+def test_tp2_diffusion_gemma_denoiser_logits_match_one_process(tp2):
+    """The encoder's K/V (the rank's heads) and the denoiser, alone and self-conditioned: one
+    process's logits to float rounding; an all-reduce after attention, the dense MLP and the
+    experts of each layer, none for the (whole) embedding."""
+    case, got = _gemma_case(tp2, "denoise")
+    ref = _one_process(case)
+    assert torch.allclose(torch.tensor(got["logits"]), ref, atol=1e-4, rtol=1e-4)
+    (B, T), C = torch.tensor(case["ids"]).shape, len(case["canvas"][0])
+    positions = B * T + 2 * B * C  # the prefix once, the canvas twice
+    assert got["forward_comm"] == [3 * 2 * positions * 64 * 4, 3 * 2 * 3]  # 2 layers, d_model 64, float32
+    whole = sum(t.numel() for t in _loaded(case["model"]).model.state_dict().values())
+    assert got["params"] < 0.8 * whole
+
+
 def test_the_answer_wide_stoppers_exit_early_under_tp2(tp2):
     """The stopper cases really stop or truncate before the step budget (16 forwards a row)."""
     spec, out = tp2
@@ -192,9 +260,10 @@ def test_tp2_logprobs_are_those_of_one_process(tp2, i):
         assert torch.allclose(a.nan_to_num(), b.nan_to_num(), atol=1e-4, rtol=1e-4), name
 
 
-def test_tp4_logits_match_one_process(tiny, tmp_path):
-    """4 ranks: 1 or 2 K/V heads replicated, one expert a rank."""
-    spec = _spec_logits(tiny)
+def test_tp4_logits_match_one_process(tiny, gemma, tmp_path):
+    """4 ranks: 1 or 2 K/V heads replicated, one expert a rank (DiffusionGemma: one query head a
+    rank, both layers' K/V heads replicated)."""
+    spec = _spec_logits(tiny) + _spec_gemma(gemma, decode=False)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     done = _torchrun([str(WORKER), str(tmp_path / "spec.json"), str(tmp_path / "out.json")], 4)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -333,6 +402,16 @@ def test_generate_command_with_tensor_parallel_prints_one_process_answers():
     texts = [json.loads(line)["text"] for line in done.stdout.splitlines()]  # rank 0's lines only
     single = _loaded("dllm-waitingline-llada").generate(PROMPTS, GenerationConfig(**GEN))
     assert texts == single.texts
+
+
+def test_generate_command_splits_diffusion_gemma_and_prints_one_process_answers():
+    """The bundled DiffusionGemma-layout model's default decode (uniform, encoder) over 2 ranks."""
+    gen = dict(gen_length=32, block_length=32, steps=8)
+    done = _torchrun([*CLI[:3], "--model", "dllm-waitingline-gemma", "--device", "cpu", "--json", "--gen-length", "32",
+                      "--block-length", "32", "--steps", "8", "--tensor-parallel", "2", *PROMPTS], 2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    texts = [json.loads(line)["text"] for line in done.stdout.splitlines()]
+    assert texts == _loaded("dllm-waitingline-gemma").generate(PROMPTS, GenerationConfig(**gen)).texts
 
 
 def test_a_failing_rank_ends_the_job_with_its_message():
