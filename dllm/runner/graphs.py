@@ -167,6 +167,9 @@ class GraphRunner:
     slots: dict[tuple, list[KVSlot]] = field(default_factory=dict)
     stats: GraphStats = field(default_factory=GraphStats)
     pool: object = None  # the CUDA memory pool the graphs share (they replay one at a time)
+    # callables (rows, queries, keys) -> (() -> None) run around each replay, the second after it:
+    # what module hooks are to an eager forward (a graph replays no Python; bench's ForwardTimer)
+    replay_hooks: list = field(default_factory=list)
 
     # --- K/V slots ------------------------------------------------------------------------
     def lease(self, shape: tuple[int, int, int, int], n_layers: int, dtype: torch.dtype,
@@ -206,9 +209,9 @@ class GraphRunner:
             cache = None if slot is None else _SlotLayers(slot.layers)
             spans = visible.spans
 
-            def forward() -> Tensor:
-                return model(static_tokens, static_positions, KeyVisibility(static_valid, spans), cache, write_at,
-                             head)
+            def forward() -> Tensor:  # .forward: module hooks would run at capture only, never at replay
+                return model.forward(static_tokens, static_positions, KeyVisibility(static_valid, spans), cache,
+                                     write_at, head)
 
             start = time.perf_counter()
             try:
@@ -224,7 +227,10 @@ class GraphRunner:
             captured.positions[:N].copy_(positions)
             if valid is not None:
                 captured.valid[:N].copy_(valid)
+        after = [hook(N, T, key.keys) for hook in self.replay_hooks]
         out = captured.graph.replay()
+        for done in after:
+            done()
         self.stats.replays += 1
         return out[:N].clone()  # the next replay overwrites the graph's output
 

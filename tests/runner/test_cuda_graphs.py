@@ -138,3 +138,21 @@ def test_the_commands_refuse_cuda_graphs_off_cuda_before_loading(monkeypatch, ca
     assert main([command[0], "--cuda-graphs", "--device", "cpu", *command[1:]]) == 2
     err = capsys.readouterr().err
     assert "--cuda-graphs: CUDA graphs need a CUDA device" in err and "--device cuda" in err
+
+
+def test_module_hooks_do_not_run_in_replays_and_replay_hooks_do(tiny_models, emulated):
+    """A CUDA graph replays kernels, not Python: module hooks would fire at capture only, so the
+    captured function bypasses them (the emulation would otherwise run them at every replay and
+    hide that), and ``replay_hooks`` bracket each replay instead."""
+    model = tiny_models["llada"].model
+    seen, replays = [], []
+    handle = model.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape))
+    runner = graphs.graph_runner(model)
+    runner.replay_hooks.append(lambda rows, queries, keys: (lambda: replays.append((rows, queries, keys))))
+    try:
+        decode(model, RAGGED, GenerationConfig(**BASE, cache="dual", cuda_graphs=True))
+    finally:
+        handle.remove()
+    assert seen == []
+    assert len(replays) == graphs.graph_stats(model)["replays"] > 0
+    assert {rows for rows, _, _ in replays} == {3}  # the caller's rows, not the bucket's
