@@ -64,7 +64,7 @@ from torch import Tensor
 from dllm.cache.base import register_cache
 from dllm.cache.block import BlockCache
 from dllm.cache.kv import KVBuffers
-from dllm.cache.read_refresh import full_refresh, read_forward
+from dllm.cache.read_refresh import full_refresh, read_forward, row_wise
 from dllm.models.layers import rope_cos_sin
 from dllm.runner.model_runner import LastForward, ModelRunner
 
@@ -242,7 +242,8 @@ class AdaptiveCache:
                     chosen = ~window  # (N,): every context token of the scope, padding included
                     if o.ratio < 1 and select:
                         candidates = runner.canvas.valid[canvas_rows][:, idx] & ~window
-                        mass = self._window_attention(layer, x, cos, sin, visible, kv.layers[i], win, q_lo, be)
+                        mass = self._window_attention(layer, x, cos, sin, visible, kv.layers[i], win, q_lo, be,
+                                                      row_by_row=getattr(model, "batch_invariant", False))
                         chosen = self._top(mass, candidates, o.ratio)
                         layer_tokens += torch.where(starting, self._test_cost(model, candidates, runner.canvas.length), 0)
                     recompute = recompute | (starting[:, None] & chosen)
@@ -284,7 +285,7 @@ class AdaptiveCache:
 
     @staticmethod
     def _window_attention(layer, x: Tensor, cos: Tensor, sin: Tensor, visible, layer_cache,
-                          win: slice, q_lo: int, be: int) -> Tensor:
+                          win: slice, q_lo: int, be: int, row_by_row: bool = False) -> Tensor:
         """(B, N) attention mass each query position puts on the window's fresh keys at this
         layer, from the position's (cached) layer input: the context that reads the window most
         is what the window's change moved most (Elastic-Cache's attention-aware choice)."""
@@ -295,10 +296,14 @@ class AdaptiveCache:
         keys = layer_cache[0].clone()
         keys[:, :, q_lo:be] = k_win
         keys = keys.repeat_interleave(attn.n_heads // attn.n_kv_heads, dim=1)
-        scores = (q.float() @ keys.float().transpose(-1, -2)) / attn.head_dim ** 0.5  # (B, H, N, S)
-        if visible.valid is not None:
-            scores = scores.masked_fill(~visible.valid[:, None, None, :], float("-inf"))
-        mass = scores.softmax(-1)[..., q_lo:be].sum(-1)  # (B, H, N): the rank's heads
+
+        def mass_of(q: Tensor, keys: Tensor, valid: Tensor | None) -> Tensor:
+            scores = (q.float() @ keys.float().transpose(-1, -2)) / attn.head_dim ** 0.5  # (B, H, N, S)
+            if valid is not None:
+                scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+            return scores.softmax(-1)[..., q_lo:be].sum(-1)  # (B, H, N): the rank's heads
+
+        mass = row_wise(mass_of, row_by_row, q, keys, visible.valid)
         if attn.tp is None:
             return mass.mean(1)
         return attn.tp.all_reduce(mass.sum(1)) / (attn.n_heads * attn.tp.size)  # every head's mean

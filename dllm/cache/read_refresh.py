@@ -82,7 +82,8 @@ def read_forward(runner: ModelRunner, tokens: Tensor, kv, hidden: Tensor, rows: 
         shift = int(runner.shift_logits)
         deciding = torch.zeros(B, W, dtype=torch.bool, device=device)  # queries whose logits decide a mask
         deciding[:, : W - shift] = tokens[:, q_lo + shift : be] == model.mask_token_id
-        read = _read_mass(last.attn, q, k_buf, visible, deciding & refresh[:, None])  # (B, S)
+        read = _read_mass(last.attn, q, k_buf, visible, deciding & refresh[:, None],  # (B, S)
+                          row_by_row=getattr(model, "batch_invariant", False))
         reused = torch.ones_like(read, dtype=torch.bool)
         reused[:, q_lo:be] = False
         reused[:, runner.live_end:] = False
@@ -118,17 +119,32 @@ def _read_rows(runner: ModelRunner, rows: Tensor | None, B: int, W: int) -> Tens
     return torch.cat([need, need.new_zeros(B, shift)], dim=1) if shift else need
 
 
-def _read_mass(attn, q: Tensor, k_buf: Tensor, visible, deciding: Tensor) -> Tensor:
+def _read_mass(attn, q: Tensor, k_buf: Tensor, visible, deciding: Tensor, row_by_row: bool = False) -> Tensor:
     """(B, S) attention mass the deciding queries (B, W) put on each key, heads' mean (under
-    tensor parallelism all-reduced over the ranks' heads, so every rank chooses alike)."""
+    tensor parallelism all-reduced over the ranks' heads, so every rank chooses alike).
+    ``row_by_row`` (``load(batch_invariant=True)``): each row's scores, softmax and sums computed
+    alone, so on a GPU their reduction order is its batch-1 run's whatever the batch."""
     keys = k_buf.repeat_interleave(attn.n_heads // attn.n_kv_heads, dim=1)
-    scores = (q.float() @ keys.float().transpose(-1, -2)) / attn.head_dim ** 0.5  # (B, H, W, S)
-    if visible.valid is not None:
-        scores = scores.masked_fill(~visible.valid[:, None, None, :], float("-inf"))
-    mass = (scores.softmax(-1) * deciding[:, None, :, None]).sum(2)  # (B, H, S)
+
+    def mass_of(q: Tensor, keys: Tensor, valid: Tensor | None, deciding: Tensor) -> Tensor:
+        scores = (q.float() @ keys.float().transpose(-1, -2)) / attn.head_dim ** 0.5  # (B, H, W, S)
+        if valid is not None:
+            scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+        return (scores.softmax(-1) * deciding[:, None, :, None]).sum(2)  # (B, H, S)
+
+    mass = row_wise(mass_of, row_by_row, q, keys, visible.valid, deciding)
     if attn.tp is None:
         return mass.mean(1)
     return attn.tp.all_reduce(mass.sum(1)) / (attn.n_heads * attn.tp.size)
+
+
+def row_wise(fn: Callable[..., Tensor], row_by_row: bool, *tensors: Tensor | None) -> Tensor:
+    """``fn(*tensors)``, or with ``row_by_row`` the concatenation of fn over each row's slices
+    (batch-1 shapes: torch chooses a reduction's layout from the whole shape on a GPU)."""
+    if not row_by_row:
+        return fn(*tensors)
+    rows = next(t for t in tensors if t is not None).shape[0]
+    return torch.cat([fn(*(None if t is None else t[b : b + 1] for t in tensors)) for b in range(rows)])
 
 
 def _covering(mass: Tensor, candidates: Tensor, cover: float, most: float) -> tuple[Tensor | None, Tensor]:
