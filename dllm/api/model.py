@@ -201,8 +201,10 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     Triton kernels whose reduction order does not depend on the row count or the padding, so a
     row's logits do not move with its batch (``dllm.models.batch_invariant``); the MoE grouped
     product is not yet measured on a GPU and DiffusionGemma's own layers are not replaced (a
-    warning says so). Refused with quantize or tensor_parallel. On the CPU it is
-    accepted and changes nothing: there a ragged batch's rows already decode their batch-1 tokens.
+    warning says so). With tensor_parallel, on every device, each sum all-reduce gathers the
+    ranks' parts and adds them in rank order (``TensorShard.fixed_order``). Refused with quantize.
+    On the CPU it otherwise changes nothing: there a ragged batch's rows already decode their
+    batch-1 tokens.
     """
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise OptionTypeError(f"path must be a checkpoint directory, a bundled model's name or a hub id "
@@ -220,8 +222,8 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     if adapter is not None and tensor_parallel != 1:
         raise ValueError("a LoRA adapter cannot be merged under tensor parallelism yet; merge it into a "
                          "checkpoint first, or load without tensor_parallel")
-    swap_invariant = check_batch_invariant(batch_invariant, resolve_device(device), quantize=quantize,
-                                           tensor_parallel=tensor_parallel)  # before any weight is read
+    swap_invariant = check_batch_invariant(batch_invariant, resolve_device(device),
+                                           quantize=quantize)  # before any weight is read
     path = resolve_model_path(path, revision)
     check_checkpoint_unquantized(Path(path))
     shard = None
@@ -232,6 +234,7 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
 
         check_plan(read_config(Path(path))[1], tensor_parallel)  # before the group forms or weights are read
         shard, device = join_tensor_group(tensor_parallel, str(device))
+        shard.fixed_order = batch_invariant  # sums in rank order whatever the shape (TensorShard)
     mode = check_quantize(quantize, resolve_device(device), prepack=prepack)  # before any weight is read
     model = load_model(path, dtype=dtype, device=device, prepack=prepack, tensor_parallel=shard, adapter=adapter)
     if mode is not None:

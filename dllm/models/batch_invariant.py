@@ -9,12 +9,16 @@ the model's building blocks for kernels whose reduction order is fixed whatever 
 ``kernels.invariant_attention`` instead of SDPA (keys walked in fixed chunks from each row's first
 valid key, so neither the batch nor left padding moves them). The per-step statistics already run
 one Triton program a row on CUDA (``confidence_stats``), and log-probabilities go through
-``kernels.log_softmax``.
+``kernels.log_softmax``. Under tensor parallelism (on every device) the shard's sum all-reduces
+add the ranks' parts in rank order (``TensorShard.fixed_order``): a collective library may order
+a sum by the tensor's size.
 
 Not covered yet, so not guaranteed bitwise on a GPU: the MoE grouped product (row-invariant under
 the Triton interpreter and across its row tiles, tests/kernels/test_batch_invariant.py, not yet
 measured on a GPU), the adaptive cache's read-mass scores (torch), training's dense-mask
-attention, and the DiffusionGemma family's own attention and norm. Loading says so with a warning.
+attention, the DiffusionGemma family's own attention and norm, and under tensor parallelism the
+expert-parallel MoE combine (``MoEMLP._routed_here`` adds a token's experts on the rank with
+``index_add_``, atomic and unordered on CUDA). Loading says so with a warning.
 
 Status: checked on the CPU under the Triton interpreter (each kernel bit for bit in ragged
 batches of 2..33 rows; a tiny LLaDA's and Dream's ragged canvas forwards 8 of 8 rows equal to
@@ -40,8 +44,10 @@ from dllm.models.layers import Attention, RMSNorm
 from dllm.validation import OptionTypeError
 
 log = logging.getLogger(__name__)
-NOT_COVERED = ("the MoE grouped product is not yet measured on a GPU, and DiffusionGemma's own attention and "
-               "norm are not replaced, so a row's logits on CUDA can still move with its batch there (issue 39)")
+NOT_COVERED = ("the MoE grouped product is not yet measured on a GPU, expert-parallel MoE layers (tensor_parallel) "
+               "add a token's experts with index_add_ (atomic adds on CUDA, in no fixed order), and DiffusionGemma's "
+               "own attention and norm are not replaced, so a row's logits on CUDA can still move with its batch "
+               "there (issue 39)")
 
 
 class InvariantLinear(nn.Module):
@@ -71,10 +77,10 @@ class InvariantRMSNorm(RMSNorm):
         return kernels.rms_norm(x, self.weight, self.eps)
 
 
-def check_batch_invariant(batch_invariant: object, device: torch.device, *, quantize: str | None = None,
-                          tensor_parallel: int = 1) -> bool:
+def check_batch_invariant(batch_invariant: object, device: torch.device, *, quantize: str | None = None) -> bool:
     """Validate the option before any weight is read; returns whether modules will be swapped
-    (CUDA only). Refuses, naming the fix, what the mode cannot keep invariant."""
+    (CUDA only). Refuses, naming the fix, what the mode cannot keep invariant. Under tensor
+    parallelism ``dllm.load`` also sets the shard's ``fixed_order`` (on every device)."""
     if not isinstance(batch_invariant, bool):
         raise OptionTypeError(f"batch_invariant must be True or False, got {batch_invariant!r}")
     if not batch_invariant:
@@ -85,9 +91,6 @@ def check_batch_invariant(batch_invariant: object, device: torch.device, *, quan
         return False
     if quantize is not None:
         raise ValueError(f"batch_invariant=True and quantize={quantize!r} both replace the linears; pick one")
-    if tensor_parallel != 1:
-        raise ValueError("batch_invariant=True under tensor parallelism needs an all-reduce of fixed order, which "
-                         "dllm does not have yet; load without tensor_parallel or without batch_invariant")
     if kernels.kernel_backend(device) != "triton":
         raise ValueError("batch_invariant=True on CUDA runs Triton kernels, but the kernel backend is torch "
                          "(DLLM_KERNELS=torch, or triton missing); unset DLLM_KERNELS and pip install triton")

@@ -160,11 +160,21 @@ class TensorShard:
     The modules hold one (``model.tensor_parallel``); with it a row-split projection all-reduces
     its output, the embedding looks up its vocabulary rows, MoE layers compute their experts.
     ``bytes_reduced`` / ``bytes_gathered`` count what this rank sent into collectives (payload
-    bytes, as ``numel * itemsize``), ``reduces`` / ``gathers`` the calls."""
+    bytes, as ``numel * itemsize``), ``reduces`` / ``gathers`` the calls.
+
+    ``fixed_order`` (set by ``load(batch_invariant=True)``, issue 39): every sum all-reduce is an
+    all-gather of the ranks' parts added in rank order (``rank_order_sum``), so each element's bits
+    depend on its own parts only. A collective library's sum need not: gloo's ring splits a
+    tensor into chunks by its size and starts each chunk's sum at another rank, NCCL picks its
+    algorithm and chunks by size too, so a row's sum can round differently alone and in a larger
+    batch (from 3 ranks on; two parts add alike in either order). MAX reductions are exact and
+    keep the library's all-reduce. The price: each rank receives size - 1 whole parts instead of
+    a ring's 2 (size - 1) / size."""
 
     rank: int
     size: int
     group: object = None  # a torch.distributed process group; None = the default (whole world)
+    fixed_order: bool = False
     bytes_reduced: int = 0
     bytes_gathered: int = 0
     reduces: int = 0
@@ -193,9 +203,15 @@ class TensorShard:
 
     # --- collectives ----------------------------------------------------------------------
     def all_reduce(self, x: Tensor, op=None) -> Tensor:
-        """Sum (or ``op``) over the group, in place; returns x."""
+        """Sum (or ``op``) over the group, in place; returns x. A sum under ``fixed_order`` is
+        ``rank_order_sum`` of the gathered parts, whatever the shape."""
         x = x.contiguous()
-        dist.all_reduce(x, op=dist.ReduceOp.SUM if op is None else op, group=self.group)
+        if self.fixed_order and op in (None, dist.ReduceOp.SUM):
+            parts = [torch.empty_like(x) for _ in range(self.size)]
+            dist.all_gather(parts, x, group=self.group)
+            x.copy_(rank_order_sum(parts))
+        else:
+            dist.all_reduce(x, op=dist.ReduceOp.SUM if op is None else op, group=self.group)
         self.reduces += 1
         self.bytes_reduced += x.numel() * x.element_size()
         if self.record:
@@ -258,6 +274,16 @@ class TensorShard:
         return shard_logprobs(self, logits, token, top)
 
 
+def rank_order_sum(parts: list[Tensor]) -> Tensor:
+    """((parts[0] + parts[1]) + parts[2]) + ...: elementwise adds in rank order, one rounding
+    each, so an element's sum never depends on the tensor's shape or its other elements
+    (overwrites parts[0])."""
+    out = parts[0]
+    for part in parts[1:]:
+        out.add_(part)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # per-rank reads
 # ---------------------------------------------------------------------------------------------
@@ -318,4 +344,4 @@ def read_local(name: str, src: Source, full: tuple[int, ...], shard: TensorShard
 
 
 __all__ = ["GEMMA_PLAN", "PLAN", "TensorPlanError", "TensorShard", "check_plan", "local_config",
-           "plan_of", "read_local", "split_of", "Piece"]
+           "plan_of", "rank_order_sum", "read_local", "split_of", "Piece"]

@@ -65,13 +65,11 @@ def test_cuda_refusals_name_the_fix(monkeypatch):
     cuda = torch.device("cuda")
     with pytest.raises(ValueError, match="quantize"):
         check_batch_invariant(True, cuda, quantize="int8")
-    with pytest.raises(ValueError, match="tensor_parallel"):
-        check_batch_invariant(True, cuda, tensor_parallel=2)
     monkeypatch.setenv("DLLM_KERNELS", "torch")
     with pytest.raises(ValueError, match="DLLM_KERNELS"):
         check_batch_invariant(True, cuda)
     assert check_batch_invariant(False, cuda) is False
-    assert check_batch_invariant(True, torch.device("cpu"), quantize="int8", tensor_parallel=2) is False
+    assert check_batch_invariant(True, torch.device("cpu"), quantize="int8") is False
     pytest.importorskip("triton")
     monkeypatch.setenv("DLLM_KERNELS", "auto")
     assert check_batch_invariant(True, cuda) is True
