@@ -29,8 +29,10 @@ place, the slot's K/V shared by the cache and the graph, capture once per shape.
 """
 from __future__ import annotations
 
+import itertools
 import time
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -114,6 +116,7 @@ class KVSlot:
     index: int
     layers: list[tuple[Tensor, Tensor]]
     leased: bool = False
+    used: int = 0  # lease counter value of its latest lease (the least recent free slot goes first)
 
     def views(self, batch: int) -> list[tuple[Tensor, Tensor]]:
         """The first ``batch`` rows of every buffer, zeroed (a fresh allocation's contents)."""
@@ -136,11 +139,14 @@ class GraphStats:
     eager: int = 0
     slots: int = 0
     slot_bytes: int = 0
+    evicted_graphs: int = 0
+    evicted_slots: int = 0
 
     def as_dict(self) -> dict:
         return {"captures": self.captures, "capture_seconds": round(self.capture_seconds, 4),
                 "replays": self.replays, "eager_forwards": self.eager, "kv_slots": self.slots,
-                "kv_slot_bytes": self.slot_bytes}
+                "kv_slot_bytes": self.slot_bytes, "evicted_graphs": self.evicted_graphs,
+                "evicted_slots": self.evicted_slots}
 
 
 @dataclass(eq=False)
@@ -160,16 +166,25 @@ class _SlotLayers:
 
 @dataclass(eq=False)
 class GraphRunner:
-    """One model's captured forwards and static K/V slots (one per model and process)."""
+    """One model's captured forwards and static K/V slots (one per model and process).
+
+    Bounded for a long-running server, whose canvases take many lengths: at most ``max_graphs``
+    graphs (the least recently replayed one is dropped, and captured again if it comes back) and
+    ``max_slots`` slots (past it, a new shape takes the place of the least recently leased free
+    slot, whose graphs go with it; leased slots are never taken, so live decodes may exceed it)."""
 
     backend: type = CudaGraph
-    graphs: dict[GraphKey, _Captured] = field(default_factory=dict)
+    max_graphs: int = 256
+    max_slots: int = 8
+    graphs: "OrderedDict[GraphKey, _Captured]" = field(default_factory=OrderedDict)
     slots: dict[tuple, list[KVSlot]] = field(default_factory=dict)
     stats: GraphStats = field(default_factory=GraphStats)
     pool: object = None  # the CUDA memory pool the graphs share (they replay one at a time)
     # callables (rows, queries, keys) -> (() -> None) run around each replay, the second after it:
     # what module hooks are to an eager forward (a graph replays no Python; bench's ForwardTimer)
     replay_hooks: list = field(default_factory=list)
+    _leases: "itertools.count" = field(default_factory=itertools.count)
+    _slot_ids: "itertools.count" = field(default_factory=itertools.count)
 
     # --- K/V slots ------------------------------------------------------------------------
     def lease(self, shape: tuple[int, int, int, int], n_layers: int, dtype: torch.dtype,
@@ -181,14 +196,31 @@ class GraphRunner:
         group = self.slots.setdefault((rows, *rest, n_layers, dtype, str(device)), [])
         slot = next((s for s in group if not s.leased), None)
         if slot is None:
+            if self.stats.slots >= self.max_slots:
+                self._evict_slot()
             make = lambda: torch.zeros((rows, *rest), dtype=dtype, device=device)  # noqa: E731
-            slot = KVSlot(index=sum(len(g) for g in self.slots.values()),
-                          layers=[(make(), make()) for _ in range(n_layers)])
+            slot = KVSlot(index=next(self._slot_ids), layers=[(make(), make()) for _ in range(n_layers)])
             group.append(slot)
             self.stats.slots += 1
             self.stats.slot_bytes += sum(k.nbytes + v.nbytes for k, v in slot.layers)
-        slot.leased = True
+        slot.leased, slot.used = True, next(self._leases)
         return slot.views(batch), slot
+
+    def _evict_slot(self) -> None:
+        """Drop the least recently leased free slot and its graphs (none free: keep them all)."""
+        free = [(s.used, shape, s) for shape, group in self.slots.items() for s in group if not s.leased]
+        if not free:
+            return
+        _, shape, slot = min(free, key=lambda item: item[0])
+        self.slots[shape].remove(slot)
+        if not self.slots[shape]:
+            del self.slots[shape]
+        for key in [k for k in self.graphs if k.slot == slot.index]:
+            del self.graphs[key]
+            self.stats.evicted_graphs += 1
+        self.stats.slots -= 1
+        self.stats.slot_bytes -= sum(k.nbytes + v.nbytes for k, v in slot.layers)
+        self.stats.evicted_slots += 1
 
     # --- forwards -------------------------------------------------------------------------
     def run(self, model, tokens: Tensor, positions: Tensor, visible, slot: KVSlot | None, write_at: int,
@@ -222,7 +254,11 @@ class GraphRunner:
             self.stats.capture_seconds += time.perf_counter() - start
             self.stats.captures += 1
             captured = self.graphs[key] = _Captured(graph, static_tokens, static_positions, static_valid)
+            while len(self.graphs) > self.max_graphs:
+                self.graphs.popitem(last=False)
+                self.stats.evicted_graphs += 1
         else:
+            self.graphs.move_to_end(key)
             captured.tokens[:N].copy_(tokens)
             captured.positions[:N].copy_(positions)
             if valid is not None:

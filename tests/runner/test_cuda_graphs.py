@@ -156,3 +156,24 @@ def test_module_hooks_do_not_run_in_replays_and_replay_hooks_do(tiny_models, emu
     assert seen == []
     assert len(replays) == graphs.graph_stats(model)["replays"] > 0
     assert {rows for rows, _, _ in replays} == {3}  # the caller's rows, not the bucket's
+
+
+def test_graphs_and_slots_stay_bounded_over_many_shapes(tiny_models, emulated):
+    """A server sees canvases of many lengths: past its bounds the runner drops the least recently
+    used graphs and free slots (capturing again when a shape comes back), never a leased slot."""
+    model = tiny_models["llada"].model
+    runner = graphs.graph_runner(model)
+    runner.max_graphs, runner.max_slots = 6, 2
+    config = dict(BASE, cache="dual")
+    for length in (3, 4, 5, 6, 3):  # four canvas lengths, the first one again at the end
+        prompts = [[5 + i for i in range(length)], [9, 8]]
+        _same(decode(model, prompts, GenerationConfig(**config)),
+              decode(model, prompts, GenerationConfig(**config, cuda_graphs=True)))
+        stats = graphs.graph_stats(model)
+        assert stats["kv_slots"] <= 2 and len(runner.graphs) <= 6
+    assert stats["evicted_slots"] >= 3 and stats["evicted_graphs"] > 0
+    rows = [RowStart(prefix=[5, 6, 7 + i], gen_length=16) for i in range(3)]
+    alive = [Decoding(model, rows[:1], GenerationConfig(**config, cuda_graphs=True)) for _ in range(3)]
+    for run in alive:
+        run.step()  # three live decodes hold three leased slots: none is taken from under them
+    assert graphs.graph_stats(model)["kv_slots"] == 3
