@@ -15,10 +15,10 @@ a sum by the tensor's size.
 
 Not covered yet, so not guaranteed bitwise on a GPU: the MoE grouped product (row-invariant under
 the Triton interpreter and across its row tiles, tests/kernels/test_batch_invariant.py, not yet
-measured on a GPU), the adaptive cache's read-mass scores (torch), training's dense-mask
-attention, the DiffusionGemma family's own attention and norm, and under tensor parallelism the
-expert-parallel MoE combine (``MoEMLP._routed_here`` adds a token's experts on the rank with
-``index_add_``, atomic and unordered on CUDA). Loading says so with a warning.
+measured on a GPU), training's dense-mask attention and the DiffusionGemma family's own
+attention and norm. Loading says so with a warning. The adaptive cache computes its attention-mass
+scores row by row under the option (``dllm.cache.read_refresh.row_wise``), and the expert-parallel
+MoE combine sums a token's slots in order (no ``index_add_``).
 
 Status: checked on the CPU under the Triton interpreter (each kernel bit for bit in ragged
 batches of 2..33 rows; a tiny LLaDA's and Dream's ragged canvas forwards 8 of 8 rows equal to
@@ -44,10 +44,8 @@ from dllm.models.layers import Attention, RMSNorm
 from dllm.validation import OptionTypeError
 
 log = logging.getLogger(__name__)
-NOT_COVERED = ("the MoE grouped product is not yet measured on a GPU, expert-parallel MoE layers (tensor_parallel) "
-               "add a token's experts with index_add_ (atomic adds on CUDA, in no fixed order), and DiffusionGemma's "
-               "own attention and norm are not replaced, so a row's logits on CUDA can still move with its batch "
-               "there (issue 39)")
+NOT_COVERED = ("the MoE grouped product is not yet measured on a GPU, and DiffusionGemma's own attention and norm "
+               "are not replaced, so a row's logits on CUDA can still move with its batch there (issue 39)")
 
 
 class InvariantLinear(nn.Module):

@@ -180,7 +180,13 @@ class MoEMLP(nn.Module):
         xs = x2d.index_select(0, pairs // self.cfg.top_k)
         h = self.act(grouped_matmul(xs, self.gate_proj, offsets)) * grouped_matmul(xs, self.up_proj, offsets)
         ys = grouped_matmul(h, self.down_proj, offsets).float() * weights.reshape(-1)[pairs, None]
-        out = torch.zeros(N, d, dtype=torch.float32, device=x2d.device).index_add_(0, pairs // self.cfg.top_k, ys)
+        # back to (token, slot) places, then summed over slots in order: index_add_ on CUDA adds in
+        # no fixed order, which a batch-invariant load cannot have (other ranks' slots are zeros)
+        k = self.cfg.top_k
+        slots = torch.zeros(N * k, d, dtype=torch.float32, device=x2d.device).index_copy_(0, pairs, ys).view(N, k, d)
+        out = slots[:, 0].clone()
+        for j in range(1, k):
+            out += slots[:, j]
         return out.to(x2d.dtype)
 
 

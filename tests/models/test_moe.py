@@ -203,3 +203,15 @@ def test_config_names_what_is_wrong(kwargs, match):
     base = {"n_experts": 32, "top_k": 4, "expert_hidden": 8}
     with pytest.raises(ValueError, match=match):
         MoEConfig(**{**base, **kwargs})
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_the_expert_parallel_combine_sums_slots_in_the_order_of_one_process(name):
+    """A rank's combine puts each (token, slot) result in its place and sums the slots in order,
+    as the one-process path does, so with every expert on the rank the two agree bit for bit (an
+    index_add_ in expert order rounds differently, and on CUDA adds in no fixed order at all)."""
+    layer = _layer(CONFIGS[name], seed=3)
+    x = torch.randn(37, D)
+    assert layer.experts == (0, layer.cfg.n_experts)
+    assert torch.equal(layer._routed_here(x, x), layer._routed(x, x))
