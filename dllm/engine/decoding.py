@@ -55,7 +55,9 @@ class DecodeState:
                  seeds: list[int] | None = None) -> None:
         self.model, self.canvas, self.config = model, canvas, config
         self.mask_id = model.mask_token_id
-        self.tp = getattr(model, "tensor_parallel", None)  # this rank's TensorShard; None: one process
+        # this rank's TensorShard when the logits are a vocabulary shard; None: whole rows (one
+        # process, or a family that keeps its vocabulary whole under tensor parallelism)
+        self.tp = getattr(model, "tensor_parallel", None)
         if config.cuda_graphs and getattr(model, "uniform_state", False):
             raise ValueError("cuda_graphs=True replays the mask-diffusion forward; a uniform-state model's encoder "
                              "and denoiser are not captured yet: decode it with cuda_graphs=False")

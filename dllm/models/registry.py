@@ -23,8 +23,9 @@ class Family:
     ``layout_markers``: regexes that all match some checkpoint name of this layout, used to
     name the layout of weights that do not fit their config. ``ignored_weights``: regexes of
     checkpoint tensors the family does not load (DiffusionGemma's vision tower; the loader says
-    how many it skipped). ``build_model(cfg)``: the family's own module where it is not the
-    shared ``DiffusionTransformer`` (None), with ``parse_config`` returning that module's config.
+    how many it skipped). ``build_model(cfg, tp)``: the family's own module where it is not the
+    shared ``DiffusionTransformer`` (None), with ``parse_config`` returning that module's config
+    and ``tp`` the rank's ``TensorShard`` under tensor parallelism (None: one process).
     """
 
     name: str
@@ -36,7 +37,7 @@ class Family:
     architectures: tuple[str, ...] = ()
     layout_markers: tuple[str, ...] = ()
     ignored_weights: tuple[str, ...] = ()
-    build_model: Callable[[Any], Any] | None = None
+    build_model: Callable[..., Any] | None = None
 
 
 def _family(name: str, module) -> Family:
