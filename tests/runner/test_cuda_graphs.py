@@ -177,3 +177,20 @@ def test_graphs_and_slots_stay_bounded_over_many_shapes(tiny_models, emulated):
     for run in alive:
         run.step()  # three live decodes hold three leased slots: none is taken from under them
     assert graphs.graph_stats(model)["kv_slots"] == 3
+
+
+@pytest.mark.parametrize("cache", ["none", "dual"])
+def test_replaying_adds_no_host_read(tiny_models, emulated, monkeypatch, cache):
+    """The graph runner keys, pads and copies without reading the device: a replayed decode keeps
+    the eager decode's host reads exactly (the sync budget, dllm/engine/sync_budget.py)."""
+    import dllm.runner.model_runner as model_runner
+    from host_syncs import HostSyncCounter
+
+    monkeypatch.setattr(model_runner, "head_rows_pay_off", lambda device: False)  # the GPU's path
+    model = tiny_models["llada"].model
+    counts = []
+    for cuda_graphs in (False, True, True):  # the second replayed decode captures nothing
+        with HostSyncCounter() as syncs:
+            decode(model, RAGGED, GenerationConfig(**BASE, cache=cache, cuda_graphs=cuda_graphs))
+        counts.append(dict(syncs.by_name))
+    assert counts[0] == counts[1] == counts[2]
