@@ -11,12 +11,14 @@
 
 ``CALL_COUNTS`` counts calls per kernel (``"confidence_stats"``, ``"shard_stats"``, ...) and per
 kernel and backend (``"confidence_stats:triton"``, ``"grouped_matmul:torch"``, ...), so tests can
-check which ran.
+check which ran. Calls traced by ``torch.compile`` (``GenerationConfig.compile``) are not counted:
+dynamo would guard on the count's value and recompile the forward at every call.
 """
 from __future__ import annotations
 
 import os
 from collections import Counter
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -74,8 +76,7 @@ def confidence_stats(logits: Tensor, *, scratch: StatsScratch | None = None, **k
     work buffers) is ignored by the Triton kernel, which needs none.
     """
     backend = kernel_backend(logits.device)
-    CALL_COUNTS["confidence_stats"] += 1
-    CALL_COUNTS[f"confidence_stats:{backend}"] += 1
+    _count("confidence_stats", backend)
     if backend == "triton":
         return _cs.confidence_stats_triton(logits, **kwargs)
     return _cs.confidence_stats_torch(logits, scratch=scratch, **kwargs)
@@ -85,8 +86,7 @@ def shard_stats(logits: Tensor, **kwargs) -> Tensor:
     """(R, V_r) vocabulary-shard logits -> (R, 8) partial statistics through the selected backend
     (keyword arguments those of ``dllm.kernels.shard_stats.shard_stats_torch``)."""
     backend = kernel_backend(logits.device)
-    CALL_COUNTS["shard_stats"] += 1
-    CALL_COUNTS[f"shard_stats:{backend}"] += 1
+    _count("shard_stats", backend)
     if backend == "triton":
         return _ss.shard_stats_triton(logits, **kwargs)
     return _ss.shard_stats_torch(logits, **kwargs)
@@ -95,8 +95,7 @@ def shard_stats(logits: Tensor, **kwargs) -> Tensor:
 def combine_shard_stats(parts: Tensor) -> TokenStats:
     """(ranks, R, 8) gathered partials -> the TokenStats of the whole vocabulary
     (``dllm.kernels.shard_stats.combine_shard_stats_torch``)."""
-    CALL_COUNTS["combine_shard_stats"] += 1
-    CALL_COUNTS["combine_shard_stats:torch"] += 1
+    _count("combine_shard_stats", "torch")
     return _ss.combine_shard_stats_torch(parts)
 
 
@@ -106,18 +105,25 @@ def grouped_matmul(x: Tensor, w: Tensor, offsets: Tensor) -> Tensor:
     bounds -> y (N, N_out), ``y[rows of e] = x[rows of e] @ w[e].T``
     (see ``dllm.kernels.grouped_matmul``). The Triton kernel is one launch for all experts."""
     backend = kernel_backend(x.device)
-    CALL_COUNTS["grouped_matmul"] += 1
-    CALL_COUNTS[f"grouped_matmul:{backend}"] += 1
+    _count("grouped_matmul", backend)
     if backend == "triton":
         return _gm.grouped_matmul_triton(x, w, offsets)
+    if torch.compiler.is_compiling():  # the reference reads the offsets on the host: an opaque op
+        return _gm.grouped_matmul_op(x, w, offsets)
     return _gm.grouped_matmul_torch(x, w, offsets)
+
+
+def _count(name: str, backend: str) -> None:
+    """Count a call of kernel ``name`` and of its backend (not while torch.compile traces)."""
+    if not torch.compiler.is_compiling():
+        CALL_COUNTS[name] += 1
+        CALL_COUNTS[f"{name}:{backend}"] += 1
 
 
 def _dispatch(name: str, device, triton_fn, torch_fn, *args):
     """Count the call under ``name`` and its backend, then run that backend's function."""
     backend = kernel_backend(device)
-    CALL_COUNTS[name] += 1
-    CALL_COUNTS[f"{name}:{backend}"] += 1
+    _count(name, backend)
     return (triton_fn if backend == "triton" else torch_fn)(*args)
 
 
@@ -128,18 +134,23 @@ def invariant_linear(x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor
                      x, w, bias)
 
 
-def invariant_attention(q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None, key_end: int) -> Tensor:
+def invariant_attention(q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None, key_end: int, *,
+                        scale: float | None = None, positions: _ia.Positions | None = None) -> Tensor:
     """Attention of q (B, H, T, D) over keys [0, key_end) of k, v (B, H_kv, S, D) with per-row
-    key validity -> (B, T, H, D), keys walked in a fixed order from each row's first valid key,
-    through the selected backend (``dllm.kernels.invariant_attention``)."""
-    return _dispatch("invariant_attention", q.device, _ia.invariant_attention_triton, _ia.invariant_attention_torch,
-                     q, k, v, valid, key_end)
+    key validity (and optionally a causal / sliding rule by ``positions``) -> (B, T, H, D), keys
+    walked in a fixed order from each row's first valid key, softmax ``scale`` (default
+    1 / sqrt(D)), through the selected backend (``dllm.kernels.invariant_attention``)."""
+    options = {"scale": scale, "positions": positions}
+    return _dispatch("invariant_attention", q.device, partial(_ia.invariant_attention_triton, **options),
+                     partial(_ia.invariant_attention_torch, **options), q, k, v, valid, key_end)
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+def rms_norm(x: Tensor, weight: Tensor | None, eps: float, *, cast_last: bool = False) -> Tensor:
     """RMSNorm of x (..., D), one fixed reduction order a row, through the selected backend
-    (``dllm.kernels.rms_norm``)."""
-    return _dispatch("rms_norm", x.device, _rn.rms_norm_triton, _rn.rms_norm_torch, x, weight, eps)
+    (``dllm.kernels.rms_norm``); ``cast_last``: Gemma's order (the weight in float32, one cast);
+    ``weight=None``: no weight."""
+    return _dispatch("rms_norm", x.device, partial(_rn.rms_norm_triton, cast_last=cast_last),
+                     partial(_rn.rms_norm_torch, cast_last=cast_last), x, weight, eps)
 
 
 def log_softmax(x: Tensor) -> Tensor:

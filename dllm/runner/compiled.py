@@ -5,8 +5,19 @@ buffers written in place), so a compiled forward replays: on CUDA with
 ``mode="reduce-overhead"`` (CUDA graphs, with the K/V buffers marked as static addresses so
 the graphs write them in place), on CPU as a plain inductor compile. Shapes change between
 windows (the prefix cache's window shrinks, write offsets move), which compiles a few more
-graphs; dynamo then makes those sizes dynamic. One compiled wrapper per model, reused by
-every decode. Off by default until measured on a GPU.
+graphs; dynamo then makes those sizes dynamic. Block-causal forwards specialise on their
+spans (one tuple of ints per model block in the window) and the pipelined mode's windows vary
+more, so the recompile limit is raised to ``RECOMPILE_LIMIT`` for the model's forward (past it
+dynamo would run the forward eagerly, with a warning). One compiled wrapper per model, reused
+by every decode. Off by default until measured on a GPU.
+
+What is compiled is the model's forward as the runner calls it: every cache's refresh and
+window forwards (prefix, dual, sub-blocks, the pipelined mode's append cache, candidate
+batches), every family (an MoE layer's CPU expert product is one opaque operator,
+``dllm::grouped_matmul_torch``, so the forward stays one graph). The adaptive cache on a
+bidirectional model runs its layers itself (``dllm/cache/adaptive.py``, ``read_refresh.py``:
+per-row choices read on the host), so those forwards stay eager under ``compile=True``; on a
+block-causal model it is the dual cache's path and compiled.
 
 ``DLLM_COMPILE_BACKEND`` picks the torch.compile backend (default ``inductor``); the test suite
 uses ``aot_eager`` (the same graph capture and functionalisation of the in-place K/V writes,
@@ -22,6 +33,7 @@ from typing import Callable
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
+RECOMPILE_LIMIT = 64
 _COMPILED: "weakref.WeakKeyDictionary[torch.nn.Module, Callable]" = weakref.WeakKeyDictionary()
 # Buffers already marked, keyed by identity: a WeakSet compares its members with ``==``, which
 # for tensors is elementwise ("Boolean value of Tensor with more than one value is ambiguous")
@@ -68,7 +80,8 @@ def mark_static(cache, devices: tuple[str, ...] = ("cuda",)) -> None:
 def call_compiled(model: torch.nn.Module, *args) -> torch.Tensor:
     """Run the compiled forward; a compiler failure becomes an error that names the fix."""
     try:
-        return compiled_model(model)(*args)
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            return compiled_model(model)(*args)
     except torch._dynamo.exc.BackendCompilerFailed as err:
         raise RuntimeError(f"compile=True: torch.compile failed on {model.device.type} ({err}); "
                            "use compile=False") from err

@@ -1,42 +1,81 @@
 """``GenerationConfig(compile=True)``: the compiled forward gives the tokens, order and NFE of
-the eager one for every cache mode (refresh and window forwards, in-place K/V writes) and for
-candidate batches. Uses the ``aot_eager`` backend (graph capture without code generation, which
-takes minutes on a small CPU); a GPU run repeats it with ``DLLM_COMPILE_BACKEND=inductor``."""
+the eager one for every cache mode (refresh and window forwards, in-place K/V writes, sub-blocks,
+the pipelined mode's append cache), every family (bidirectional, block-causal, MoE), candidate
+batches and a ragged batch, as whole graphs (no graph break, no fallback past the recompile
+limit). Uses the ``aot_eager`` backend (graph capture and functionalisation without code
+generation, which takes minutes on a small CPU); ``DLLM_TEST_COMPILE_BACKEND=inductor`` repeats it
+with code generation (the GPU check runs it so on CUDA)."""
 from __future__ import annotations
 
+import json
 import os
 import warnings
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
+import dllm
 from dllm import GenerationConfig
 from dllm.runner.compiled import compile_available
 from dllm.engine.decoding import decode
+from dllm.models.tiny import write_tiny_checkpoint
 
 REASON = compile_available()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"torch.compile unavailable: {REASON}")
-PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11]]
+PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11]]  # ragged: the first row is left-padded
+BASE = dict(gen_length=16, block_length=8, steps=8, policy="threshold", policy_args={"tau": 0.09})
+# per family, the decodes one test compiles in a row (graphs of equal shapes are shared between them)
+CASES = {
+    "llada": {"none": dict(cache="none"), "prefix": dict(cache="prefix"), "dual": dict(cache="dual"),
+              "dual-lopa": dict(cache="dual", strategy="lopa"), "dual-sub-blocks": dict(cache="dual", sub_block_length=4),
+              "adaptive": dict(cache="adaptive")},  # its own layer loop runs eagerly (dllm/runner/compiled.py)
+    "dream": {"prefix-sub-blocks": dict(cache="prefix", sub_block_length=4), "dual": dict(cache="dual")},
+    "fast_dllm_v2": {"dual": dict(cache="dual")},  # block-causal: refresh from the exact end, then the block
+    "llada2_moe": {"dual": dict(cache="dual")},
+    "d2f": {"append": dict(gen_length=8, block_length=4, policy="low_confidence", policy_args={"tau": 0.9}, steps=None,
+                           block_add_threshold=0.1, decoded_token_threshold=0.5, cache="dual")},
+}
 
 
 @pytest.fixture(autouse=True)
 def backend(monkeypatch):
     monkeypatch.setenv("DLLM_COMPILE_BACKEND", os.environ.get("DLLM_TEST_COMPILE_BACKEND", "aot_eager"))
+    # past the recompile limit dynamo would run the forward eagerly: the tests would compare eager with eager
     torch._dynamo.reset()
-    yield
+    counters.clear()
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        yield
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("options", [dict(cache="dual"), dict(cache="prefix"), dict(cache="none"),
-                                     dict(cache="dual", strategy="lopa")],
-                         ids=["dual", "prefix", "none", "dual-lopa"])
-def test_compiled_decode_equals_eager(tiny_models, options):
-    model = tiny_models["llada"].model
-    config = dict(gen_length=16, block_length=8, steps=8, policy="threshold", policy_args={"tau": 0.09}, **options)
-    eager = decode(model, PROMPTS, GenerationConfig(**config))
-    compiled = decode(model, PROMPTS, GenerationConfig(**config, compile=True))
-    assert torch.equal(eager.answer, compiled.answer)
-    assert torch.equal(eager.order, compiled.order) and torch.equal(eager.nfe, compiled.nfe)
+@pytest.fixture(scope="module")
+def models(tiny_models, tmp_path_factory):
+    """The loaded model of each family in CASES (float32, the test device)."""
+    root, device = tmp_path_factory.mktemp("compile"), tiny_models["llada"].model.device
+    out = {name: tiny_models[name].model for name in ("llada", "dream")}
+    for family in ("fast_dllm_v2", "llada2_moe"):
+        out[family] = dllm.load(write_tiny_checkpoint(root / family, family, seed=11), device=device,
+                                dtype="float32").model
+    path = write_tiny_checkpoint(root / "d2f", "llada", seed=11)  # a D2F student: the pipelined mode
+    config = json.loads((path / "config.json").read_text())
+    config.update(dllm_attention="block_causal", dllm_block_size=4)
+    (path / "config.json").write_text(json.dumps(config))
+    out["d2f"] = dllm.load(path, device=device, dtype="float32").model
+    return out
+
+
+@pytest.mark.parametrize("family", CASES)
+def test_compiled_decode_equals_eager(models, family):
+    model = models[family]
+    for name, options in CASES[family].items():
+        config = {**BASE, **options}
+        eager = decode(model, PROMPTS, GenerationConfig(**config))
+        compiled = decode(model, PROMPTS, GenerationConfig(**config, compile=True))
+        assert torch.equal(eager.answer, compiled.answer), name
+        assert torch.equal(eager.order, compiled.order) and torch.equal(eager.nfe, compiled.nfe), name
+    assert counters["stats"]["unique_graphs"] > 0  # the forwards ran compiled ...
+    assert not counters["graph_break"], dict(counters["graph_break"])  # ... each one whole graph
 
 
 def test_mark_static_marks_each_buffer_once(monkeypatch):
