@@ -1,6 +1,8 @@
-"""Batch-invariant kernels (issue 39): matmul, RMSNorm and log-softmax give a row the same bits
-alone and inside ragged batches of 2..33 rows, and match their torch references; the MoE grouped
-product is checked for the same property (its reference parity is test_grouped_matmul's).
+"""Batch-invariant kernels (issue 39): matmul, RMSNorm (both arithmetic orders, with and without
+a weight), log-softmax and attention (per-row validity, and DiffusionGemma's causal / sliding rule
+by position with scale 1) give a row the same bits alone and inside ragged batches of 2..33 rows,
+and match their torch references; the MoE grouped product is checked for the same property (its
+reference parity is test_grouped_matmul's).
 
 The Triton check runs this file as a script in a fresh interpreter (under TRITON_INTERPRET=1 on
 CPU, natively on a GPU), as the other kernel tests do, and refuses to pass unless the Triton path
@@ -61,6 +63,10 @@ def _cases(device: str, g: torch.Generator):
         xn = (torch.randn(1100, generator=g) * 2).to(dtype).to(device)
         yield (f"rms_norm {dtype}", lambda t, nw=nw: kernels.rms_norm(t, nw, 1e-6),
                lambda t, nw=nw: rn.rms_norm_torch(t, nw, 1e-6), xn, tol)
+        yield (f"rms_norm gemma {dtype}", lambda t, nw=nw: kernels.rms_norm(t, nw, 1e-6, cast_last=True),
+               lambda t, nw=nw: rn.rms_norm_torch(t, nw, 1e-6, cast_last=True), xn, tol)
+        yield (f"rms_norm gemma no weight {dtype}", lambda t: kernels.rms_norm(t, None, 1e-6, cast_last=True),
+               lambda t: rn.rms_norm_torch(t, None, 1e-6, cast_last=True), xn, tol)
         xl = (torch.randn(5000, generator=g) * 4).to(dtype).to(device)  # V = 5000: two chunks
         xl[:700] = float("-inf")  # a filtered stretch: whole -inf lanes in the first chunk
         yield (f"log_softmax {dtype}", kernels.log_softmax, ls.log_softmax_torch, xl,
@@ -115,6 +121,41 @@ def _attention_row_check(device: str, g: torch.Generator, reference) -> None:
         torch.testing.assert_close(out[valid], want[valid], rtol=1e-5, atol=1e-5)
 
 
+def _positional_attention_row_check(device: str, g: torch.Generator, reference) -> None:
+    """DiffusionGemma's encoder rule (a key seen when valid, at or before the query's position
+    and, with a window, less than ``window`` positions back; scale 1): one row's L = 40 keys (two
+    key chunks) with queries at every key (a prompt) or at the last 9 (a canvas after its prefix)
+    give the same bits alone and left-padded in ragged batches; SDPA's values with the dense mask
+    everywhere, including zeros for the pad queries of position -1 that see no key."""
+    H, H_kv, D, L = 2, 1, 16, 40
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(device)
+
+    q1, k1, v1 = rand(1, H, L, D), rand(1, H_kv, L, D), rand(1, H_kv, L, D)
+    pos1 = torch.arange(L, device=device)[None]
+    for window, T in ((None, L), (7, L), (7, 9)):
+        rule = ia.Positions(pos1[:, L - T:], pos1, window)
+        alone = kernels.invariant_attention(q1[:, :, L - T:], k1, v1, None, L, scale=1.0, positions=rule)[0]
+        for n in BATCH_SIZES[::2] if T == L else BATCH_SIZES[1::2]:  # each batch size under some rule
+            width = L + 3 + n % 5
+            q, k, v = rand(n, H, width, D), rand(n, H_kv, width, D), rand(n, H_kv, width, D)
+            valid = torch.ones(n, width, dtype=torch.bool, device=device)
+            valid[:, : n % 4] = False
+            at, pad = n - 1, width - L
+            valid[at, :pad] = False
+            q[at, :, pad:], k[at, :, pad:], v[at, :, pad:] = q1[0], k1[0], v1[0]
+            key_pos = valid.long().cumsum(-1) - 1  # pads at -1: as queries they see no key
+            t = width if T == L else T  # every key is a query, pads included, or the last T
+            rule = ia.Positions(key_pos[:, width - t:], key_pos, window)
+            out = kernels.invariant_attention(q[:, :, width - t:], k, v, valid, width, scale=1.0, positions=rule)
+            assert torch.equal(out[at, t - T:], alone), ("positional attention", window, T, n)
+            want = reference(q[:, :, width - t:], k, v, valid, width, scale=1.0, positions=rule)
+            torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+            if T == L:
+                assert out[at, :pad].eq(0).all() and not out.isnan().any(), ("pad queries", window, n)
+
+
 def _kernel_check(device: str) -> None:
     """Each kernel through the dispatch with DLLM_KERNELS=triton: row-invariant, and within
     float rounding of its reference; raises unless the Triton path ran."""
@@ -138,6 +179,7 @@ def _kernel_check(device: str) -> None:
             assert_row_invariant(fn, row, g, what)
         _grouped_row_check(device, g)
         _attention_row_check(device, g, saved["invariant_attention"])
+        _positional_attention_row_check(device, g, saved["invariant_attention"])
     finally:
         for name, mod in references.items():
             setattr(mod, f"{name}_torch", saved[name])
@@ -177,9 +219,11 @@ def test_dispatch_auto_uses_the_references_on_cpu_and_counts(monkeypatch):
     x, w, nw = torch.randn(3, 8), torch.randn(5, 8), torch.randn(8)
     assert torch.equal(kernels.invariant_linear(x, w), im.invariant_linear_torch(x, w))
     assert torch.equal(kernels.rms_norm(x, nw, 1e-5), rn.rms_norm_torch(x, nw, 1e-5))
+    assert torch.equal(kernels.rms_norm(x, None, 1e-5, cast_last=True), rn.rms_norm_torch(x, None, 1e-5,
+                                                                                         cast_last=True))
     assert torch.equal(kernels.log_softmax(x), ls.log_softmax_torch(x))
-    for name in ("invariant_linear", "rms_norm", "log_softmax"):
-        assert CALL_COUNTS[f"{name}:torch"] == before.get(f"{name}:torch", 0) + 1, name
+    for name, calls in (("invariant_linear", 1), ("rms_norm", 2), ("log_softmax", 1)):
+        assert CALL_COUNTS[f"{name}:torch"] == before.get(f"{name}:torch", 0) + calls, name
 
 
 def test_bad_shapes_are_refused():
@@ -191,6 +235,66 @@ def test_bad_shapes_are_refused():
         rn.rms_norm_torch(torch.randn(2, 4), torch.randn(5), 1e-6)
     with pytest.raises(ValueError, match="V > 0"):
         ls.log_softmax_torch(torch.randn(2, 0))
+
+
+def test_gemma_order_reference_is_gemma_rms_norm():
+    """``cast_last`` is DiffusionGemma's own norm, with and without a weight, bit for bit."""
+    from dllm.models.gemma import GemmaRMSNorm
+
+    g = torch.Generator().manual_seed(2)
+    for dtype in DTYPES:
+        x = (torch.randn(3, 5, 48, generator=g) * 3).to(dtype)
+        for scale in (True, False):
+            norm = GemmaRMSNorm(48, 1e-6, scale=scale).to(dtype)
+            if scale:
+                norm.weight.data = (torch.rand(48, generator=g) + 0.5).to(dtype)
+            with torch.no_grad():
+                want = norm(x)
+            assert torch.equal(rn.rms_norm_torch(x, norm.weight, 1e-6, cast_last=True), want), (dtype, scale)
+    x = torch.randn(4, 8, generator=g)  # the two orders differ: the weight before or after the cast
+    w = torch.rand(8, generator=g).bfloat16()
+    assert not torch.equal(rn.rms_norm_torch(x.bfloat16(), w, 1e-6), rn.rms_norm_torch(x.bfloat16(), w, 1e-6,
+                                                                                        cast_last=True))
+
+
+def test_positional_reference_is_the_per_query_softmax():
+    """The reference's positional rule against an explicit loop: each query's softmax (scale 1)
+    over the valid keys at or before its position and inside the window; zeros where none."""
+    g = torch.Generator().manual_seed(3)
+    B, H, H_kv, S, T, D, window = 2, 4, 2, 12, 5, 8, 4
+    q, k, v = torch.randn(B, H, T, D, generator=g), torch.randn(B, H_kv, S, D, generator=g), torch.randn(
+        B, H_kv, S, D, generator=g)
+    valid = torch.ones(B, S, dtype=torch.bool)
+    valid[1, :9] = False  # row 1: three valid keys at positions 0..2
+    key_pos = valid.long().cumsum(-1) - 1
+    query_pos = key_pos[:, S - T:].clone()
+    query_pos[1, 0] = -1  # a query before every key: sees none
+    for win in (None, window):
+        got = ia.invariant_attention_torch(q, k, v, valid, S, scale=1.0,
+                                           positions=ia.Positions(query_pos, key_pos, win))
+        want = torch.zeros(B, T, H, D, dtype=torch.float64)
+        for b in range(B):
+            for t in range(T):
+                p = query_pos[b, t].item()
+                keys = [s for s in range(S) if valid[b, s] and key_pos[b, s] <= p and (
+                    win is None or key_pos[b, s] > p - win)]
+                for h in range(H):
+                    if keys:
+                        kv = h // (H // H_kv)
+                        w = (k[b, kv, keys].double() @ q[b, h, t].double()).softmax(0)
+                        want[b, t, h] = w @ v[b, kv, keys].double()
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    assert got[1, 0].eq(0).all()
+
+
+def test_positional_rule_is_refused_when_malformed():
+    q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 1, 5, 4)
+    pos = torch.arange(5)[None]
+    for rule, match in ((ia.Positions(pos[:, 2:].float(), pos), "integer"),
+                        (ia.Positions(pos, pos), r"query \(1, 3\)"),
+                        (ia.Positions(pos[:, 2:], pos, 0), "window must be a positive int")):
+        with pytest.raises(ValueError, match=match):
+            ia.invariant_attention_torch(q, k, k, None, 5, positions=rule)
 
 
 def test_kernel_check_fails_when_the_torch_path_runs(monkeypatch):
