@@ -15,15 +15,19 @@ a sum by the tensor's size.
 
 Not covered yet, so not guaranteed bitwise on a GPU: the MoE grouped product (row-invariant under
 the Triton interpreter and across its row tiles, tests/kernels/test_batch_invariant.py, not yet
-measured on a GPU), training's dense-mask attention and the DiffusionGemma family's own
-attention and norm. Loading says so with a warning. The adaptive cache computes its attention-mass
+measured on a GPU) and training's dense-mask attention. Loading says so with a warning. A family
+with layers of its own swaps them itself: ``make_batch_invariant`` calls the model's
+``make_batch_invariant()`` when it has one (DiffusionGemma: its norms, attention and
+self-conditioning, ``dllm.models.gemma``). The adaptive cache computes its attention-mass
 scores row by row under the option (``dllm.cache.read_refresh.row_wise``), and the expert-parallel
 MoE combine sums a token's slots in order (no ``index_add_``).
 
 Status: checked on the CPU under the Triton interpreter (each kernel bit for bit in ragged
 batches of 2..33 rows; a tiny LLaDA's and Dream's ragged canvas forwards 8 of 8 rows equal to
 batch 1 through every kernel, against 1 of 8 without them: ``DLLM_KERNELS=triton TRITON_INTERPRET=1
-python -m dllm.bench.batch_invariance``); not yet run on a GPU, where the GPU check's
+python -m dllm.bench.batch_invariance``; a tiny DiffusionGemma's encoder and denoiser logits, 3 of 3
+ragged rows over two canvases, against 1 of 3 without them: tests/models/test_gemma_batch_invariant.py);
+not yet run on a GPU, where the GPU check's
 batch-invariance section measures it and its cost.
 
 On the CPU the option is accepted and changes nothing: there the suite checks everywhere that a
@@ -44,8 +48,8 @@ from dllm.models.layers import Attention, RMSNorm
 from dllm.validation import OptionTypeError
 
 log = logging.getLogger(__name__)
-NOT_COVERED = ("the MoE grouped product is not yet measured on a GPU, and DiffusionGemma's own attention and norm "
-               "are not replaced, so a row's logits on CUDA can still move with its batch there (issue 39)")
+NOT_COVERED = ("the MoE grouped product is not yet measured on a GPU, so a row's logits on CUDA can still move "
+               "with its batch there (issue 39)")
 
 
 class InvariantLinear(nn.Module):
@@ -97,8 +101,9 @@ def check_batch_invariant(batch_invariant: object, device: torch.device, *, quan
 
 def make_batch_invariant(model: nn.Module) -> dict[str, int]:
     """Swap every ``nn.Linear`` and ``RMSNorm`` of ``model`` (in place) for its batch-invariant
-    twin and point every ``Attention`` at ``kernels.invariant_attention``; returns how many of
-    each. Marks ``model.batch_invariant`` (results record it)."""
+    twin and point every ``Attention`` at ``kernels.invariant_attention``, then let a model with
+    layers of its own swap them (its ``make_batch_invariant()``, counts added); returns how many
+    of each. Marks ``model.batch_invariant`` (results record it)."""
     counts = {"linear": 0, "rms_norm": 0, "attention": 0}
     for module in model.modules():
         if isinstance(module, Attention):
@@ -112,6 +117,10 @@ def make_batch_invariant(model: nn.Module) -> dict[str, int]:
             elif type(child) is RMSNorm:
                 setattr(parent, name, InvariantRMSNorm(child))
                 counts["rms_norm"] += 1
+    own = getattr(model, "make_batch_invariant", None)  # a family's own layers (DiffusionGemma)
+    if own is not None:
+        for name, n in own().items():
+            counts[name] += n
     model.batch_invariant = True
     log.warning("batch_invariant=True: %d linears, %d RMSNorms and %d attentions replaced; %s", counts["linear"],
                 counts["rms_norm"], counts["attention"], NOT_COVERED)

@@ -13,6 +13,14 @@ are the same weights both ways (transformers ties the encoder's to the decoder's
   transformers' sliding cache keeps) and the whole canvas.
 
 Positions are explicit per row, so a left-padded row sees what it sees alone.
+
+By default those rules are dense (B, T, S) boolean masks for SDPA. ``make_batch_invariant``
+(called by ``load(batch_invariant=True)`` on CUDA, issue 39) routes the family's own norms
+through ``kernels.rms_norm`` in Gemma's order and its attention through
+``kernels.invariant_attention`` given a ``KeyRule`` (per-row validity, and for the encoder the
+query and key positions with the sliding window) instead of a mask, and the self-conditioning's
+softmax and expected embedding through ``kernels.log_softmax`` and ``kernels.invariant_linear``:
+each a fixed reduction order whatever the batch.
 """
 from __future__ import annotations
 
@@ -24,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dllm import kernels
+from dllm.kernels.invariant_attention import Positions
 from dllm.models.gemma_config import GemmaConfig
 from dllm.models.moe import MoEMLP
 
@@ -41,8 +51,11 @@ class GemmaRMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim)) if scale else None
+        self.use_kernel = False  # DiffusionGemma.make_batch_invariant: kernels.rms_norm, same arithmetic order
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.use_kernel:
+            return kernels.rms_norm(x, self.weight, self.eps, cast_last=True)
         x32 = x.float()
         out = x32 * torch.pow(x32.pow(2).mean(-1, keepdim=True) + self.eps, -0.5)
         if self.weight is not None:
@@ -82,6 +95,16 @@ def rope(x: Tensor, positions: Tensor, freq: Tensor) -> Tensor:
     cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
     half = x.shape[-1] // 2
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRule:
+    """Which keys each query sees, as ``kernels.invariant_attention`` takes it (the batch-invariant
+    path, instead of a dense mask): ``valid`` (B, S) per-row key validity and, for the encoder,
+    ``positions`` (causal by position, with the sliding window on sliding layers)."""
+
+    valid: Tensor
+    positions: Positions | None = None
 
 
 @dataclass(slots=True)
@@ -130,10 +153,11 @@ class GemmaAttention(nn.Module):
         self.k_norm = GemmaRMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.v_norm = GemmaRMSNorm(self.head_dim, cfg.rms_norm_eps, scale=False)
 
-    def forward(self, x: Tensor, positions: Tensor, freq: Tensor, allowed: Tensor,
+    def forward(self, x: Tensor, positions: Tensor, freq: Tensor, allowed: Tensor | KeyRule,
                 prefix: tuple[Tensor, Tensor] | None, store: PrefixKV | None, i: int) -> Tensor:
-        """x (B, T, d); ``allowed`` (B, S_prefix + T) or (B, T, S) bool over [prefix keys, own
-        keys]; ``store``: append the window's K/V there (the encoder)."""
+        """x (B, T, d); ``allowed`` (B, T, S) bool over [prefix keys, own keys] (SDPA), or a
+        ``KeyRule`` over the same keys (``kernels.invariant_attention``); ``store``: append the
+        window's K/V there (the encoder)."""
         B, T, _ = x.shape
         q = rope(self.q_norm(self.q_proj(x).view(B, T, self.n_heads, self.head_dim)), positions, freq)
         raw_k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
@@ -144,9 +168,13 @@ class GemmaAttention(nn.Module):
             k, v = store.append(i, k, v)
         elif prefix is not None:
             k, v = torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=allowed[:, None], scale=1.0,
-                                             enable_gqa=self.n_kv_heads != self.n_heads)
-        out = self.o_proj(out.transpose(1, 2).reshape(B, T, -1))  # (B, T, d): the rank's heads' partial sum
+        if isinstance(allowed, KeyRule):  # (B, T, H, D), keys in a fixed order whatever the batch
+            out = kernels.invariant_attention(q.transpose(1, 2), k, v, allowed.valid, k.shape[2], scale=1.0,
+                                              positions=allowed.positions)
+        else:
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=allowed[:, None], scale=1.0,
+                                                 enable_gqa=self.n_kv_heads != self.n_heads).transpose(1, 2)
+        out = self.o_proj(out.reshape(B, T, -1))  # (B, T, d): the rank's heads' partial sum
         return out if self.tp is None else self.tp.all_reduce(out)
 
 
@@ -170,7 +198,7 @@ class GemmaLayer(nn.Module):
         self.register_buffer("encoder_layer_scalar", torch.ones(1))
         self.root = d ** -0.5
 
-    def forward(self, x: Tensor, positions: Tensor, freq: Tensor, allowed: Tensor,
+    def forward(self, x: Tensor, positions: Tensor, freq: Tensor, allowed: Tensor | KeyRule,
                 prefix: tuple[Tensor, Tensor] | None, store: PrefixKV | None, i: int) -> Tensor:
         h = self.self_attn(self.input_layernorm(x), positions, freq, allowed, prefix, store, i)
         x = x + self.post_attention_layernorm(h)
@@ -196,6 +224,7 @@ class DiffusionGemma(nn.Module):
     def __init__(self, cfg: GemmaConfig, tp: TensorShard | None = None) -> None:
         super().__init__()
         self.config = cfg
+        self.invariant_kernels = False  # make_batch_invariant: KeyRules and fixed-order kernels (issue 39)
         self.tensor_shard = tp  # this rank's TensorShard (heads, hidden units, experts); None: one process
         d = cfg.d_model
         self.embed = nn.Embedding(cfg.vocab_size, d)
@@ -242,6 +271,18 @@ class DiffusionGemma(nn.Module):
     def new_prefix(self) -> PrefixKV:
         return PrefixKV()
 
+    def make_batch_invariant(self) -> dict[str, int]:
+        """Route this family's own norms (``GemmaRMSNorm``, Gemma's arithmetic order), attention
+        (``KeyRule``s instead of dense masks) and self-conditioning (softmax, expected embedding)
+        through the fixed-order kernels; the same Parameters. Returns how many norms and
+        attentions. ``dllm.models.batch_invariant.make_batch_invariant`` calls it after swapping
+        the nn.Linear layers (the MoE experts run ``kernels.grouped_matmul`` already)."""
+        norms = [m for m in self.modules() if isinstance(m, GemmaRMSNorm)]
+        for norm in norms:
+            norm.use_kernel = True
+        self.invariant_kernels = True
+        return {"rms_norm": len(norms), "attention": len(self.layers)}
+
     def forward(self, *args, **kwargs):
         raise ValueError("DiffusionGemma is a uniform-state model (no mask token): decode it with "
                          "strategy='uniform' and cache='encoder'; mask-based rules, strategies and caches do "
@@ -256,6 +297,21 @@ class DiffusionGemma(nn.Module):
         return (inv_freq(cfg.head_dim, cfg.rope_theta, 1.0, self.device),
                 inv_freq(cfg.global_head_dim, cfg.global_rope_theta, cfg.global_rotary_factor, self.device))
 
+    def _encoder_rules(self, positions: Tensor, key_pos: Tensor,
+                       key_valid: Tensor) -> tuple[Tensor | KeyRule, Tensor | KeyRule]:
+        """What the encoder's queries at positions (B, T) see of the keys at key_pos (B, S) (the
+        last T are the queries' own): full and sliding layers' dense masks, or their ``KeyRule``s."""
+        if self.invariant_kernels:  # a pad query that sees no key gets zeros there, not itself: its own
+            # key is invalid, so no valid query reads what it computes
+            return (KeyRule(key_valid, Positions(positions, key_pos)),
+                    KeyRule(key_valid, Positions(positions, key_pos, self.config.sliding_window)))
+        T, S = positions.shape[1], key_pos.shape[1]
+        itself = torch.zeros(T, S, dtype=torch.bool, device=positions.device)
+        itself[:, S - T:] = torch.eye(T, dtype=torch.bool, device=positions.device)  # a pad query sees itself: no NaN
+        query, key = positions[:, :, None], key_pos[:, None, :]  # (B, T, 1), (B, 1, S): bool (B, T, S) masks only
+        causal = (key_valid[:, None, :] & (key <= query)) | itself
+        return causal, causal & (key > query - self.config.sliding_window)
+
     def encode(self, ids: Tensor, positions: Tensor, valid: Tensor, store: PrefixKV) -> Tensor:
         """Run ids (B, T) at positions (B, T) (``valid`` (B, T): False for left padding) causally
         over the stored prefix and themselves, append their K/V to ``store``; returns the final
@@ -268,12 +324,7 @@ class DiffusionGemma(nn.Module):
         old_pos = store.positions if store.positions is not None else positions[:, :0]
         old_valid = store.valid if store.valid is not None else valid[:, :0]
         key_pos, key_valid = torch.cat([old_pos, positions], 1), torch.cat([old_valid, valid], 1)
-        T, S = positions.shape[1], key_pos.shape[1]
-        itself = torch.zeros(T, S, dtype=torch.bool, device=ids.device)
-        itself[:, S - T:] = torch.eye(T, dtype=torch.bool, device=ids.device)  # a pad query sees itself: no NaN
-        query, key = positions[:, :, None], key_pos[:, None, :]  # (B, T, 1), (B, 1, S): bool (B, T, S) masks only
-        causal = (key_valid[:, None, :] & (key <= query)) | itself
-        sliding = causal & (key > query - self.config.sliding_window)
+        causal, sliding = self._encoder_rules(positions, key_pos, key_valid)
         store.positions, store.valid = key_pos, key_valid
         local, full = self._freqs()
         x = self._embed(ids)
@@ -281,6 +332,15 @@ class DiffusionGemma(nn.Module):
             slide = self.config.is_sliding(i)
             x = layer(x, positions, local if slide else full, sliding if slide else causal, None, store, i)
         return self.norm(x)
+
+    def _expected_embedding(self, logits: Tensor) -> Tensor:
+        """softmax(logits) @ embedding (B, C, d): the self-conditioning signal, through the
+        fixed-order kernels once ``make_batch_invariant`` ran (exp of the log-probabilities)."""
+        if self.invariant_kernels:
+            probs = kernels.log_softmax(logits).exp().to(self.dtype)
+            return kernels.invariant_linear(probs, self.embed.weight.T)  # w (d, V): x @ w.T = probs @ E
+        probs = logits.softmax(-1, dtype=torch.float32).to(self.dtype)
+        return probs @ self.embed.weight
 
     def denoise(self, canvas: Tensor, positions: Tensor, store: PrefixKV,
                 self_conditioning: Tensor | None = None) -> Tensor:
@@ -292,8 +352,8 @@ class DiffusionGemma(nn.Module):
         if self_conditioning is None:
             soft = torch.zeros_like(x)
         else:  # the expected embedding under the previous step's distribution
-            probs = self_conditioning.softmax(-1, dtype=torch.float32).to(self.dtype)
-            soft = (probs @ self.embed.weight) * torch.tensor(cfg.d_model ** 0.5, dtype=x.dtype, device=x.device)
+            soft = self._expected_embedding(self_conditioning) * torch.tensor(cfg.d_model ** 0.5, dtype=x.dtype,
+                                                                              device=x.device)
         sc = self.self_conditioning
         normed = sc.pre_norm(soft)
         x = sc.post_norm(x + sc.down_proj(gelu_tanh(sc.gate_proj(normed)) * sc.up_proj(normed)))
@@ -306,7 +366,10 @@ class DiffusionGemma(nn.Module):
             full = torch.cat([store.valid, own], 1)
             recent = store.valid & (store.positions > start - cfg.sliding_window)
             sliding = torch.cat([recent, own], 1)
-        full, sliding = full[:, None, :].expand(B, C, -1), sliding[:, None, :].expand(B, C, -1)
+        if self.invariant_kernels:  # the same keys for every canvas query: per-row validity is the rule
+            full, sliding = KeyRule(full), KeyRule(sliding)
+        else:
+            full, sliding = full[:, None, :].expand(B, C, -1), sliding[:, None, :].expand(B, C, -1)
         local, global_ = self._freqs()
         for i, layer in enumerate(self.layers):
             slide = cfg.is_sliding(i)
