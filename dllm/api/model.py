@@ -199,9 +199,9 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     model's (the first mismatch is named; ``dllm.models.helper``).
     batch_invariant: on CUDA, run the linears, RMSNorms, attention and log-probabilities through
     Triton kernels whose reduction order does not depend on the row count or the padding, so a
-    row's logits do not move with its batch (``dllm.models.batch_invariant``); the MoE grouped
-    product is not yet measured on a GPU and DiffusionGemma's own layers are not replaced (a
-    warning says so). With tensor_parallel, on every device, each sum all-reduce gathers the
+    row's logits do not move with its batch (``dllm.models.batch_invariant``; DiffusionGemma's
+    own norms, attention and self-conditioning included); the MoE grouped product is not yet
+    measured on a GPU (a warning says so). With tensor_parallel, on every device, each sum all-reduce gathers the
     ranks' parts and adds them in rank order (``TensorShard.fixed_order``). Refused with quantize.
     On the CPU it otherwise changes nothing: there a ragged batch's rows already decode their
     batch-1 tokens.
