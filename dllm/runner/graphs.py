@@ -141,12 +141,13 @@ class GraphStats:
     slot_bytes: int = 0
     evicted_graphs: int = 0
     evicted_slots: int = 0
+    output_bytes: int = 0
 
     def as_dict(self) -> dict:
         return {"captures": self.captures, "capture_seconds": round(self.capture_seconds, 4),
                 "replays": self.replays, "eager_forwards": self.eager, "kv_slots": self.slots,
                 "kv_slot_bytes": self.slot_bytes, "evicted_graphs": self.evicted_graphs,
-                "evicted_slots": self.evicted_slots}
+                "evicted_slots": self.evicted_slots, "output_bytes": self.output_bytes}
 
 
 @dataclass(eq=False)
@@ -183,6 +184,7 @@ class GraphRunner:
     # callables (rows, queries, keys) -> (() -> None) run around each replay, the second after it:
     # what module hooks are to an eager forward (a graph replays no Python; bench's ForwardTimer)
     replay_hooks: list = field(default_factory=list)
+    outputs: dict[tuple, Tensor] = field(default_factory=dict)  # shared static logits buffers by shape
     _leases: "itertools.count" = field(default_factory=itertools.count)
     _slot_ids: "itertools.count" = field(default_factory=itertools.count)
 
@@ -222,6 +224,17 @@ class GraphRunner:
         self.stats.slot_bytes -= sum(k.nbytes + v.nbytes for k, v in slot.layers)
         self.stats.evicted_slots += 1
 
+    def _output(self, shape: tuple[int, int, int], model) -> Tensor:
+        """The static logits buffer of every graph with this output shape, allocated outside any
+        capture: a graph's own output would stay allocated for each graph (a window's graphs of
+        every block and step share one buffer; they replay one at a time and the caller copies)."""
+        key = (*shape, model.dtype, str(model.device))
+        buf = self.outputs.get(key)
+        if buf is None:
+            buf = self.outputs[key] = torch.zeros(shape, dtype=model.dtype, device=model.device)
+            self.stats.output_bytes += buf.nbytes
+        return buf
+
     # --- forwards -------------------------------------------------------------------------
     def run(self, model, tokens: Tensor, positions: Tensor, visible, slot: KVSlot | None, write_at: int,
             head: tuple[int, int] | None) -> Tensor:
@@ -240,10 +253,12 @@ class GraphRunner:
             static_valid = None if valid is None else _padded(valid, rows)
             cache = None if slot is None else _SlotLayers(slot.layers)
             spans = visible.spans
+            lo, hi = (0, T) if head is None else head
+            out = self._output((rows, hi - lo, model.lm_head.out_features), model)
 
             def forward() -> Tensor:  # .forward: module hooks would run at capture only, never at replay
-                return model.forward(static_tokens, static_positions, KeyVisibility(static_valid, spans), cache,
-                                     write_at, head)
+                return out.copy_(model.forward(static_tokens, static_positions, KeyVisibility(static_valid, spans),
+                                               cache, write_at, head))
 
             start = time.perf_counter()
             try:

@@ -194,3 +194,14 @@ def test_replaying_adds_no_host_read(tiny_models, emulated, monkeypatch, cache):
             decode(model, RAGGED, GenerationConfig(**BASE, cache=cache, cuda_graphs=cuda_graphs))
         counts.append(dict(syncs.by_name))
     assert counts[0] == counts[1] == counts[2]
+
+
+def test_graphs_of_one_output_shape_share_one_logits_buffer(tiny_models, emulated):
+    """Every window graph of a decode (one per block and write offset) writes its logits into one
+    static buffer of their shape, so graphs cost no logits memory each."""
+    model = tiny_models["llada"].model
+    decode(model, RAGGED, GenerationConfig(**BASE, cache="dual", cuda_graphs=True))
+    runner = graphs.graph_runner(model)
+    shapes = {tuple(c.graph.out.shape) for c in runner.graphs.values()}
+    assert len(runner.graphs) > len(runner.outputs) == len(shapes)
+    assert {c.graph.out.data_ptr() for c in runner.graphs.values()} == {b.data_ptr() for b in runner.outputs.values()}
