@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from dllm.cache.kv import KVBuffers
+from dllm.runner.graphs import bucket
 from dllm.engine.config import GenerationConfig
 from dllm.kernels import kernel_backend
 from dllm.models.moe import MoEMLP
@@ -179,8 +180,8 @@ def plan_memory(model, batch: int, canvas_length: int, config: GenerationConfig,
     shapes = forward_shapes(model, batch, canvas_length, config, strategy)
     widest_rows = max(s.rows for s in shapes)
     kv = 0
-    if config.cache != "none":
-        kv = kv_cache_bytes(model, batch, canvas_length)
+    if config.cache != "none":  # CUDA graphs: the K/V lives in a static slot of the batch's bucket
+        kv = kv_cache_bytes(model, bucket(batch) if config.cuda_graphs else batch, canvas_length)
         if widest_rows > batch:
             kv += kv_cache_bytes(model, widest_rows, canvas_length)
         if config.cache == "adaptive":  # each layer's cached input and the tokens they were computed for

@@ -205,3 +205,14 @@ def test_graphs_of_one_output_shape_share_one_logits_buffer(tiny_models, emulate
     shapes = {tuple(c.graph.out.shape) for c in runner.graphs.values()}
     assert len(runner.graphs) > len(runner.outputs) == len(shapes)
     assert {c.graph.out.data_ptr() for c in runner.graphs.values()} == {b.data_ptr() for b in runner.outputs.values()}
+
+
+def test_the_memory_plan_counts_the_slot_of_the_batch_bucket(tiny_models):
+    """Three rows replay in the graphs of four: their K/V slot holds four rows, and the plan says so."""
+    from dllm.engine.memory import kv_cache_bytes, plan_memory
+
+    model = tiny_models["llada"].model
+    eager = plan_memory(model, 3, 40, GenerationConfig(**BASE, cache="dual"))
+    replayed = plan_memory(model, 3, 40, GenerationConfig(**BASE, cache="dual", cuda_graphs=True))
+    assert eager.kv_cache_bytes == kv_cache_bytes(model, 3, 40)
+    assert replayed.kv_cache_bytes == kv_cache_bytes(model, 4, 40)
