@@ -2,9 +2,10 @@
 
     python bench/fastdllm_compare.py --fastdllm /path/to/Fast-dLLM/llada --out bench/results/fastdllm_compare
 
-``--fastdllm`` is the ``llada`` folder of a Fast-dLLM checkout (github.com/NVlabs/Fast-dLLM);
-its ``generate.py`` (``generate``, ``generate_with_prefix_cache``, ``generate_with_dual_cache``)
-and ``model/modeling_llada.py`` are imported from there, never copied. A random LLaDA is
+``--fastdllm`` is the ``llada`` folder of a Fast-dLLM checkout (github.com/NVlabs/Fast-dLLM), or the
+checkout; its ``generate.py`` (``generate``, ``generate_with_prefix_cache``, ``generate_with_dual_cache``)
+and ``model/modeling_llada.py`` are imported from there, never copied (``dllm.bench.fastdllm_side``,
+which the GPU check's side by side shares). A random LLaDA is
 written in the original layout and read by both sides (Fast-dLLM's model gets the same
 safetensors by their original names). For each cache mode and policy (confidence threshold 0.9;
 fixed steps, ``--tokens-per-step`` per step) the two run alternately, ``--reps`` times each
@@ -19,21 +20,17 @@ linear weights reordered for oneDNN; ``dllm.models.prepack``). Writes JSON + mar
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
-import statistics
-import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Callable
 
 import torch
 from safetensors.torch import load_file
 
 from dllm import GenerationConfig, load
-from dllm.bench.forward_timer import ForwardTimer
+from dllm.bench.fastdllm_side import LOOPS as MODES
+from dllm.bench.fastdllm_side import comparison, fastdllm_model, import_fastdllm, rotate
 from dllm.bench.results_store import cpu_model
 from dllm.engine.decoding import decode
 from dllm.models.tiny import write_tiny_checkpoint
@@ -42,26 +39,18 @@ SHAPES = {
     "134m": dict(d_model=768, n_layers=12, n_heads=12, mlp_hidden=2048, vocab_size=32000),
     "small": dict(d_model=384, n_layers=6, n_heads=6, mlp_hidden=1024, vocab_size=16000),
 }
-MODES = {"none": "generate", "prefix": "generate_with_prefix_cache", "dual": "generate_with_dual_cache"}
 
 
 def load_fastdllm(folder: Path, checkpoint: Path):
     """Fast-dLLM's ``generate`` module and its LLaDA model holding the checkpoint's weights."""
-    if not (folder / "generate.py").is_file() or not (folder / "model" / "modeling_llada.py").is_file():
-        raise SystemExit(f"--fastdllm {folder}: expected the llada folder of a Fast-dLLM checkout "
-                         "(generate.py and model/modeling_llada.py)")
-    sys.path.insert(0, str(folder))
-    generate = importlib.import_module("generate")
-    modeling = importlib.import_module("model.modeling_llada")
-    configuration = importlib.import_module("model.configuration_llada")
-    # LLaDA-8B's config.json sets rope=true (the tiny writer leaves it out: dllm always rotates)
-    config = configuration.LLaDAConfig(**{**json.loads((checkpoint / "config.json").read_text()), "rope": True})
-    config.use_cache = False  # transformers 5 configs no longer default it; the loops pass use_cache
-    model = modeling.LLaDAModelLM(config, init_params=False)
-    missing, unexpected = model.load_state_dict(load_file(str(checkpoint / "model.safetensors")), strict=False)
-    if unexpected or [m for m in missing if "rotary" not in m]:
-        raise SystemExit(f"Fast-dLLM model does not take the checkpoint: missing {missing}, unexpected {unexpected}")
-    return generate, model.float().eval()
+    try:
+        generate = import_fastdllm(folder)[0]
+        config = json.loads((checkpoint / "config.json").read_text())
+        model = fastdllm_model(folder, config, load_file(str(checkpoint / "model.safetensors")),
+                               device=torch.device("cpu"), dtype=torch.float32)
+    except ValueError as err:
+        raise SystemExit(f"--fastdllm {folder}: {err}") from err
+    return generate, model
 
 
 def main() -> None:
@@ -132,45 +121,6 @@ def main() -> None:
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if not k.endswith("seconds")}), flush=True)
                 write(args, rows, params)  # after every row: a long run leaves what it measured
-
-
-def rotate(runners: dict[str, tuple[torch.nn.Module, Callable]], reps: int):
-    """Run every side once (warm-up), then ``reps`` rotations in order (each dllm variant, then
-    ``"fastdllm"``), timing each run and its model's forwards. Returns per side the run times, the
-    forward times and the NFE, and per dllm variant whether its tokens always equalled Fast-dLLM's."""
-    for _, runner in runners.values():
-        runner()
-    seconds = {side: [] for side in runners}
-    forward_s = {side: [] for side in runners}
-    tokens, nfe = {}, {}
-    variants = [side for side in runners if side != "fastdllm"]
-    same = dict.fromkeys(variants, True)
-    for _ in range(reps):
-        for side, (model, runner) in runners.items():
-            with ForwardTimer(model) as timer:
-                start = time.perf_counter()
-                tokens[side], nfe[side] = runner()
-                seconds[side].append(time.perf_counter() - start)
-            forward_s[side].append(sum(r.seconds for r in timer.records()))
-        for variant in variants:
-            same[variant] &= torch.equal(tokens[variant], tokens["fastdllm"])
-    return seconds, forward_s, nfe, same
-
-
-def comparison(variant: str, gen_length: int, seconds: dict, forward_s: dict, nfe: dict, same: bool) -> dict:
-    """One dllm variant against Fast-dLLM: tokens/s, per-pair speedups, forward shares."""
-    ours_s, ours_f = seconds[variant], forward_s[variant]
-    theirs_s, theirs_f = seconds["fastdllm"], forward_s["fastdllm"]
-    ratios = [b / a for a, b in zip(ours_s, theirs_s)]
-    return {"nfe_dllm": nfe[variant], "nfe_fastdllm": nfe["fastdllm"], "tokens_identical": bool(same),
-            "dllm_tokens_per_s": gen_length / statistics.median(ours_s),
-            "fastdllm_tokens_per_s": gen_length / statistics.median(theirs_s),
-            "speedup_median": statistics.median(ratios), "speedup_min": min(ratios), "speedup_max": max(ratios),
-            "dllm_in_forwards": statistics.median(f / t for f, t in zip(ours_f, ours_s)),
-            "fastdllm_in_forwards": statistics.median(f / t for f, t in zip(theirs_f, theirs_s)),
-            "forward_speedup": statistics.median(b / a for a, b in zip(ours_f, theirs_f)),
-            "dllm_seconds": ours_s, "fastdllm_seconds": theirs_s,
-            "dllm_forward_seconds": ours_f, "fastdllm_forward_seconds": theirs_f}
 
 
 def write(args, rows: list[dict], params: int) -> None:

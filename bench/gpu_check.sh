@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One command that proves dllm on a CUDA machine (see README, "On a GPU"): the test suite on the
-# GPU, then random-weight models of real shapes measured against the device's roofline.
+# One command that proves dllm on a CUDA machine within 8 minutes (see README, "On a GPU"): the GPU
+# test subset, then a random LLaDA-8B's decode step per cache in each forward mode (eager,
+# compile=True, CUDA graphs) against the weight-read floor; with FASTDLLM_DIR naming a Fast-dLLM
+# checkout, the same model beside Fast-dLLM's LLaDA loops. --full adds the long runs.
 # Uses the machine's own python and torch (override with PYTHON=...); installs nothing: the
 # preflight names every missing module before anything imports dllm.
 # Arguments go to `python -m dllm.bench.gpu_check` (--help lists them).

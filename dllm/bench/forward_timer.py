@@ -5,6 +5,8 @@ On CUDA each forward is bracketed by two CUDA events recorded on the current str
 the decode's final synchronisation, so timing adds no host sync inside a step); elsewhere by
 ``time.perf_counter``. Each record keeps the forward's shape (rows N, query length T, key
 length S), so forwards can be grouped into block-start refreshes and window forwards.
+Forwards replayed from CUDA graphs (``GenerationConfig.cuda_graphs``) run no module hooks; they
+are timed through the model's graph runner's replay hooks instead (``dllm.runner.graphs``).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ class ForwardTimer:
         self._open: list = []  # (rows, queries, keys, start event | time)
         self._done: list = []
         self._handles: list = []
+        self._replays: list | None = None  # the graph runner's replay hooks, while timing
 
     def __enter__(self) -> "ForwardTimer":
         # the hooks run eagerly, never traced: inside a compiled forward (GenerationConfig.compile)
@@ -39,12 +42,31 @@ class ForwardTimer:
         before, after = torch.compiler.disable(self._before), torch.compiler.disable(self._after)
         self._handles = [self.model.register_forward_pre_hook(before, with_kwargs=True),
                          self.model.register_forward_hook(after, with_kwargs=True)]
+        self._replays = self._graph_hooks()
+        if self._replays is not None:
+            self._replays.append(self._replay)
         return self
 
     def __exit__(self, *exc) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        if self._replays is not None:
+            self._replays.remove(self._replay)
+            self._replays = None
+
+    def _graph_hooks(self) -> list | None:
+        """The replay hooks of the model's graph runner, where CUDA graphs can run (else None)."""
+        if not self.cuda:
+            return None
+        from dllm.runner.graphs import graph_runner, graphs_available
+
+        return None if graphs_available(self.device) else graph_runner(self.model).replay_hooks
+
+    def _replay(self, rows: int, queries: int, keys: int):
+        """Around one graph replay: its start now, its end when the returned callable runs."""
+        start = self._stamp()
+        return lambda: self._done.append((rows, queries, keys, start, self._stamp()))
 
     def _stamp(self):
         if self.cuda:

@@ -85,6 +85,54 @@ def invariance_table(name: str, r: dict) -> list[str]:
     return lines
 
 
+def modes_table(m: dict[str, Any]) -> list[str]:
+    """Markdown lines of the forward-mode stage (``dllm.bench.gpu_modes``)."""
+    rows = m["rows"]
+    first = rows[0] if rows else {}
+    lines = [f"### {m['model']} ({m['dtype']}, {m['device_name']}): the decode step per cache and forward mode", "",
+             f"Batch {first.get('batch')}, prompt {first.get('prompt_length')}, answer {first.get('gen_length')}, "
+             f"block {first.get('block_length')}, LLaDA top-k 4 tokens per step; weights "
+             f"{m['weight_bytes'] / 1e9:.2f} GB at {m['bandwidth_gbs'] or '?'} GB/s. Command: `{m['command']}`", "",
+             "| cache | mode | step ms | x floor | x ceiling | forward ms | floor ms | tokens/s | first token s "
+             "| first decode s | tokens = eager | overhead share |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        reason = r.get("error") or r.get("unavailable")
+        if reason:
+            lines.append(f"| {r['cache']} | {r['mode']} | {reason} | | | | | | | | | |")
+            continue
+        lines.append(f"| {r['cache']} | {r['mode']} | {_ms(r['step_s'])} | {_num(r['x_floor'], '.2f')} "
+                     f"| {_num(r['x_ceiling'], '.2f')} | {_ms(r['forward_median_s'])} | {_ms(r['floor_s'])} "
+                     f"| {_num(r['tokens_per_s'], '.1f')} | {r['first_token_s']:.2f} | {r['first_decode_s']:.2f} "
+                     f"| {_pct(r['tokens_equal_eager'])} | {_pct(r['overhead_share'])} |")
+    lines += ["", "Step: a warm decode's wall time per forward (engine included; median of the warm decodes). "
+              "Floor: the window forward's bytes (weights once, its K/V) at peak bandwidth; ceiling: the larger of "
+              "that and its FLOPs at peak throughput. First token / first decode: the mode's first decode, "
+              "compilation or graph capture included (graphs and compiled code are kept per model, so a later "
+              "cache pays only for the shapes it adds). Tokens = eager: the share of the first decode's tokens "
+              "equal to the eager decode's."]
+    return lines
+
+
+def fastdllm_table(r: dict[str, Any]) -> list[str]:
+    """Markdown lines of the Fast-dLLM side by side (``dllm.bench.fastdllm_side``)."""
+    lines = [f"### {r['model']} ({r['dtype']}, {r['device_name']}): dllm against Fast-dLLM's LLaDA loops", "",
+             f"Batch {r['batch']}, prompt {r['prompt_length']}, answer {r['gen_length']}, block {r['block_length']}, "
+             f"top-k {r['tokens_per_step']} tokens per step, {r['reps']} interleaved runs a side; Fast-dLLM commit "
+             f"{r['fastdllm_commit'] or '?'}. Speedup: Fast-dLLM time / dllm time per pair, median [min, max].", "",
+             "| cache | Fast-dLLM tok/s | dllm tok/s | speedup | forwards speedup | in forwards (dllm / Fast-dLLM) "
+             "| NFE | tokens identical |", "|---|---:|---:|---|---:|---|---|---|"]
+    for x in r["rows"]:
+        if "error" in x:
+            lines.append(f"| {x['cache']} | {x['error']} | | | | | | |")
+            continue
+        lines.append(f"| {x['cache']} | {x['fastdllm_tokens_per_s']:.1f} | {x['dllm_tokens_per_s']:.1f} "
+                     f"| {x['speedup_median']:.2f}x [{x['speedup_min']:.2f}, {x['speedup_max']:.2f}] "
+                     f"| {x['forward_speedup']:.2f}x | {x['dllm_in_forwards']:.0%} / {x['fastdllm_in_forwards']:.0%} "
+                     f"| {x['nfe_dllm']} / {x['nfe_fastdllm']} | {'yes' if x['tokens_identical'] else 'no'} |")
+    return lines
+
+
 def markdown_report(folder: Path) -> str:
     """Every table of the JSON results in ``folder``."""
     parts = [f"# GPU check: {folder.name}", ""]
@@ -93,6 +141,13 @@ def markdown_report(folder: Path) -> str:
         t = json.loads(tests.read_text())
         parts += ["## Test suite", "", f"`{t['command']}` on {t['device']}: {t['summary']} "
                   f"(exit status {t['returncode']}, {t['seconds']:.0f} s; log: tests.log)", ""]
+    for path in sorted(folder.glob("stage_*.json")):
+        st = json.loads(path.read_text())
+        parts += [f"**Stage {st['stage']} failed** after {st['seconds']:.0f} s: {st['error']}", ""]
+    for path in sorted(folder.glob("modes_*.json")):
+        parts += ["## Forward modes", ""] + modes_table(json.loads(path.read_text())) + [""]
+    for path in sorted(folder.glob("fastdllm_*.json")):
+        parts += ["## Side by side with Fast-dLLM", ""] + fastdllm_table(json.loads(path.read_text())) + [""]
     for path in sorted(folder.glob("model_*.json")):
         m = json.loads(path.read_text())
         d = m["device"]

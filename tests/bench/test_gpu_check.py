@@ -20,11 +20,16 @@ from dllm.bench.roofline import forward_cost
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """One ``--device cpu --tiny`` run; its test stage runs one small test file of the suite."""
+    """One ``--device cpu --tiny --full`` run (every stage; the compile rows through aot_eager, as
+    the compile tests do: inductor's code generation takes minutes on a small CPU); its test stage
+    runs one small test file of the suite."""
     out = tmp_path_factory.mktemp("gpu_check")
-    argv = ["--device", "cpu", "--tiny", "--out", str(out), "-q",
+    argv = ["--device", "cpu", "--tiny", "--full", "--reps", "1", "--out", str(out), "-q",
             "--pytest-args", "tests/models/test_placement.py -k checkpoint_dtype -p no:cacheprovider"]
-    status = gpu_check.main(argv)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DLLM_COMPILE_BACKEND", "aot_eager")
+        mp.delenv(gpu_check.FASTDLLM_ENV, raising=False)
+        status = gpu_check.main(argv)
     folders = list(out.glob("gpu_*"))
     return status, folders
 
@@ -71,6 +76,101 @@ def test_tiny_run_end_to_end_on_cpu(tiny_run, capsys):
         assert sorted(prefix_windows) == [8 + shift, 16 + shift]  # [block start, canvas end)
 
 
+def test_tiny_run_times_every_cache_in_every_forward_mode(tiny_run):
+    """The forward-mode stage (issue 38): per cache, eager and compile=True time the step and the
+    first token, agree with eager token for token (float32); CUDA graphs are named unavailable on
+    a CPU rather than failing the run."""
+    status, folders = tiny_run
+    modes = json.loads((folders[0] / "modes_tiny-llada_b1_g16.json").read_text())
+    rows = {(r["cache"], r["mode"]): r for r in modes["rows"]}
+    assert set(rows) == {(c, m) for c in ("none", "prefix", "dual") for m in ("eager", "graphs", "compile")}
+    for cache in ("none", "prefix", "dual"):
+        assert "CUDA device" in rows[cache, "graphs"]["unavailable"]
+        for mode in ("eager", "compile"):
+            r = rows[cache, mode]
+            assert "error" not in r and "unavailable" not in r, r
+            assert 0 < r["first_token_s"] <= r["first_decode_s"] and r["step_s"] > 0 and r["tokens_equal_eager"] == 1.0
+            assert r["nfe"] == 16 / 4 and r["floor_s"] is None  # no peak bandwidth known for this CPU
+    assert rows["dual", "eager"]["window"] == [1, 8, 24] and rows["none", "eager"]["window"] == [1, 24, 24]
+    report = (folders[0] / "results.md").read_text()
+    assert "## Forward modes" in report and "| dual | compile |" in report
+
+
+def test_rows_past_the_deadline_are_skipped_and_named():
+    from dllm.bench import gpu_measure as gm
+    from dllm.bench.gpu_modes import measure_modes
+
+    model = build_random_model("tiny-llada", device=torch.device("cpu"), dtype=torch.float32)
+    rows = measure_modes(model, gm.Shape(1, 8, 16, 8), device_peak("x"), {}, reps=1, modes=("eager",),
+                         deadline=0.0)
+    assert [r["unavailable"] for r in rows] == ["skipped: the stage's time budget was spent"] * 3
+
+
+def test_a_failing_stage_is_recorded_and_the_others_run(tmp_path, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+
+    monkeypatch.setattr(gpu_check, "measure_modes", broken)
+    argv = ["--device", "cpu", "--tiny", "--no-tests", "--models", "tiny-llada", "--batch-sizes", "1",
+            "--out", str(tmp_path), "-q"]
+    assert gpu_check.main(argv) == gpu_check.EXIT_FAILED
+    folder = next(tmp_path.glob("gpu_*"))
+    assert "ambiguous" in json.loads((folder / "stage_modes.json").read_text())["error"]
+    assert (folder / "invariance_tiny-llada.json").is_file()  # the next stage still ran
+    report = capsys.readouterr().out
+    assert "**Stage modes failed**" in report and "batch invariance" in report
+
+
+def test_the_test_stage_stops_at_its_budget(tmp_path):
+    slow = tmp_path / "test_slow_probe.py"
+    slow.write_text("import time\n\ndef test_quick():\n    pass\n\ndef test_slow():\n    time.sleep(60)\n")
+    done = gpu_check.run_tests(torch.device("cpu"), f"{slow} -p no:cacheprovider", tmp_path, budget_s=4)
+    assert done["timed_out"] and not done["failed"] and done["seconds"] < 30
+    assert done["summary"].startswith("stopped at the 4 s budget: 1 passed")
+
+
+def test_fastdllm_side_by_side_stage(tmp_path, monkeypatch):
+    """With FASTDLLM_DIR set the stage runs Fast-dLLM's loops beside dllm's and tabulates them.
+    No checkout here: its loops are stood in for by dllm's own decode (same tokens), which checks
+    the stage's plumbing, not Fast-dLLM."""
+    from dllm.bench import fastdllm_side
+    from dllm.engine.config import GenerationConfig
+    from dllm.engine.decoding import decode
+
+    checkout = tmp_path / "Fast-dLLM"
+    (checkout / "llada" / "model").mkdir(parents=True)
+    (checkout / "llada" / "generate.py").write_text("")
+    (checkout / "llada" / "model" / "modeling_llada.py").write_text("")
+
+    class Loops:
+        def __getattr__(self, name):
+            cache = {v: k for k, v in fastdllm_side.LOOPS.items()}[name]
+
+            def loop(model, x, *, steps, gen_length, block_length, mask_id, **_):
+                config = GenerationConfig(gen_length=gen_length, block_length=block_length, steps=steps, cache=cache,
+                                          policy="low_confidence", stop_at_eos=False)
+                out = decode(model, x.tolist(), config)
+                return torch.cat([x, out.answer], dim=1), int(out.nfe[0])
+            return loop
+
+    monkeypatch.setattr(fastdllm_side, "import_fastdllm", lambda folder: (Loops(), None, None))
+    monkeypatch.setattr(fastdllm_side, "fastdllm_model", lambda folder, config, state, **kw: stand_in[0])
+    stand_in = [build_random_model("tiny-llada", device=torch.device("cpu"), dtype=torch.float32)]
+    monkeypatch.setenv(gpu_check.FASTDLLM_ENV, str(checkout))
+    argv = ["--device", "cpu", "--tiny", "--no-tests", "--no-modes", "--no-batch-invariance", "--models", "tiny-llada",
+            "--reps", "2", "--out", str(tmp_path / "out"), "-q"]
+    assert gpu_check.main(argv) == 0
+    folder = next((tmp_path / "out").glob("gpu_*"))
+    side = json.loads((folder / "fastdllm_tiny-llada_b1_g16.json").read_text())
+    assert [r["cache"] for r in side["rows"]] == ["none", "prefix", "dual"]
+    for r in side["rows"]:
+        assert r["tokens_identical"] and r["nfe_dllm"] == r["nfe_fastdllm"] == 4 and len(r["dllm_seconds"]) == 2
+    assert "dllm against Fast-dLLM's LLaDA loops" in (folder / "results.md").read_text()
+    monkeypatch.setenv(gpu_check.FASTDLLM_ENV, str(tmp_path))  # not a checkout: refused before any model work
+    monkeypatch.setattr(gpu_check, "measure_modes", lambda *a, **k: pytest.fail("a model was measured"))
+    assert gpu_check.main(argv) == gpu_check.EXIT_USAGE
+
+
 def test_a_failing_measurement_is_reported_and_fails_the_run(tmp_path, monkeypatch, capsys):
     import dllm.bench.gpu_measure as gm
 
@@ -78,8 +178,8 @@ def test_a_failing_measurement_is_reported_and_fails_the_run(tmp_path, monkeypat
         raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore detail")
 
     monkeypatch.setattr(gm, "decode", broken)
-    argv = ["--device", "cpu", "--tiny", "--no-tests", "--models", "tiny-llada", "--batch-sizes", "1",
-            "--out", str(tmp_path), "-q"]
+    argv = ["--device", "cpu", "--tiny", "--full", "--no-tests", "--no-modes", "--no-batch-invariance",
+            "--models", "tiny-llada", "--batch-sizes", "1", "--out", str(tmp_path), "-q"]
     assert gpu_check.main(argv) == gpu_check.EXIT_FAILED
     report = capsys.readouterr().out
     assert "RuntimeError: CUDA error: an illegal memory access was encountered |" in report
@@ -101,6 +201,7 @@ def test_unknown_peaks_leave_the_ceiling_blank(tiny_run):
 ])
 def test_bad_input_is_one_error_before_any_model_work(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(gpu_check, "measure_model", lambda *a, **k: pytest.fail("a model was built"))
+    monkeypatch.setattr(gpu_check, "measure_modes", lambda *a, **k: pytest.fail("a model was built"))
     monkeypatch.setattr(gpu_check, "measure_invariance", lambda *a, **k: pytest.fail("a model was built"))
     monkeypatch.setattr(gpu_check, "run_tests", lambda *a, **k: pytest.fail("the tests ran"))
     assert gpu_check.main([*argv, "--out", str(tmp_path / "out")]) == gpu_check.EXIT_USAGE
