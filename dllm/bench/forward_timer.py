@@ -56,12 +56,13 @@ class ForwardTimer:
             self._replays = None
 
     def _graph_hooks(self) -> list | None:
-        """The replay hooks of the model's graph runner, where CUDA graphs can run (else None)."""
-        if not self.cuda:
-            return None
-        from dllm.runner.graphs import graph_runner, graphs_available
+        """The replay hooks of the model's graph runner, where graphs can run (CUDA, or the
+        tests' emulated capture backend); else None."""
+        from dllm.runner import graphs
 
-        return None if graphs_available(self.device) else graph_runner(self.model).replay_hooks
+        if graphs.BACKEND is graphs.CudaGraph and graphs.graphs_available(self.device):
+            return None
+        return graphs.graph_runner(self.model).replay_hooks
 
     def _replay(self, rows: int, queries: int, keys: int):
         """Around one graph replay: its start now, its end when the returned callable runs."""

@@ -48,9 +48,10 @@ def mode_fields(mode: str, device: torch.device) -> dict[str, Any] | str:
     if mode == "graphs":
         if not hasattr(GenerationConfig(), "cuda_graphs"):
             return NOT_IN_BUILD
-        from dllm.runner.graphs import graphs_available
+        from dllm.runner import graphs
 
-        return graphs_available(device) or {"cuda_graphs": True}
+        reason = graphs.graphs_available(device) if graphs.BACKEND is graphs.CudaGraph else None
+        return reason or {"cuda_graphs": True}
     raise ValueError(f"unknown forward mode {mode!r}; known: {MODES}")
 
 

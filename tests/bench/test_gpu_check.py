@@ -96,6 +96,38 @@ def test_tiny_run_times_every_cache_in_every_forward_mode(tiny_run):
     assert "## Forward modes" in report and "| dual | compile |" in report
 
 
+def test_replayed_forwards_are_timed_and_measured(monkeypatch):
+    """CUDA-graph replays run no module hooks: ForwardTimer times them through the graph runner
+    (here with the capture emulated on CPU, as tests/runner does), so the forward-mode stage's
+    graphs rows get the eager rows' forward shapes and tokens."""
+    import weakref
+
+    from dllm.bench import gpu_measure as gm
+    from dllm.bench.forward_timer import ForwardTimer
+    from dllm.bench.gpu_modes import measure_modes
+    from dllm.engine.config import GenerationConfig
+    from dllm.engine.decoding import decode
+    from dllm.runner import graphs
+
+    monkeypatch.setattr(graphs, "BACKEND", graphs.EmulatedGraph)
+    monkeypatch.setattr(graphs, "_RUNNERS", weakref.WeakKeyDictionary())
+    model = build_random_model("tiny-llada", device=torch.device("cpu"), dtype=torch.float32)
+    prompts = [[5, 6, 7], [8, 9, 10, 11]]
+    shapes = {}
+    for replay in (False, True):
+        with ForwardTimer(model) as timer:
+            decode(model, prompts, GenerationConfig(gen_length=16, block_length=8, steps=4, cache="dual",
+                                                    cuda_graphs=replay))
+        shapes[replay] = [(r.rows, r.queries, r.keys) for r in timer.records()]
+        assert all(r.seconds > 0 for r in timer.records())
+    assert shapes[True] == shapes[False] and len(shapes[True]) == 4
+    rows = measure_modes(model, gm.Shape(1, 8, 16, 8), device_peak("x"), {}, reps=1, modes=("eager", "graphs"))
+    for r in rows:
+        assert "error" not in r and r["tokens_equal_eager"] == 1.0 and r["step_s"] > 0, r
+    assert [r["window"] for r in rows if r["mode"] == "graphs"] == [r["window"] for r in rows if r["mode"] == "eager"]
+    assert all(r["graph_stats"]["replays"] > 0 for r in rows if r["mode"] == "graphs")
+
+
 def test_rows_past_the_deadline_are_skipped_and_named():
     from dllm.bench import gpu_measure as gm
     from dllm.bench.gpu_modes import measure_modes
