@@ -143,7 +143,10 @@ def markdown_report(folder: Path) -> str:
                   f"(exit status {t['returncode']}, {t['seconds']:.0f} s; log: tests.log)", ""]
     for path in sorted(folder.glob("stage_*.json")):
         st = json.loads(path.read_text())
-        parts += [f"**Stage {st['stage']} failed** after {st['seconds']:.0f} s: {st['error']}", ""]
+        if "skipped" in st:
+            parts += [f"**Stage {st['stage']} skipped**: {st['skipped']}", ""]
+        else:
+            parts += [f"**Stage {st['stage']} failed** after {st['seconds']:.0f} s: {st['error']}", ""]
     for path in sorted(folder.glob("modes_*.json")):
         parts += ["## Forward modes", ""] + modes_table(json.loads(path.read_text())) + [""]
     for path in sorted(folder.glob("fastdllm_*.json")):
