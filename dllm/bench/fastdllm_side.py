@@ -42,6 +42,22 @@ def llada_folder(path: Path) -> Path:
                      "llada/model/modeling_llada.py under it, or the llada folder itself)")
 
 
+# what Fast-dLLM's LLaDA loops and model import beyond dllm's own dependencies
+FASTDLLM_MODULES = {"einops": "einops", "numpy": "numpy", "transformers": "transformers"}
+
+
+def check_fastdllm_imports() -> None:
+    """Name every module Fast-dLLM's LLaDA code needs that does not import (before any model work)."""
+    missing = []
+    for module, package in FASTDLLM_MODULES.items():
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            missing.append(f"{module} (pip package {package!r}: {err})")
+    if missing:
+        raise ValueError(f"Fast-dLLM's LLaDA code imports {', '.join(missing)}; install them or unset FASTDLLM_DIR")
+
+
 def import_fastdllm(folder: Path):
     """Fast-dLLM's ``generate``, ``model.modeling_llada`` and ``model.configuration_llada``."""
     folder = llada_folder(folder)

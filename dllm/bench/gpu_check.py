@@ -325,9 +325,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     device, dtype, extra = _resolve(args)
     fastdllm = os.environ.get(FASTDLLM_ENV)
     if fastdllm:
-        from dllm.bench.fastdllm_side import llada_folder
+        from dllm.bench.fastdllm_side import check_fastdllm_imports, llada_folder
 
         fastdllm = llada_folder(Path(fastdllm))  # a wrong folder is refused here, before any model work
+        check_fastdllm_imports()
         from dllm.bench.random_models import SHAPES
 
         if SHAPES[args.models[0]][0] != "llada":

@@ -185,6 +185,7 @@ def test_fastdllm_side_by_side_stage(tmp_path, monkeypatch):
                 return torch.cat([x, out.answer], dim=1), int(out.nfe[0])
             return loop
 
+    monkeypatch.setattr(fastdllm_side, "check_fastdllm_imports", lambda: None)  # einops etc.: not needed here
     monkeypatch.setattr(fastdllm_side, "import_fastdllm", lambda folder: (Loops(), None, None))
     monkeypatch.setattr(fastdllm_side, "fastdllm_model", lambda folder, config, state, **kw: stand_in[0])
     stand_in = [build_random_model("tiny-llada", device=torch.device("cpu"), dtype=torch.float32)]
@@ -201,6 +202,13 @@ def test_fastdllm_side_by_side_stage(tmp_path, monkeypatch):
     monkeypatch.setenv(gpu_check.FASTDLLM_ENV, str(tmp_path))  # not a checkout: refused before any model work
     monkeypatch.setattr(gpu_check, "measure_modes", lambda *a, **k: pytest.fail("a model was measured"))
     assert gpu_check.main(argv) == gpu_check.EXIT_USAGE
+    monkeypatch.undo()
+    real_import = fastdllm_side.importlib.import_module
+    monkeypatch.setattr(fastdllm_side.importlib, "import_module",
+                        lambda name, *a: (_ for _ in ()).throw(ImportError("gone")) if name == "einops"
+                        else real_import(name, *a))
+    with pytest.raises(ValueError, match="einops \\(pip package 'einops': gone\\); install them or unset FASTDLLM_DIR"):
+        fastdllm_side.check_fastdllm_imports()
 
 
 def test_a_failing_measurement_is_reported_and_fails_the_run(tmp_path, monkeypatch, capsys):
