@@ -47,11 +47,12 @@ EXIT_USAGE, EXIT_FAILED, EXIT_BROKEN_PIPE = 2, 1, 128 + 13
 FULL = {"batch_sizes": [1, 8, 32], "prompt_length": 256, "gen_lengths": [256, 1024], "block_length": 32}
 DEFAULT = {"batch_sizes": [1], "prompt_length": 256, "gen_lengths": [256], "block_length": 32}
 TINY = {"batch_sizes": [1, 2], "prompt_length": 8, "gen_lengths": [16], "block_length": 8}
-# The default test stage: what the device changes (kernels run natively, compiled and replayed
-# forwards, the caches' in-place K/V, the host reads per round); the rest of the suite is
-# device-independent logic the CPU runs cover (--full runs it all, minutes more).
-GPU_TESTS = ("tests/kernels", "tests/runner", "tests/models/test_compile.py", "tests/cache/test_caches.py",
-             "tests/samplers/test_host_syncs.py")
+# The default test stage: what the device changes, most telling first (a stop at the budget cuts
+# the end): replayed and compiled forwards against eager in every family, the kernels natively,
+# the host reads per round, the caches' in-place K/V; the rest of the suite is device-independent
+# logic the CPU runs cover (--full runs it all, minutes more).
+GPU_TESTS = ("tests/runner", "tests/models/test_compile.py", "tests/kernels", "tests/samplers/test_host_syncs.py",
+             "tests/cache/test_caches.py")
 FASTDLLM_ENV = "FASTDLLM_DIR"
 # The default run's 450 s, counted for LLaDA-8B on one H100 / H200 (issue 38: 22-42 ms a forward
 # eager, so a 64-forward decode takes 1.5-3 s; compiling took 55-110 s a cache): the tests get
