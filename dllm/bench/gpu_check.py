@@ -252,7 +252,8 @@ def measure_invariance(model, name: str, args: argparse.Namespace) -> dict:
 
     result = {"model": name, "dtype": str(model.dtype).removeprefix("torch."), "device_name": device_name(model.device),
               **batch_invariance_section(model, rows=8, prompt_length=args.prompt_length,
-                                         gen_length=args.block_length, timing_batches=tuple(args.batch_sizes))}
+                                         gen_length=args.block_length, timing_batches=tuple(args.batch_sizes),
+                                         step_batches=(1, 2) if args.tiny else (1, 8))}  # issue 39's sizes
     log.info("%s batch invariance: default %d/8 rows equal, batch_invariant %d/8, forward ratio %.2fx", name,
              result["default"]["rows_equal"], result["batch_invariant"]["rows_equal"], result["forward_ratio"])
     return result

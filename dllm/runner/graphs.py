@@ -312,6 +312,12 @@ def graph_runner(model: torch.nn.Module) -> GraphRunner:
     return runner
 
 
+def forget(model: torch.nn.Module) -> None:
+    """Drop the model's graphs and K/V slots (after its modules were swapped, e.g. by
+    ``make_batch_invariant``: a graph replays the kernels it captured, not the new modules)."""
+    _RUNNERS.pop(model, None)
+
+
 def graph_stats(model: torch.nn.Module) -> dict | None:
     """The model's graph counts (captures, capture seconds, replays, eager forwards), None if
     it never ran with ``cuda_graphs=True``."""
@@ -319,5 +325,5 @@ def graph_stats(model: torch.nn.Module) -> dict | None:
     return None if runner is None else runner.stats.as_dict()
 
 
-__all__ = ["BUCKETS", "EmulatedGraph", "GraphKey", "GraphRunner", "GraphStats", "KVSlot", "bucket",
+__all__ = ["BUCKETS", "EmulatedGraph", "GraphKey", "GraphRunner", "GraphStats", "KVSlot", "bucket", "forget",
            "graph_runner", "graph_stats", "graphs_available"]
