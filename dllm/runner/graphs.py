@@ -7,7 +7,8 @@ whether keys are masked) is captured once into a CUDA graph and replayed: the in
 copied into the graph's static buffers, the graph runs, its static logits are copied out.
 
 * Batches are padded to captured sizes (``BUCKETS``), as SGLang and vLLM do: a batch of 3 runs
-  the graph of 4, its fourth row a copy of the first's inputs, never read.
+  the graph of 4; its fourth row holds real inputs (the first row's at capture, an earlier
+  batch's after) and is never read.
 * K/V: the graph writes the cache's buffers in place, so those buffers must keep their address
   from capture to every replay, across decodes. The caches that forward through the runner
   (none, prefix, dual, sub-blocks) take their buffers from a pool of static slots here
@@ -15,12 +16,16 @@ copied into the graph's static buffers, the graph runs, its static logits are co
   lease (what a fresh allocation gives), and returned when the decode's buffers are freed; the
   next decode of the same shape reuses it and its graphs. Capture is paid once per process.
 * Forwards that do not run on a leased slot run eagerly and are counted (``GraphStats.eager``):
-  candidate states of FreeDave / LoPA (their buffers are per-step copies), classifier-free
-  guidance, caches that run layer by layer themselves (adaptive) or keep buffers of their own.
+  candidate states of FreeDave / LoPA (their buffers are per-step copies) and APD's K/V window
+  (its forward's length follows the data, so nearly every round would be a new graph). Uncached
+  forwards replay, classifier-free guidance's doubled batch included; the adaptive cache, which
+  runs layer by layer itself, is refused.
 
 Capture runs the forward twice on a side stream first (warm-up: kernel selection and Triton
-compilation outside the graph), then records it. A forward that cannot be captured (a host read
-inside it: an MoE layer's tokens-per-expert counts on the torch path) is an error naming the fix.
+compilation outside the graph), then records it, under ``CAPTURE_LOCK`` (other threads' device
+work would invalidate it). A forward that cannot be captured (a host read inside it: an MoE
+layer's tokens-per-expert counts on the torch path) is an error naming the fix. Bounded for a
+server (``GraphRunner``: graphs, slots; idle slots freed when a new one does not fit).
 
 On a CPU there are no graphs and the option is refused; the tests replace the capture backend
 with one that re-runs the recorded function on the same static buffers (``EmulatedGraph``),
@@ -30,6 +35,7 @@ place, the slot's K/V shared by the cache and the graph, capture once per shape.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -38,6 +44,7 @@ from typing import Callable
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 from dllm.models.visibility import KeyVisibility
 
@@ -75,33 +82,71 @@ class GraphKey:
     slot: int | None  # the static K/V slot (None: an uncached forward)
 
 
-class CudaGraph:
-    """One captured forward on CUDA (``torch.cuda.CUDAGraph``)."""
+# Held while a graph is captured: work on other threads (the server's prompt log-probabilities)
+# that could allocate or synchronise would invalidate the capture, so they take it too.
+CAPTURE_LOCK = threading.RLock()
 
-    def __init__(self, fn: Callable[[], Tensor], pool) -> None:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):  # kernel choice and Triton compilation happen here, not in the graph
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
-            self.out = fn()
+
+class CudaGraph:
+    """One captured forward on CUDA (``torch.cuda.CUDAGraph``), on the model's device (which need
+    not be the current one). Capture is begun and ended by hand so that a forward failing inside
+    it leaves the thread on its own stream and reports its own error, not the invalidated capture."""
+
+    def __init__(self, fn: Callable[[], Tensor], pool, device: torch.device) -> None:
+        self.device = device
+        with torch.cuda.device(device):
+            stream = torch.cuda.Stream(device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # kernel choice and Triton compilation happen here, not in the graph
+                    fn()
+            torch.cuda.current_stream(device).wait_stream(stream)
+            torch.cuda.synchronize(device)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.stream(stream):  # restored however the capture ends
+                self.graph.capture_begin(pool=pool)
+                failed = True
+                try:
+                    self.out = fn()
+                    failed = False
+                finally:
+                    try:
+                        self.graph.capture_end()
+                    except RuntimeError:
+                        if not failed:  # the forward ran: the capture's own failure
+                            raise  # (else the forward's error, the cause, goes up)
+            torch.cuda.current_stream(device).wait_stream(stream)
 
     def replay(self) -> Tensor:
-        self.graph.replay()
+        with torch.cuda.device(self.device):
+            self.graph.replay()
         return self.out
+
+
+class _NoHostReads(TorchFunctionMode):
+    """Raise on what a CUDA capture cannot hold: a value read back to the host or an output whose
+    size depends on the data (the emulation's stand-in for the capture's own error)."""
+
+    READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "masked_select",
+             "unique", "bincount"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.READS:
+            raise RuntimeError(f"operation not permitted when stream is capturing: a host read ({name})")
+        return func(*args, **(kwargs or {}))
 
 
 class EmulatedGraph:
     """The tests' stand-in on CPU: the recorded function re-run on the same static buffers, its
-    result written into one static output (as a graph's output tensor is one buffer)."""
+    result written into one static output (as a graph's output tensor is one buffer); a host read
+    inside the recorded run is an error, as in a CUDA capture."""
 
-    def __init__(self, fn: Callable[[], Tensor], pool) -> None:
+    def __init__(self, fn: Callable[[], Tensor], pool, device: torch.device) -> None:
         self.fn = fn
         fn()  # the warm-up the CUDA capture runs too
-        self.out = fn()
+        with _NoHostReads():
+            self.out = fn()
 
     def replay(self) -> Tensor:
         self.out.copy_(self.fn())
@@ -201,18 +246,26 @@ class GraphRunner:
             if self.stats.slots >= self.max_slots:
                 self._evict_slot()
             make = lambda: torch.zeros((rows, *rest), dtype=dtype, device=device)  # noqa: E731
-            slot = KVSlot(index=next(self._slot_ids), layers=[(make(), make()) for _ in range(n_layers)])
+            try:
+                layers = [(make(), make()) for _ in range(n_layers)]
+            except torch.OutOfMemoryError:  # idle slots of other shapes hold the memory: free them, retry
+                while self._evict_slot():
+                    pass
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                layers = [(make(), make()) for _ in range(n_layers)]
+            slot = KVSlot(index=next(self._slot_ids), layers=layers)
             group.append(slot)
             self.stats.slots += 1
             self.stats.slot_bytes += sum(k.nbytes + v.nbytes for k, v in slot.layers)
         slot.leased, slot.used = True, next(self._leases)
         return slot.views(batch), slot
 
-    def _evict_slot(self) -> None:
-        """Drop the least recently leased free slot and its graphs (none free: keep them all)."""
+    def _evict_slot(self) -> bool:
+        """Drop the least recently leased free slot and its graphs; False when none is free."""
         free = [(s.used, shape, s) for shape, group in self.slots.items() for s in group if not s.leased]
         if not free:
-            return
+            return False
         _, shape, slot = min(free, key=lambda item: item[0])
         self.slots[shape].remove(slot)
         if not self.slots[shape]:
@@ -223,6 +276,14 @@ class GraphRunner:
         self.stats.slots -= 1
         self.stats.slot_bytes -= sum(k.nbytes + v.nbytes for k, v in slot.layers)
         self.stats.evicted_slots += 1
+        self._prune_outputs()
+        return True
+
+    def _prune_outputs(self) -> None:
+        """Drop the logits buffers no remaining graph writes."""
+        used = {c.graph.out.data_ptr() for c in self.graphs.values()}
+        for key in [k for k, buf in self.outputs.items() if buf.data_ptr() not in used]:
+            self.stats.output_bytes -= self.outputs.pop(key).nbytes
 
     def _output(self, shape: tuple[int, int, int], model) -> Tensor:
         """The static logits buffer of every graph with this output shape, allocated outside any
@@ -262,16 +323,19 @@ class GraphRunner:
 
             start = time.perf_counter()
             try:
-                graph = self.backend(forward, self.pool)
+                with CAPTURE_LOCK:
+                    graph = self.backend(forward, self.pool, model.device)
             except RuntimeError as err:
                 raise RuntimeError(f"cuda_graphs=True: the forward {key} could not be captured ({err}); "
                                    "decode with cuda_graphs=False") from err
             self.stats.capture_seconds += time.perf_counter() - start
             self.stats.captures += 1
             captured = self.graphs[key] = _Captured(graph, static_tokens, static_positions, static_valid)
-            while len(self.graphs) > self.max_graphs:
-                self.graphs.popitem(last=False)
-                self.stats.evicted_graphs += 1
+            if len(self.graphs) > self.max_graphs:
+                while len(self.graphs) > self.max_graphs:
+                    self.graphs.popitem(last=False)
+                    self.stats.evicted_graphs += 1
+                self._prune_outputs()
         else:
             self.graphs.move_to_end(key)
             captured.tokens[:N].copy_(tokens)

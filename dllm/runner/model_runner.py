@@ -44,6 +44,9 @@ class ModelRunner:
         self.cfg_scale = cfg_scale
         self.compile = compile  # forwards through torch.compile (GenerationConfig.compile)
         # forwards replayed from CUDA graphs (GenerationConfig.cuda_graphs; dllm/runner/graphs.py)
+        if cuda_graphs and (getattr(model, "tensor_parallel", None) or getattr(model, "tensor_shard", None)):
+            raise ValueError("cuda_graphs=True under tensor parallelism is not captured yet (its collectives are "
+                             "untested inside a graph); decode with cuda_graphs=False")
         self.graphs: GraphRunner | None = graph_runner(model) if cuda_graphs else None
         B = canvas.batch_size
         self.nfe = torch.zeros(B, dtype=torch.long, device=canvas.tokens.device)

@@ -6,7 +6,8 @@ then the answer's ``gen_length`` positions masked, as the decode starts): the lo
 each prompt position of the token there, the model's own distribution (no temperature, top-k,
 top-p or guidance). Dream-layout models (``shift_logits``) read position i's logit from output
 i - 1; LLaDA-layout ones from output i. The forward runs on the server's parse threads, not in
-the scheduler: it is one row of the prompt's canvas, which ``memory_budget_mb`` was checked for.
+the scheduler: it is one row of the prompt's canvas, which ``memory_budget_mb`` was checked for
+(under ``graphs.CAPTURE_LOCK``, so it never runs while the scheduler captures a CUDA graph).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import torch
 from dllm import kernels
 from dllm.engine.logprobs import TokenLogprob
 from dllm.runner.canvas import build_canvas
+from dllm.runner.graphs import CAPTURE_LOCK
 from dllm.runner.model_runner import ModelRunner
 
 
@@ -33,7 +35,9 @@ def prompt_logprobs(model, prompt_ids: list[int], gen_length: int, top: int) -> 
     canvas = build_canvas([prompt_ids], gen_length=gen_length, mask_id=model.mask_token_id,
                           pad_id=model.config.pad_token_id, device=model.device)
     shift, length = int(model.shift_logits), len(prompt_ids)
-    with torch.inference_mode():
+    # CAPTURE_LOCK: a CUDA graph the scheduler captures meanwhile would be invalidated by this
+    # thread's allocations and host reads (cuda_graphs=True); uncontended otherwise
+    with CAPTURE_LOCK, torch.inference_mode():
         logits = ModelRunner(model, canvas).forward(canvas.tokens, 0, logits_for=(1 - shift, length - shift))
         logp = kernels.log_softmax(logits[0])  # row j: the distribution of token j + 1
         chosen = logp.gather(-1, canvas.tokens[0, 1:length, None])[:, 0].tolist()

@@ -41,7 +41,8 @@ class APDWindowCache:
             raise ValueError("apd's kv_window cache forwards canvas rows only, not candidate states")
         B = tokens.shape[0]
         if self.kv is None:
-            self.kv = KVBuffers.allocate(runner.model, B, runner.canvas.length, graphs=runner.graphs)
+            # its own buffers even under cuda_graphs: its forward length follows the data (runner/graphs.py)
+            self.kv = KVBuffers.allocate(runner.model, B, runner.canvas.length)
             self.last_start = torch.full((B,), -1, dtype=torch.long, device=tokens.device)
             self.peak_bytes = self.kv.nbytes
         shift = int(runner.shift_logits)
