@@ -110,6 +110,12 @@ def measure_modes(model, shape: gm.Shape, peak: DevicePeak, extra: dict[str, Any
                     torch.cuda.empty_cache()
                 first_line = (str(err).splitlines() or [""])[0][:300]
                 rows.append({**row, "error": f"{type(err).__name__}: {first_line}"})
+        if mode == "graphs":  # the graphs' K/V slots, pool and logits buffers are not needed by later rows
+            from dllm.runner import graphs
+
+            graphs.forget(model)
+            if model.device.type == "cuda":
+                torch.cuda.empty_cache()
     return rows
 
 
