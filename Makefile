@@ -2,6 +2,8 @@
 # Both create .venv when missing and install torch==2.13.0 FIRST: an unpinned torch pulls a
 # multi-GB CUDA build; the pinned one is a CPU build available locally.
 # `make test` passes no -q: pyproject's addopts has one, and a second hides the "N passed" line.
+# It spreads the tests over the machine's cores (pytest-xdist, at most 4 workers); every test
+# starts its servers on free ports and its files under its own tmp_path, so workers never collide.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -22,7 +24,7 @@ demo: $(STAMP)
 	$(PY) -m dllm.cli.demo
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --maxprocesses=4
 
 clean:
 	rm -rf $(VENV)
