@@ -58,9 +58,6 @@ class DecodeState:
         # this rank's TensorShard when the logits are a vocabulary shard; None: whole rows (one
         # process, or a family that keeps its vocabulary whole under tensor parallelism)
         self.tp = getattr(model, "tensor_parallel", None)
-        if config.cuda_graphs and getattr(model, "uniform_state", False):
-            raise ValueError("cuda_graphs=True replays the mask-diffusion forward; a uniform-state model's encoder "
-                             "and denoiser are not captured yet: decode it with cuda_graphs=False")
         self.runner = ModelRunner(model, canvas, cfg_scale=config.cfg_scale, compile=config.compile,
                                   cuda_graphs=config.cuda_graphs)
         self.cache = make_cache(config.cache, **self._cache_options())

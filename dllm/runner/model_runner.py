@@ -44,6 +44,9 @@ class ModelRunner:
         self.cfg_scale = cfg_scale
         self.compile = compile  # forwards through torch.compile (GenerationConfig.compile)
         # forwards replayed from CUDA graphs (GenerationConfig.cuda_graphs; dllm/runner/graphs.py)
+        if cuda_graphs and getattr(model, "uniform_state", False):
+            raise ValueError("cuda_graphs=True replays the mask-diffusion forward; a uniform-state model's encoder "
+                             "and denoiser are not captured yet: decode it with cuda_graphs=False")
         if cuda_graphs and (getattr(model, "tensor_parallel", None) or getattr(model, "tensor_shard", None)):
             raise ValueError("cuda_graphs=True under tensor parallelism is not captured yet (its collectives are "
                              "untested inside a graph); decode with cuda_graphs=False")
@@ -110,7 +113,8 @@ class ModelRunner:
             head_lo, head_hi = min(lo, max(0, self.canvas.prompt_width - int(self.shift_logits) - q_start)), T
         head = None if (head_lo, head_hi) == (0, T) else (head_lo, head_hi)
         need = self.head_rows
-        if need is not None and (rows is not None or keep or self.compile or self.graphs or self.cfg_scale > 0
+        static = self.compile or self.graphs is not None  # compiled or captured forwards keep fixed shapes
+        if need is not None and (rows is not None or keep or static or self.cfg_scale > 0
                                  or need.shape != (tokens.shape[0], hi - lo) or not head_rows_pay_off(tokens.device)
                                  or not isinstance(self.model, DiffusionTransformer)):
             need = None  # candidate states, answer-wide heads, static compiled / graph shapes, wrapped models
