@@ -194,13 +194,20 @@ def plan_memory(model, batch: int, canvas_length: int, config: GenerationConfig,
     # into a copy (dllm/cache/block.py), hence two windows
     logits = 2 * widest_rows * config.window_length * V * e
     stats_rows = widest_rows * config.window_length
+    head_width = config.window_length
     if getattr(make_stopper(config.stopper, config.stopper_args), "needs_answer_stats", False):
         # the last canvas forward's head covers every answer output, kept for the stopper
         logits += batch * (config.gen_length + 1) * V * e
         stats_rows = max(stats_rows, batch * config.gen_length)
+        head_width = config.gen_length + 1
+    graph_shapes = []
+    if config.cuda_graphs:  # the canvas forward replays at the bucket's rows, into a static logits buffer
+        canvas = shapes[0]
+        graph_shapes = [ForwardShape(bucket(canvas.rows), canvas.queries, canvas.keys)]
+        logits += bucket(canvas.rows) * head_width * V * e
     state = INT64 * canvas_length * (4 * batch + 4 * widest_rows)
     return MemoryPlan(model_bytes=model_bytes(model), kv_cache_bytes=kv, logits_bytes=logits,
-                      activation_bytes=max(activation_bytes(model, s) for s in shapes),
+                      activation_bytes=max(activation_bytes(model, s) for s in shapes + graph_shapes),
                       statistics_bytes=statistics_bytes(stats_rows, V, config, e, backend or kernel_backend(model.device)),
                       state_bytes=state)
 

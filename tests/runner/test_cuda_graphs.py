@@ -212,7 +212,8 @@ def test_graphs_of_one_output_shape_share_one_logits_buffer(tiny_models, emulate
 
 
 def test_the_memory_plan_counts_the_slot_of_the_batch_bucket(tiny_models):
-    """Three rows replay in the graphs of four: their K/V slot holds four rows, and the plan says so."""
+    """Three rows replay in the graphs of four: their K/V slot and canvas forward hold four rows and
+    the graphs keep a static logits buffer, and the plan says so."""
     from dllm.engine.memory import kv_cache_bytes, plan_memory
 
     model = tiny_models["llada"].model
@@ -220,6 +221,9 @@ def test_the_memory_plan_counts_the_slot_of_the_batch_bucket(tiny_models):
     replayed = plan_memory(model, 3, 40, GenerationConfig(**BASE, cache="dual", cuda_graphs=True))
     assert eager.kv_cache_bytes == kv_cache_bytes(model, 3, 40)
     assert replayed.kv_cache_bytes == kv_cache_bytes(model, 4, 40)
+    vocab, itemsize = model.lm_head.out_features, model.lm_head.weight.element_size()
+    assert replayed.logits_bytes == eager.logits_bytes + 4 * 8 * vocab * itemsize  # the static logits buffer
+    assert replayed.activation_bytes > eager.activation_bytes  # the canvas forward at 4 rows
 
 
 def test_a_host_read_inside_the_forward_is_a_capture_error_naming_the_fix(emulated, test_device):
