@@ -39,8 +39,9 @@ class GenerationConfig:
       CUDA graphs of the static-shaped window forwards; CPU: a plain compile). Same tokens as
       eager; off by default until measured (dllm/runner/compiled.py).
     cuda_graphs: replay the forwards from CUDA graphs captured once per shape (batch padded to
-      captured sizes, K/V in static slots reused across decodes; dllm/runner/graphs.py). CUDA only;
-      exclusive with compile; off by default until measured.
+      captured sizes, the prompt region left-padded to a captured width, K/V in static slots
+      reused across decodes; dllm/runner/graphs.py). CUDA only; exclusive with compile; off by
+      default until measured.
     """
 
     gen_length: int = 128

@@ -19,6 +19,7 @@ from torch import Tensor
 from dllm.engine.block_alignment import align_rows, alignment_unit, model_block_windows, tail_tokens
 from dllm.cache import make_cache
 from dllm.runner.canvas import Canvas, build_canvas
+from dllm.runner.graphs import canvas_width
 from dllm.engine.config import GenerationConfig
 from dllm.kernels import StatsScratch, TokenStats, confidence_stats
 from dllm.engine.logprobs import CommitLogprobs
@@ -474,13 +475,16 @@ class Decoding:
             config = dataclasses.replace(config, block_length=config.gen_length)
         self.model, self.config = model, config
         self.strategy = make_strategy(config.strategy, config.strategy_args)
-        canvas_length = max(len(r.prefix) for r in rows) + longest
+        # aligned rows may have no prompt left: the window's first position reads output P - 1
+        # (logit shift), so the canvas keeps one column there
+        width = max(1, max(len(r.prefix) for r in rows))
+        if config.cuda_graphs:  # a captured width: varied prompts share canvas lengths and graphs
+            width = canvas_width(width, model.config.max_sequence_length - longest)
+        canvas_length = width + longest
         self.plan = plan_memory(model, len(rows), canvas_length, config, self.strategy)
         check_memory_budget(self.plan, config, len(rows), canvas_length)
         canvas = build_canvas([r.prefix for r in rows], gen_length=longest, mask_id=model.mask_token_id,
-                              pad_id=model.config.pad_token_id, device=model.device,
-                              min_width=1)  # aligned rows may have no prompt left: the window's
-        # first position reads output P - 1 (logit shift), so the canvas keeps one column there
+                              pad_id=model.config.pad_token_id, device=model.device, min_width=width)
         state = self.state = DecodeState(model, canvas, config, [r.seed for r in rows])
         device = canvas.tokens.device
         if any(r.answer_offset or r.steps_before for r in rows):

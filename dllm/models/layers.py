@@ -70,7 +70,8 @@ class Attention(nn.Module):
     """Multi-head / grouped-query attention with one entry point for cached and uncached use.
 
     Without a cache the window attends to itself. With a layer cache ``(k_buf, v_buf)`` of shape
-    (B, H_kv, S, D), the window's keys and values are written in place at ``write_at`` and the
+    (B, H_kv, S, D), the window's keys and values are written in place at ``write_at`` (an offset,
+    or the (T,) positions as a tensor: a replayed CUDA graph reads them as data) and the
     queries attend to the whole static-shaped buffer; ``visible`` says which keys each query
     sees (see ``attend``). Static shapes keep the door open for CUDA graphs and torch.compile.
 
@@ -101,7 +102,7 @@ class Attention(nn.Module):
         sin: Tensor,
         visible: KeyVisibility | None,
         layer_cache: tuple[Tensor, Tensor] | None = None,
-        write_at: int = 0,
+        write_at: int | Tensor = 0,
         rows: Tensor | slice | None = None,
     ) -> Tensor:
         """(B, T, d_model); with ``rows`` only those queries' outputs (see ``pick_rows``): every
@@ -111,8 +112,12 @@ class Attention(nn.Module):
         k, v = self.keys_values(x, cos, sin)
         if layer_cache is not None:
             k_buf, v_buf = layer_cache  # (B, H_kv, S, D), keys stored after RoPE
-            k_buf[:, :, write_at : write_at + T] = k
-            v_buf[:, :, write_at : write_at + T] = v
+            if isinstance(write_at, Tensor):  # positions (T,) as data: one CUDA graph serves every window
+                k_buf.index_copy_(2, write_at, k)
+                v_buf.index_copy_(2, write_at, v)
+            else:
+                k_buf[:, :, write_at : write_at + T] = k
+                v_buf[:, :, write_at : write_at + T] = v
             k, v = k_buf, v_buf
         return self.project(pick_rows(self.attend(q, k, v, visible).reshape(B, T, -1), rows))
 
@@ -146,11 +151,14 @@ class Attention(nn.Module):
 
 
 def pick_rows(x: Tensor, rows: Tensor | slice | None) -> Tensor:
-    """The queries of x (B, T, ...) that ``rows`` selects: a slice of T keeps (B, t, ...), a
-    (B, T) bool mask gives (N, ...) in row-major order, None keeps all."""
+    """The queries of x (B, T, ...) that ``rows`` selects: a slice of T, or (t,) long query
+    indices (a replayed CUDA graph's window, as data), keep (B, t, ...); a (B, T) bool mask gives
+    (N, ...) in row-major order; None keeps all."""
     if rows is None:
         return x
-    return x[:, rows] if isinstance(rows, slice) else x[rows]
+    if isinstance(rows, slice):
+        return x[:, rows]
+    return x.index_select(1, rows) if rows.dtype == torch.long else x[rows]
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None, kernel=None) -> Tensor:
@@ -218,7 +226,7 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
         self.mlp = SwiGLU(cfg, tp) if mlp is None else mlp
 
-    def forward(self, x, cos, sin, visible, layer_cache=None, write_at: int = 0,
+    def forward(self, x, cos, sin, visible, layer_cache=None, write_at: int | Tensor = 0,
                 rows: Tensor | slice | None = None) -> Tensor:
         """``rows``: only these queries' outputs are needed (the last block, when the LM head
         reads a few): the others' K/V are written, their output projection and MLP are skipped."""

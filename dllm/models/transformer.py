@@ -81,29 +81,36 @@ class DiffusionTransformer(nn.Module):
         position_ids: Tensor,
         visible: KeyVisibility | None = None,
         cache: LayerCaches | None = None,
-        cache_write: int = 0,
-        logits_for: tuple[int, int] | None = None,
+        cache_write: int | Tensor = 0,
+        logits_for: tuple[int, int] | Tensor | None = None,
         head_rows: Tensor | None = None,
     ) -> Tensor:
         """input_ids, position_ids: (B, T); ``visible``: which of the S keys each query sees
         (key validity (B, S) and block-causal spans; None = every key, every query).
 
-        With ``cache``, the window's K/V are written at ``cache_write`` of each layer's buffer
-        and S is the buffer length; without it S == T. Returns logits (B, T, vocab) unshifted:
-        the engine applies the family's logit shift.
+        With ``cache``, the window's K/V are written at ``cache_write`` of each layer's buffer (an
+        offset, or the window's (T,) buffer positions as a tensor) and S is the buffer length;
+        without it S == T. Returns logits (B, T, vocab) unshifted: the engine applies the family's
+        logit shift.
 
         ``logits_for=(lo, hi)``: only queries [lo, hi) need logits; the others skip the last
         block's output projection and MLP, the final norm and the LM head (the head is a large
         share of a small model's forward and the engine reads only the decision window; every
-        query's K/V is still written). The result is then (B, hi - lo, vocab).
+        query's K/V is still written). The result is then (B, hi - lo, vocab). A (W,) long tensor
+        of query indices instead gives (B, W, vocab) (a replayed CUDA graph: the range as data).
         ``head_rows`` (B, hi - lo) bool: of those, the queries whose logits are read; the others
         skip the same work too and their logits are left at zero (the engine passes it on a CPU,
         where these FLOPs are time).
         """
         cos, sin = rope_cos_sin(position_ids, self.config.rotary_dim, self.config.rope_theta)
         x = self.embed_tokens(input_ids)  # (B, T, d_model)
-        lo, hi = (0, input_ids.shape[1]) if logits_for is None else logits_for
-        rows: Tensor | slice | None = None if logits_for is None else slice(lo, hi)
+        if isinstance(logits_for, Tensor):  # (W,) query indices as data: one replayed graph serves every window
+            if head_rows is not None:
+                raise ValueError("head_rows needs logits_for as a (lo, hi) range")
+            rows: Tensor | slice | None = logits_for
+        else:
+            lo, hi = (0, input_ids.shape[1]) if logits_for is None else logits_for
+            rows = None if logits_for is None else slice(lo, hi)
         if head_rows is not None:  # the last block computes outputs only where the head reads
             rows = torch.zeros(input_ids.shape, dtype=torch.bool, device=input_ids.device)
             rows[:, lo:hi] = head_rows

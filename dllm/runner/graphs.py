@@ -2,9 +2,18 @@
 
 A forward of the model is launch-bound on a GPU (thousands of small kernels per step at batch
 1), and within a decision window every forward has the same shapes. So each distinct forward
-(batch bucket, query length, key length, cache write offset, head range, block-causal spans,
-whether keys are masked) is captured once into a CUDA graph and replayed: the inputs are
-copied into the graph's static buffers, the graph runs, its static logits are copied out.
+(batch bucket, query length, key length, head width, block-causal spans, whether keys are
+masked) is captured once into a CUDA graph and replayed: the inputs are copied into the graph's
+static buffers, the graph runs, its static logits are copied out.
+
+* Offsets are data, not shape: a captured forward writes its K/V at the positions of a static
+  index tensor and takes the queries that get logits from another, so one graph serves the
+  window of every block (a dual-cache decode in blocks of 32 captures 2 forwards, the refresh
+  and the window, whatever its length; 2 per block before). Block-causal spans stay in the key
+  (their key prefix ends with the block), as do query lengths (the prefix cache's window shrinks
+  block by block).
+* Canvas widths are bucketed (``canvas_width``): the prompt region is left-padded to a
+  captured width, so prompts of 3 and 40 tokens share one canvas length, K/V slot and graphs.
 
 * Batches are padded to captured sizes (``BUCKETS``), as SGLang and vLLM do: a batch of 3 runs
   the graph of 4; its fourth row holds real inputs (the first row's at capture, an earlier
@@ -59,6 +68,18 @@ def bucket(rows: int) -> int:
     return rows
 
 
+WIDTH_STEP = 64  # prompt widths up to 512 are captured in steps of 64, longer ones 4 to an octave
+
+
+def canvas_width(prompt: int, room: int) -> int:
+    """The prompt width a replayed decode's canvas is left-padded to, for a longest prompt of
+    ``prompt`` tokens: the next multiple of 64 up to 512, then of an eighth of the next power of
+    two (at most 12.5% of padding), so a server's varied prompts meet few canvas lengths, K/V slots
+    and graphs. ``room``: the positions the model's context leaves before the answer (never passed)."""
+    step = max(WIDTH_STEP, (1 << max(prompt - 1, 0).bit_length()) // 8)
+    return max(prompt, min(room, -(-prompt // step) * step))
+
+
 def graphs_available(device: torch.device) -> str | None:
     """None when CUDA graphs can run on ``device``, else the reason they cannot."""
     if device.type != "cuda":
@@ -75,8 +96,7 @@ class GraphKey:
     rows: int  # the batch bucket
     tokens: int  # query tokens T
     keys: int  # key length S (the canvas length with a cache, T without)
-    write_at: int  # canvas offset of the window's K/V
-    head: tuple[int, int] | None  # queries that get logits (None: all)
+    head: int | None  # how many queries get logits, from an offset given as data (None: all)
     spans: tuple[tuple[int, int, int], ...] | None  # block-causal query spans
     masked: bool  # whether keys carry a validity mask (padded or truncated canvas)
     slot: int | None  # the static K/V slot (None: an uncached forward)
@@ -201,6 +221,10 @@ class _Captured:
     tokens: Tensor
     positions: Tensor
     valid: Tensor | None
+    write_index: Tensor | None  # (T,) canvas positions the window's K/V is written at (None: uncached)
+    window: Tensor | None  # (T,) 0 .. T-1: write_index is window + the offset
+    head_index: Tensor | None  # (W,) the queries that get logits (None: all)
+    heads: Tensor | None  # (W,) 0 .. W-1: head_index is heads + the head's first query
 
 
 class _SlotLayers:
@@ -304,22 +328,27 @@ class GraphRunner:
         N, T = tokens.shape
         rows = bucket(N) if slot is None else slot.layers[0][0].shape[0]
         valid = visible.valid
-        key = GraphKey(rows=rows, tokens=T, keys=T if slot is None else slot.layers[0][0].shape[2],
-                       write_at=write_at, head=head, spans=visible.spans, masked=valid is not None,
-                       slot=None if slot is None else slot.index)
+        keys = T if slot is None else slot.layers[0][0].shape[2]
+        if write_at + T > keys:
+            raise ValueError(f"a window of {T} tokens written at {write_at} passes the cache's {keys} positions")
+        key = GraphKey(rows=rows, tokens=T, keys=keys, head=None if head is None else head[1] - head[0],
+                       spans=visible.spans, masked=valid is not None, slot=None if slot is None else slot.index)
         captured = self.graphs.get(key)
         if captured is None:
             static_tokens = _padded(tokens, rows)
             static_positions = _padded(positions, rows)
             static_valid = None if valid is None else _padded(valid, rows)
             cache = None if slot is None else _SlotLayers(slot.layers)
+            window = None if slot is None else torch.arange(T, device=tokens.device)
+            write_index = None if window is None else window + write_at
+            heads = None if head is None else torch.arange(head[1] - head[0], device=tokens.device)
+            head_index = None if heads is None else heads + head[0]
             spans = visible.spans
-            lo, hi = (0, T) if head is None else head
-            out = self._output((rows, hi - lo, model.lm_head.out_features), model)
+            out = self._output((rows, T if head is None else head[1] - head[0], model.lm_head.out_features), model)
 
             def forward() -> Tensor:  # .forward: module hooks would run at capture only, never at replay
                 return out.copy_(model.forward(static_tokens, static_positions, KeyVisibility(static_valid, spans),
-                                               cache, write_at, head))
+                                               cache, 0 if write_index is None else write_index, head_index))
 
             start = time.perf_counter()
             try:
@@ -330,7 +359,8 @@ class GraphRunner:
                                    "decode with cuda_graphs=False") from err
             self.stats.capture_seconds += time.perf_counter() - start
             self.stats.captures += 1
-            captured = self.graphs[key] = _Captured(graph, static_tokens, static_positions, static_valid)
+            captured = self.graphs[key] = _Captured(graph, static_tokens, static_positions, static_valid,
+                                                    write_index, window, head_index, heads)
             if len(self.graphs) > self.max_graphs:
                 while len(self.graphs) > self.max_graphs:
                     self.graphs.popitem(last=False)
@@ -342,6 +372,10 @@ class GraphRunner:
             captured.positions[:N].copy_(positions)
             if valid is not None:
                 captured.valid[:N].copy_(valid)
+            if captured.write_index is not None:
+                torch.add(captured.window, write_at, out=captured.write_index)
+            if captured.head_index is not None:
+                torch.add(captured.heads, head[0], out=captured.head_index)
         after = [hook(N, T, key.keys) for hook in self.replay_hooks]
         out = captured.graph.replay()
         for done in after:
@@ -389,5 +423,5 @@ def graph_stats(model: torch.nn.Module) -> dict | None:
     return None if runner is None else runner.stats.as_dict()
 
 
-__all__ = ["BUCKETS", "EmulatedGraph", "GraphKey", "GraphRunner", "GraphStats", "KVSlot", "bucket", "forget",
+__all__ = ["BUCKETS", "WIDTH_STEP", "EmulatedGraph", "GraphKey", "GraphRunner", "GraphStats", "KVSlot", "bucket", "canvas_width", "forget",
            "graph_runner", "graph_stats", "graphs_available"]

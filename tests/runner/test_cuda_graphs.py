@@ -33,10 +33,19 @@ def emulated(monkeypatch, test_device):
     return graphs
 
 
-def _same(eager, replayed) -> None:
+def _padding(prompts) -> int:
+    """Columns a replayed decode's canvas adds before the prompts (its width is a captured one)."""
+    width = max(len(p) for p in prompts)
+    return graphs.canvas_width(width, 10_000) - width
+
+
+def _same(eager, replayed, prompt_forwards=0, padding=0) -> None:
+    """Same tokens, order and forwards; the replayed decode's forwards over the prompt region
+    (``prompt_forwards`` per row) also computed its ``padding`` columns."""
     assert torch.equal(eager.answer, replayed.answer)
     assert torch.equal(eager.order, replayed.order)
-    assert torch.equal(eager.nfe, replayed.nfe) and torch.equal(eager.token_forwards, replayed.token_forwards)
+    assert torch.equal(eager.nfe, replayed.nfe)
+    assert torch.equal(eager.token_forwards + padding * torch.as_tensor(prompt_forwards), replayed.token_forwards)
 
 
 CACHES = [dict(cache="none"), dict(cache="prefix"), dict(cache="dual"),
@@ -51,7 +60,9 @@ def test_replayed_decode_equals_eager(tiny_models, emulated, family, options):
         config = dict(BASE, **options)
         eager = decode(model, prompts, GenerationConfig(**config))
         replayed = decode(model, prompts, GenerationConfig(**config, cuda_graphs=True))
-        _same(eager, replayed)
+        # uncached forwards all cover the prompt; cached decodes refresh the canvas once a block
+        blocks = config["gen_length"] // config["block_length"]
+        _same(eager, replayed, eager.nfe if options["cache"] == "none" else blocks, _padding(prompts))
     stats = graphs.graph_stats(model)
     assert stats["eager_forwards"] == 0  # every forward of these decodes ran from a graph
     assert 0 < stats["captures"] < stats["replays"]  # a window's later steps replay its graph
@@ -66,7 +77,7 @@ def test_capture_is_paid_once_and_the_slot_is_reused(tiny_models, emulated):
     four = decode(model, RAGGED + [[1, 2, 3, 4, 5]], config)  # 4 rows: the same bucket, slot and graphs
     stats = graphs.graph_stats(model)
     _same(first, again)
-    _same(decode(model, RAGGED + [[1, 2, 3, 4, 5]], GenerationConfig(**BASE, cache="dual")), four)
+    _same(decode(model, RAGGED + [[1, 2, 3, 4, 5]], GenerationConfig(**BASE, cache="dual")), four, 2, _padding(RAGGED))
     assert stats["captures"] == after_first["captures"]  # nothing captured after the first decode
     assert stats["kv_slots"] == 1 and stats["replays"] > 2 * after_first["replays"]
 
@@ -84,8 +95,8 @@ def test_decodes_alive_together_lease_their_own_slots(tiny_models, emulated):
                 run.step()
     assert graphs.graph_stats(model)["kv_slots"] == 2
     eager = GenerationConfig(**BASE, cache="dual")
-    _same(decode(model, RAGGED[:2], eager), a.result())
-    _same(decode(model, RAGGED[1:], eager), b.result())
+    _same(decode(model, RAGGED[:2], eager), a.result(), 2, _padding(RAGGED[:2]))  # a refresh per block
+    _same(decode(model, RAGGED[1:], eager), b.result(), 2, _padding(RAGGED[1:]))
 
 
 @pytest.mark.parametrize("strategy", ["freedave", "lopa"])
@@ -94,7 +105,7 @@ def test_candidate_forwards_run_eager_and_are_counted(tiny_models, emulated, str
     config = dict(BASE, cache="dual", strategy=strategy)
     eager = decode(model, RAGGED, GenerationConfig(**config))
     replayed = decode(model, RAGGED, GenerationConfig(**config, cuda_graphs=True))
-    _same(eager, replayed)
+    _same(eager, replayed, 2, _padding(RAGGED))  # candidate forwards cover the window only
     stats = graphs.graph_stats(model)
     assert stats["replays"] > 0 and stats["eager_forwards"] > 0  # candidate states: per-step buffer copies
 
@@ -110,8 +121,12 @@ def block_causal(tmp_path_factory, test_device):
                          ids=["dual", "none", "pipelined"])
 def test_block_causal_replayed_decode_equals_eager(block_causal, emulated, options):
     config = dict(BASE, **options)
-    _same(decode(block_causal, RAGGED, GenerationConfig(**config)),
-          decode(block_causal, RAGGED, GenerationConfig(**config, cuda_graphs=True)))
+    eager = decode(block_causal, RAGGED, GenerationConfig(**config))
+    # Blocks count from position 0 here: each prompt (shorter than a block of 8) leads its answer
+    # region and the engine's prompt is the canvas' one kept column, so 63 columns are padding. The
+    # caches compute the prompt's K/V once (later forwards start at the exact K/V's end).
+    _same(eager, decode(block_causal, RAGGED, GenerationConfig(**config, cuda_graphs=True)),
+          eager.nfe if options["cache"] == "none" else 1, _padding([[0]]))
     assert graphs.graph_stats(block_causal)["eager_forwards"] == 0
 
 
@@ -168,10 +183,12 @@ def test_graphs_and_slots_stay_bounded_over_many_shapes(tiny_models, emulated):
     runner = graphs.graph_runner(model)
     runner.max_graphs, runner.max_slots = 6, 2
     config = dict(BASE, cache="dual")
-    for length in (3, 4, 5, 6, 3):  # four canvas lengths, the first one again at the end
-        prompts = [[5 + i for i in range(length)], [9, 8]]
-        _same(decode(model, prompts, GenerationConfig(**config)),
-              decode(model, prompts, GenerationConfig(**config, cuda_graphs=True)))
+    prompts = [[5, 6, 7], [9, 8]]
+    for gen_length in (16, 24, 32, 40, 16):  # four canvas lengths, the first one again at the end
+        options = dict(config, gen_length=gen_length, steps=gen_length // 2)
+        _same(decode(model, prompts, GenerationConfig(**options)),
+              decode(model, prompts, GenerationConfig(**options, cuda_graphs=True)),
+              gen_length // 8, _padding(prompts))  # a refresh per block
         stats = graphs.graph_stats(model)
         assert stats["kv_slots"] <= 2 and len(runner.graphs) <= 6
     assert stats["evicted_slots"] >= 3 and stats["evicted_graphs"] > 0
@@ -180,6 +197,40 @@ def test_graphs_and_slots_stay_bounded_over_many_shapes(tiny_models, emulated):
     for run in alive:
         run.step()  # three live decodes hold three leased slots: none is taken from under them
     assert graphs.graph_stats(model)["kv_slots"] == 3
+
+
+def test_one_graph_serves_the_window_of_every_block(tiny_models, emulated):
+    """The window's K/V write offset is data: a dual-cache decode of 4 blocks captures the
+    refresh forward and the window forward once each, and replays them at every block."""
+    model = tiny_models["llada"].model
+    config = dict(BASE, cache="dual", gen_length=32, steps=32)  # a token per step: 8 windows a block
+    eager = decode(model, RAGGED, GenerationConfig(**config))
+    replayed = decode(model, RAGGED, GenerationConfig(**config, cuda_graphs=True))
+    _same(eager, replayed, 4, _padding(RAGGED))
+    stats = graphs.graph_stats(model)
+    assert stats["captures"] == 2 and stats["replays"] == int(eager.nfe.max()) == 32
+
+
+def test_prompts_of_one_captured_width_share_the_slot_and_graphs(tiny_models, emulated):
+    """The canvas is left-padded to a captured prompt width (graphs.canvas_width): prompts of 3
+    to 64 tokens decode on one canvas length, K/V slot and set of graphs; 65 tokens take the next
+    width. Tokens equal the eager decode's at every length."""
+    model = tiny_models["llada"].model
+    config = dict(BASE, cache="dual")
+    captures = []
+    for length in (3, 17, 40, 64, 65):
+        prompts = [[5 + i % 200 for i in range(length)], [9, 8]]
+        _same(decode(model, prompts, GenerationConfig(**config)),
+              decode(model, prompts, GenerationConfig(**config, cuda_graphs=True)), 2, _padding(prompts))
+        captures.append(graphs.graph_stats(model)["captures"])
+    assert captures[0] == captures[1] == captures[2] == captures[3] < captures[4]
+    assert graphs.graph_stats(model)["kv_slots"] == 2
+
+
+def test_the_captured_width_never_passes_the_context():
+    assert [graphs.canvas_width(p, 4096) for p in (1, 64, 65, 500, 513, 1000, 1025)] == [64, 64, 128, 512, 640, 1024,
+                                                                                         1280]
+    assert graphs.canvas_width(100, room=110) == 110 and graphs.canvas_width(100, room=90) == 100
 
 
 @pytest.mark.parametrize("cache", ["none", "dual"])
