@@ -19,7 +19,7 @@ from torch import Tensor
 from dllm.engine.block_alignment import align_rows, alignment_unit, model_block_windows, tail_tokens
 from dllm.cache import make_cache
 from dllm.runner.canvas import Canvas, build_canvas
-from dllm.runner.graphs import canvas_width
+from dllm.runner import graphs
 from dllm.engine.config import GenerationConfig
 from dllm.kernels import StatsScratch, TokenStats, confidence_stats
 from dllm.engine.logprobs import CommitLogprobs
@@ -478,8 +478,8 @@ class Decoding:
         # aligned rows may have no prompt left: the window's first position reads output P - 1
         # (logit shift), so the canvas keeps one column there
         width = max(1, max(len(r.prefix) for r in rows))
-        if config.cuda_graphs:  # a captured width: varied prompts share canvas lengths and graphs
-            width = canvas_width(width, model.config.max_sequence_length - longest)
+        if config.cuda_graphs:  # a captured canvas length: varied prompts share K/V slots and graphs
+            width = graphs.canvas_length(width + longest, model.config.max_sequence_length) - longest
         canvas_length = width + longest
         self.plan = plan_memory(model, len(rows), canvas_length, config, self.strategy)
         check_memory_budget(self.plan, config, len(rows), canvas_length)

@@ -12,8 +12,9 @@ static buffers, the graph runs, its static logits are copied out.
   and the window, whatever its length; 2 per block before). Block-causal spans stay in the key
   (their key prefix ends with the block), as do query lengths (the prefix cache's window shrinks
   block by block).
-* Canvas widths are bucketed (``canvas_width``): the prompt region is left-padded to a
-  captured width, so prompts of 3 and 40 tokens share one canvas length, K/V slot and graphs.
+* Canvas lengths are bucketed (``canvas_length``): the prompt region is left-padded so that the
+  canvas has a captured length, so prompts of 3 and 40 tokens, and a server's batch rebuilt at a
+  block boundary, share one canvas length, K/V slot and set of graphs.
 
 * Batches are padded to captured sizes (``BUCKETS``), as SGLang and vLLM do: a batch of 3 runs
   the graph of 4; its fourth row holds real inputs (the first row's at capture, an earlier
@@ -68,16 +69,18 @@ def bucket(rows: int) -> int:
     return rows
 
 
-WIDTH_STEP = 64  # prompt widths up to 512 are captured in steps of 64, longer ones 4 to an octave
+LENGTH_STEP = 64  # canvas lengths up to 512 are captured in steps of 64, longer ones 4 to an octave
 
 
-def canvas_width(prompt: int, room: int) -> int:
-    """The prompt width a replayed decode's canvas is left-padded to, for a longest prompt of
-    ``prompt`` tokens: the next multiple of 64 up to 512, then of an eighth of the next power of
-    two (at most 12.5% of padding), so a server's varied prompts meet few canvas lengths, K/V slots
-    and graphs. ``room``: the positions the model's context leaves before the answer (never passed)."""
-    step = max(WIDTH_STEP, (1 << max(prompt - 1, 0).bit_length()) // 8)
-    return max(prompt, min(room, -(-prompt // step) * step))
+def canvas_length(length: int, limit: int) -> int:
+    """The captured canvas length a replayed decode of ``length`` positions (prompt width + answer)
+    is left-padded to: the next multiple of 64 up to 512, then of an eighth of the next power of
+    two (4 lengths an octave: under a quarter of padding), never past ``limit`` (the model's
+    context). Bucketing the whole length, not the prompt, keeps a server's rebuilt batches on one
+    length: a row resumed at a block boundary carries its finished blocks into its prompt and has
+    as many answer positions fewer. So varied requests meet few canvas lengths, slots and graphs."""
+    step = max(LENGTH_STEP, (1 << max(length - 1, 0).bit_length()) // 8)
+    return max(length, min(limit, -(-length // step) * step))
 
 
 def graphs_available(device: torch.device) -> str | None:
@@ -423,5 +426,5 @@ def graph_stats(model: torch.nn.Module) -> dict | None:
     return None if runner is None else runner.stats.as_dict()
 
 
-__all__ = ["BUCKETS", "WIDTH_STEP", "EmulatedGraph", "GraphKey", "GraphRunner", "GraphStats", "KVSlot", "bucket", "canvas_width", "forget",
+__all__ = ["BUCKETS", "LENGTH_STEP", "EmulatedGraph", "GraphKey", "GraphRunner", "GraphStats", "KVSlot", "bucket", "canvas_length", "forget",
            "graph_runner", "graph_stats", "graphs_available"]

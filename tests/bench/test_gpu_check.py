@@ -99,7 +99,7 @@ def test_tiny_run_times_every_cache_in_every_forward_mode(tiny_run):
 def test_replayed_forwards_are_timed_and_measured(monkeypatch):
     """CUDA-graph replays run no module hooks: ForwardTimer times them through the graph runner
     (here with the capture emulated on CPU, as tests/runner does), so the forward-mode stage's
-    graphs rows get the eager rows' forward shapes and tokens."""
+    graphs rows get the eager rows' forward shapes (at the captured canvas length) and tokens."""
     import weakref
 
     from dllm.bench import gpu_measure as gm
@@ -120,11 +120,17 @@ def test_replayed_forwards_are_timed_and_measured(monkeypatch):
                                                     cuda_graphs=replay))
         shapes[replay] = [(r.rows, r.queries, r.keys) for r in timer.records()]
         assert all(r.seconds > 0 for r in timer.records())
-    assert shapes[True] == shapes[False] and len(shapes[True]) == 4
+    # the replayed decode's canvas is left-padded to a captured length (4 + 16 positions -> 64)
+    captured = graphs.canvas_length(20, 10_000)
+    assert shapes[True] == [tuple(captured if n == 20 else n for n in shape) for shape in shapes[False]]
+    assert len(shapes[True]) == 4 and captured == 64
     rows = measure_modes(model, gm.Shape(1, 8, 16, 8), device_peak("x"), {}, reps=1, modes=("eager", "graphs"))
     for r in rows:
         assert "error" not in r and r["tokens_equal_eager"] == 1.0 and r["step_s"] > 0, r
-    assert [r["window"] for r in rows if r["mode"] == "graphs"] == [r["window"] for r in rows if r["mode"] == "eager"]
+    length = graphs.canvas_length(8 + 16, 10_000)  # replayed: the captured canvas length (the GPU check's 512 is one)
+    assert [r["window"] for r in rows if r["mode"] == "graphs"] == [
+        [length if n == 24 else n for n in r["window"]] for r in rows if r["mode"] == "eager"]
+    assert graphs.canvas_length(256 + 256, 10_000) == 512
     assert all(r["graph_stats"]["replays"] > 0 for r in rows if r["mode"] == "graphs")
 
 

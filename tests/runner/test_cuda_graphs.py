@@ -7,6 +7,7 @@ in a leased static slot the graph writes in place, capture paid once) against th
 token for token; the capture itself runs in the GPU check."""
 from __future__ import annotations
 
+import dataclasses
 import weakref
 
 import pytest
@@ -33,10 +34,10 @@ def emulated(monkeypatch, test_device):
     return graphs
 
 
-def _padding(prompts) -> int:
-    """Columns a replayed decode's canvas adds before the prompts (its width is a captured one)."""
-    width = max(len(p) for p in prompts)
-    return graphs.canvas_width(width, 10_000) - width
+def _padding(prompts, gen_length=BASE["gen_length"]) -> int:
+    """Columns a replayed decode's canvas adds before the prompts (its length is a captured one)."""
+    length = max(len(p) for p in prompts) + gen_length
+    return graphs.canvas_length(length, 10_000) - length
 
 
 def _same(eager, replayed, prompt_forwards=0, padding=0) -> None:
@@ -123,10 +124,10 @@ def test_block_causal_replayed_decode_equals_eager(block_causal, emulated, optio
     config = dict(BASE, **options)
     eager = decode(block_causal, RAGGED, GenerationConfig(**config))
     # Blocks count from position 0 here: each prompt (shorter than a block of 8) leads its answer
-    # region and the engine's prompt is the canvas' one kept column, so 63 columns are padding. The
+    # region (5 + 16 tokens: 3 blocks) and the engine's prompt is the canvas' one kept column. The
     # caches compute the prompt's K/V once (later forwards start at the exact K/V's end).
     _same(eager, decode(block_causal, RAGGED, GenerationConfig(**config, cuda_graphs=True)),
-          eager.nfe if options["cache"] == "none" else 1, _padding([[0]]))
+          eager.nfe if options["cache"] == "none" else 1, _padding([[0]], gen_length=24))
     assert graphs.graph_stats(block_causal)["eager_forwards"] == 0
 
 
@@ -183,12 +184,10 @@ def test_graphs_and_slots_stay_bounded_over_many_shapes(tiny_models, emulated):
     runner = graphs.graph_runner(model)
     runner.max_graphs, runner.max_slots = 6, 2
     config = dict(BASE, cache="dual")
-    prompts = [[5, 6, 7], [9, 8]]
-    for gen_length in (16, 24, 32, 40, 16):  # four canvas lengths, the first one again at the end
-        options = dict(config, gen_length=gen_length, steps=gen_length // 2)
-        _same(decode(model, prompts, GenerationConfig(**options)),
-              decode(model, prompts, GenerationConfig(**options, cuda_graphs=True)),
-              gen_length // 8, _padding(prompts))  # a refresh per block
+    for length in (3, 70, 130, 200, 3):  # canvases of 64, 128, 192, 256, then 64 again
+        prompts = [[5 + i % 200 for i in range(length)], [9, 8]]
+        _same(decode(model, prompts, GenerationConfig(**config)),
+              decode(model, prompts, GenerationConfig(**config, cuda_graphs=True)), 2, _padding(prompts))
         stats = graphs.graph_stats(model)
         assert stats["kv_slots"] <= 2 and len(runner.graphs) <= 6
     assert stats["evicted_slots"] >= 3 and stats["evicted_graphs"] > 0
@@ -206,19 +205,19 @@ def test_one_graph_serves_the_window_of_every_block(tiny_models, emulated):
     config = dict(BASE, cache="dual", gen_length=32, steps=32)  # a token per step: 8 windows a block
     eager = decode(model, RAGGED, GenerationConfig(**config))
     replayed = decode(model, RAGGED, GenerationConfig(**config, cuda_graphs=True))
-    _same(eager, replayed, 4, _padding(RAGGED))
+    _same(eager, replayed, 4, _padding(RAGGED, 32))
     stats = graphs.graph_stats(model)
     assert stats["captures"] == 2 and stats["replays"] == int(eager.nfe.max()) == 32
 
 
-def test_prompts_of_one_captured_width_share_the_slot_and_graphs(tiny_models, emulated):
-    """The canvas is left-padded to a captured prompt width (graphs.canvas_width): prompts of 3
-    to 64 tokens decode on one canvas length, K/V slot and set of graphs; 65 tokens take the next
-    width. Tokens equal the eager decode's at every length."""
+def test_prompts_of_one_captured_length_share_the_slot_and_graphs(tiny_models, emulated):
+    """The canvas is left-padded to a captured length (graphs.canvas_length): with 16 answer
+    tokens, prompts of 3 to 48 tokens decode on one canvas of 64, one K/V slot and one set of
+    graphs; 49 tokens take the next length. Tokens equal the eager decode's at every length."""
     model = tiny_models["llada"].model
     config = dict(BASE, cache="dual")
     captures = []
-    for length in (3, 17, 40, 64, 65):
+    for length in (3, 17, 40, 48, 49):
         prompts = [[5 + i % 200 for i in range(length)], [9, 8]]
         _same(decode(model, prompts, GenerationConfig(**config)),
               decode(model, prompts, GenerationConfig(**config, cuda_graphs=True)), 2, _padding(prompts))
@@ -227,10 +226,30 @@ def test_prompts_of_one_captured_width_share_the_slot_and_graphs(tiny_models, em
     assert graphs.graph_stats(model)["kv_slots"] == 2
 
 
-def test_the_captured_width_never_passes_the_context():
-    assert [graphs.canvas_width(p, 4096) for p in (1, 64, 65, 500, 513, 1000, 1025)] == [64, 64, 128, 512, 640, 1024,
-                                                                                         1280]
-    assert graphs.canvas_width(100, room=110) == 110 and graphs.canvas_width(100, room=90) == 100
+def test_a_batch_rebuilt_at_a_block_boundary_keeps_its_canvas_length(tiny_models, emulated):
+    """A server rebuilds its running batch where a block ends (rows join): each live row resumes
+    with its finished blocks in its prompt and as many answer positions fewer. The canvas length
+    is bucketed whole, so the rebuilt decode reuses the slot and every graph; its tokens equal the
+    eager decode's resumed alike."""
+    model = tiny_models["llada"].model
+    config = GenerationConfig(**dict(BASE, cache="dual", gen_length=32, steps=16))
+    first = decode(model, RAGGED, dataclasses.replace(config, cuda_graphs=True))  # canvas 5 + 32 -> 64
+    captures = graphs.graph_stats(model)["captures"]
+    # two rows carry their first block (4 steps) into their prompts, a new row joins: canvas 13 + 24 -> 64
+    resumed = [RowStart(prefix=p + first.answer[i, :8].tolist(), gen_length=24, answer_offset=8, steps_before=4)
+               for i, p in enumerate(RAGGED[:2])] + [RowStart(prefix=[1, 2, 3], gen_length=24)]
+    replayed = Decoding(model, resumed, dataclasses.replace(config, cuda_graphs=True)).run()
+    eager = Decoding(model, resumed, config).run()
+    assert torch.equal(eager.answer, replayed.answer) and torch.equal(eager.order, replayed.order)
+    assert torch.equal(eager.nfe, replayed.nfe)
+    stats = graphs.graph_stats(model)
+    assert stats["captures"] == captures and stats["kv_slots"] == 1 and stats["replays"] > int(first.nfe.max())
+
+
+def test_the_captured_length_never_passes_the_context():
+    assert [graphs.canvas_length(n, 4096) for n in (1, 64, 65, 500, 513, 1000, 1025)] == [64, 64, 128, 512, 640,
+                                                                                           1024, 1280]
+    assert graphs.canvas_length(100, limit=110) == 110 and graphs.canvas_length(100, limit=90) == 100
 
 
 @pytest.mark.parametrize("cache", ["none", "dual"])
