@@ -174,15 +174,22 @@ def _check_layout(family: Family, raw: dict, files: dict[str, Path], expected: d
 
 
 def _read_piece(f, file: Path, piece: Piece, cols: tuple[int, int] | None = None) -> torch.Tensor:
-    """The piece (rows [lo, hi) of a checkpoint tensor, or all of it); ``cols``: only columns
-    [lo, hi) of its second dimension (a tensor-parallel rank's input features)."""
+    """The piece (rows [lo, hi) of a checkpoint tensor, or all of it; an ``inner`` piece: its range
+    of the second dimension); ``cols``: only columns [lo, hi) of the piece's second dimension (a
+    tensor-parallel rank's input features; of an ``inner`` piece, counted from its range's start).
+    Only the slice is read from the file."""
     try:
-        if piece.inner is not None:  # rows [lo, hi) of it: a tensor-parallel rank's experts
-            lo, hi = piece.rows if piece.rows is not None else (0, f.get_slice(piece.name).get_shape()[0])
-            return f.get_slice(piece.name)[lo:hi, piece.inner[0]:piece.inner[1]]
-        if piece.rows is None and cols is None:
+        if piece.rows is None and piece.inner is None and cols is None:
             return f.get_tensor(piece.name)
         lo, hi = piece.rows if piece.rows is not None else (0, f.get_slice(piece.name).get_shape()[0])
+        if piece.inner is not None:  # a fused tensor's part along dim 1 (DiffusionGemma's gate / up)
+            c_lo, c_hi = piece.inner
+            if cols is not None:
+                if not 0 <= cols[0] <= cols[1] <= c_hi - c_lo:
+                    raise ValueError(f"columns {list(cols)} of {piece.name}'s part {list(piece.inner)} lie outside "
+                                     f"its {c_hi - c_lo} columns; a read must stay inside its part")
+                c_lo, c_hi = c_lo + cols[0], c_lo + cols[1]
+            return f.get_slice(piece.name)[lo:hi, c_lo:c_hi]
         if cols is not None:
             return f.get_slice(piece.name)[lo:hi, cols[0]:cols[1]]
         return f.get_slice(piece.name)[lo:hi]
