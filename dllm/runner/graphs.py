@@ -9,9 +9,10 @@ static buffers, the graph runs, its static logits are copied out.
 * Offsets are data, not shape: a captured forward writes its K/V at the positions of a static
   index tensor and takes the queries that get logits from another, so one graph serves the
   window of every block (a dual-cache decode in blocks of 32 captures 2 forwards, the refresh
-  and the window, whatever its length; 2 per block before). Block-causal spans stay in the key
-  (their key prefix ends with the block), as do query lengths (the prefix cache's window shrinks
-  block by block).
+  and the window, whatever its length; 2 per block before). Block-causal spans are data too
+  (each query's key end, filled span by span; the attention runs once over the canvas with the
+  rule as a dense mask) unless the attention is the batch-invariant kernel, which takes key
+  prefixes. Query lengths stay in the key (the prefix cache's window shrinks block by block).
 * Canvas lengths are bucketed (``canvas_length``): the prompt region is left-padded so that the
   canvas has a captured length, so prompts of 3 and 40 tokens, and a server's batch rebuilt at a
   block boundary, share one canvas length, K/V slot and set of graphs.
@@ -100,7 +101,8 @@ class GraphKey:
     tokens: int  # query tokens T
     keys: int  # key length S (the canvas length with a cache, T without)
     head: int | None  # how many queries get logits, from an offset given as data (None: all)
-    spans: tuple[tuple[int, int, int], ...] | None  # block-causal query spans
+    spans: tuple[tuple[int, int, int], ...] | None  # block-causal query spans (None: none, or as data)
+    key_ends: bool  # block-causal spans as data: each query's key end, one dense-masked attention
     masked: bool  # whether keys carry a validity mask (padded or truncated canvas)
     slot: int | None  # the static K/V slot (None: an uncached forward)
 
@@ -228,6 +230,7 @@ class _Captured:
     window: Tensor | None  # (T,) 0 .. T-1: write_index is window + the offset
     head_index: Tensor | None  # (W,) the queries that get logits (None: all)
     heads: Tensor | None  # (W,) 0 .. W-1: head_index is heads + the head's first query
+    key_end: Tensor | None = None  # (T,) block-causal: each query's key end (None: spans in the key, or none)
 
 
 class _SlotLayers:
@@ -334,8 +337,10 @@ class GraphRunner:
         keys = T if slot is None else slot.layers[0][0].shape[2]
         if write_at + T > keys:
             raise ValueError(f"a window of {T} tokens written at {write_at} passes the cache's {keys} positions")
+        ends = visible.spans is not None and _plain_attention(model)
         key = GraphKey(rows=rows, tokens=T, keys=keys, head=None if head is None else head[1] - head[0],
-                       spans=visible.spans, masked=valid is not None, slot=None if slot is None else slot.index)
+                       spans=None if ends else visible.spans, key_ends=ends, masked=valid is not None,
+                       slot=None if slot is None else slot.index)
         captured = self.graphs.get(key)
         if captured is None:
             static_tokens = _padded(tokens, rows)
@@ -347,10 +352,17 @@ class GraphRunner:
             heads = None if head is None else torch.arange(head[1] - head[0], device=tokens.device)
             head_index = None if heads is None else heads + head[0]
             spans = visible.spans
+            key_end = key_range = None
+            if ends:  # (T,) key end per query, filled span by span before each replay (no host copy)
+                key_end = torch.empty(T, dtype=torch.long, device=tokens.device)
+                _fill_key_ends(key_end, spans)
+                key_range = torch.arange(keys, device=tokens.device)
             out = self._output((rows, T if head is None else head[1] - head[0], model.lm_head.out_features), model)
 
             def forward() -> Tensor:  # .forward: module hooks would run at capture only, never at replay
-                return out.copy_(model.forward(static_tokens, static_positions, KeyVisibility(static_valid, spans),
+                seen = (KeyVisibility(static_valid, spans) if key_end is None else  # the block-causal rule as data
+                        KeyVisibility(static_valid, allowed=key_range[None, :] < key_end[:, None]))
+                return out.copy_(model.forward(static_tokens, static_positions, seen,
                                                cache, 0 if write_index is None else write_index, head_index))
 
             start = time.perf_counter()
@@ -363,7 +375,7 @@ class GraphRunner:
             self.stats.capture_seconds += time.perf_counter() - start
             self.stats.captures += 1
             captured = self.graphs[key] = _Captured(graph, static_tokens, static_positions, static_valid,
-                                                    write_index, window, head_index, heads)
+                                                    write_index, window, head_index, heads, key_end)
             if len(self.graphs) > self.max_graphs:
                 while len(self.graphs) > self.max_graphs:
                     self.graphs.popitem(last=False)
@@ -379,12 +391,27 @@ class GraphRunner:
                 torch.add(captured.window, write_at, out=captured.write_index)
             if captured.head_index is not None:
                 torch.add(captured.heads, head[0], out=captured.head_index)
+            if captured.key_end is not None:
+                _fill_key_ends(captured.key_end, visible.spans)
         after = [hook(N, T, key.keys) for hook in self.replay_hooks]
         out = captured.graph.replay()
         for done in after:
             done()
         self.stats.replays += 1
         return out[:N].clone()  # the next replay overwrites the graph's output
+
+
+def _plain_attention(model) -> bool:
+    """Whether the model's attention is SDPA (not a batch-invariant kernel, which takes key
+    prefixes, not a dense rule): then block-causal spans can be replayed as data."""
+    return all(getattr(getattr(layer, "attn", None), "attention_kernel", None) is None for layer in model.layers)
+
+
+def _fill_key_ends(key_end: Tensor, spans) -> None:
+    """Write each span's key end over its queries: a fill per span, values passed as kernel
+    arguments (no host-to-device copy, nothing read back)."""
+    for lo, hi, end in spans:
+        key_end[lo:hi].fill_(end)
 
 
 def _padded(x: Tensor, rows: int) -> Tensor:

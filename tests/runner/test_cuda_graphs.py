@@ -131,6 +131,37 @@ def test_block_causal_replayed_decode_equals_eager(block_causal, emulated, optio
     assert graphs.graph_stats(block_causal)["eager_forwards"] == 0
 
 
+def test_block_causal_spans_replay_as_data(block_causal, emulated):
+    """A block-causal query sees the keys up to its block's end, which moves with the block: the
+    graphs take each query's key end as data (a dense-masked attention over the canvas), so a
+    dual-cache decode of 6 blocks captures its refresh and window forwards once, not per block,
+    and gives the eager decode's tokens (ragged, sampled)."""
+    prompts = [[5, 17, 42, 9, 33, 12, 7, 19, 4, 4], [7, 8, 9, 10, 11], [100, 3, 9]]
+    config = dict(BASE, cache="dual", gen_length=48, steps=24, temperature=0.8)
+    eager = decode(block_causal, prompts, GenerationConfig(**config))
+    replayed = decode(block_causal, prompts, GenerationConfig(**config, cuda_graphs=True))
+    assert torch.equal(eager.answer, replayed.answer) and torch.equal(eager.nfe, replayed.nfe)
+    stats = graphs.graph_stats(block_causal)
+    assert stats["captures"] == 2 and stats["replays"] == int(eager.nfe.max()) > 12
+
+
+def test_block_causal_spans_stay_shapes_under_the_batch_invariant_attention(tmp_path, emulated, test_device):
+    """``invariant_attention`` runs per key prefix (its fixed key split is the point), so under
+    ``make_batch_invariant`` the spans stay in the graph key (a graph per block) rather than
+    turning into a dense-masked SDPA that would drop the kernel."""
+    from dllm.models.batch_invariant import make_batch_invariant
+
+    path = write_tiny_checkpoint(tmp_path, "fast_dllm_v2", seed=5, block_size=8)
+    model = dllm.load(path, device=test_device, dtype="float32").model
+    make_batch_invariant(model)
+    config = dict(BASE, cache="dual", gen_length=32, steps=16)
+    eager = decode(model, RAGGED, GenerationConfig(**config))
+    replayed = decode(model, RAGGED, GenerationConfig(**config, cuda_graphs=True))
+    assert torch.equal(eager.answer, replayed.answer)
+    keys = list(graphs.graph_runner(model).graphs)
+    assert keys and not any(key.key_ends for key in keys) and all(key.spans for key in keys)
+
+
 def test_buckets():
     assert [graphs.bucket(n) for n in (1, 2, 3, 5, 9, 33, 256, 300)] == [1, 2, 4, 8, 12, 48, 256, 300]
 
