@@ -84,10 +84,17 @@ def grouped_matmul_torch(x: Tensor, w: Tensor, offsets: Tensor) -> Tensor:
     return y
 
 
-@torch.library.custom_op("dllm::grouped_matmul_torch", mutates_args=())
+# The op reads the offsets on the host, which a CUDA graph cannot capture: tagged so that inductor's
+# CUDA graphs (compile's mode="reduce-overhead") split the graph around it (graph partition) or
+# skip graphs for that forward, instead of failing at capture. The tag is absent from older torch.
+_HOST_READ_TAGS = (torch._C.Tag.cudagraph_unsafe,) if hasattr(torch._C.Tag, "cudagraph_unsafe") else ()
+
+
+@torch.library.custom_op("dllm::grouped_matmul_torch", mutates_args=(), tags=_HOST_READ_TAGS)
 def grouped_matmul_op(x: Tensor, w: Tensor, offsets: Tensor) -> Tensor:
     """``grouped_matmul_torch`` as one opaque operator for ``torch.compile``: its host read of the
-    offsets would otherwise break the compiled forward's graph inside the layer loop."""
+    offsets would otherwise break the compiled forward's graph inside the layer loop (tagged
+    ``cudagraph_unsafe``: see ``_HOST_READ_TAGS``)."""
     return grouped_matmul_torch(x, w, offsets)
 
 

@@ -14,10 +14,14 @@ by every decode. Off by default until measured on a GPU.
 What is compiled is the model's forward as the runner calls it: every cache's refresh and
 window forwards (prefix, dual, sub-blocks, the pipelined mode's append cache, candidate
 batches), every family (an MoE layer's CPU expert product is one opaque operator,
-``dllm::grouped_matmul_torch``, so the forward stays one graph). The adaptive cache on a
-bidirectional model runs its layers itself (``dllm/cache/adaptive.py``, ``read_refresh.py``:
-per-row choices read on the host), so those forwards stay eager under ``compile=True``; on a
-block-causal model it is the dual cache's path and compiled.
+``dllm::grouped_matmul_torch``, so the forward stays one graph). On CUDA the experts run the
+Triton kernel (no host read); with the torch path there (``DLLM_KERNELS=torch``, or no triton)
+the operator's host read cannot be captured, and its ``cudagraph_unsafe`` tag makes inductor split
+the CUDA graphs around it (or skip them for that graph) instead of failing
+(``tests/kernels/test_grouped_matmul_compile.py``; its CUDA case not yet run on a GPU). The
+adaptive cache on a bidirectional model runs its layers itself (``dllm/cache/adaptive.py``,
+``read_refresh.py``: per-row choices read on the host), so those forwards stay eager under
+``compile=True``; on a block-causal model it is the dual cache's path and compiled.
 
 ``DLLM_COMPILE_BACKEND`` picks the torch.compile backend (default ``inductor``); the test suite
 uses ``aot_eager`` (the same graph capture and functionalisation of the in-place K/V writes,
