@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from dllm.engine.config import GenerationConfig, block_aligned_gen_length, sample_seeds
+from dllm.engine.model_fit import check_model_fit
 from dllm.api.inputs import check_messages, check_token_ids
 from dllm.serve.budget import one_row_mib
 from dllm.serve.limits import ServerLimits
@@ -147,11 +149,14 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     if include_usage and not stream:
         raise RequestError("stream_options is only allowed with stream=true", "stream_options")
     config, max_tokens, length_field = _config(body, defaults, chat)
+    try:  # what only the first batch's decode would refuse: a 400 now, not a failed batch
+        check_model_fit(model.model, config)
+    except ValueError as err:
+        raise RequestError(str(err), _field_named(str(err), body)) from None
     if top_logprobs is not None:
         _check_logprob_config(config)
-        if not chat and _flag(body, "echo") and getattr(model.model, "tensor_parallel", None) is not None:
-            raise RequestError("echo with logprobs needs the prompt's logprobs, which a tensor-parallel server does "
-                               "not compute; drop echo or logprobs", "echo")
+        if not chat and _flag(body, "echo"):
+            _check_prompt_logprobs(model.model)
     seed = _seed(body)
     try:
         stops = StopConditions.parse(body.get("stop"), body.get("stop_token_ids"),
@@ -339,8 +344,16 @@ def _config(body: dict, defaults: ServerDefaults, chat: bool) -> tuple[Generatio
 
         check_policies(config)
     except (TypeError, ValueError) as err:
-        raise RequestError(str(err)) from None
+        raise RequestError(str(err), _field_named(str(err), body)) from None
     return config, max_tokens, key
+
+
+def _field_named(message: str, body: dict) -> str | None:
+    """The request's field an option error is about (the error's ``param``): of the fields the
+    body set, the one ``message`` names first; None when it names none (a server default's)."""
+    places = [(found.start(), key) for key in (*DLLM_OPTIONS, "temperature", "top_p") if key in body
+              and (found := re.search(rf"\b{key}\b", message))]
+    return min(places)[1] if places else None
 
 
 def _n(body: dict) -> int:
@@ -386,10 +399,22 @@ def _logprobs(body: dict, chat: bool) -> int | None:
 
 def _check_logprob_config(config: GenerationConfig) -> None:
     if config.strategy not in LOGPROB_STRATEGIES or config.stopper not in LOGPROB_STOPPERS:
+        strategies, stoppers = (" or ".join(map(repr, names)) for names in (LOGPROB_STRATEGIES, LOGPROB_STOPPERS))
         raise RequestError(f"logprobs are recorded from the forward that commits each token: they need strategy "
-                           f"{' or '.join(LOGPROB_STRATEGIES)!r} and stopper {' or '.join(LOGPROB_STOPPERS)!r} "
+                           f"{strategies} and stopper {stoppers} "
                            f"(got strategy {config.strategy!r}, stopper {config.stopper!r}); drop logprobs or "
                            "use those", "logprobs")
+
+
+def _check_prompt_logprobs(model) -> None:
+    """echo with logprobs scores the prompt in one forward with the answer masked
+    (``dllm/serve/prompt_logprobs.py``): refused where that forward does not exist."""
+    if getattr(model, "tensor_parallel", None) is not None:
+        raise RequestError("echo with logprobs needs the prompt's logprobs, which a tensor-parallel server does "
+                           "not compute; drop echo or logprobs", "echo")
+    if getattr(model, "uniform_state", False):
+        raise RequestError("echo with logprobs scores the prompt with the answer masked, and a uniform-state model "
+                           "has no mask token; drop echo or logprobs (the answer's own logprobs are served)", "echo")
 
 
 def _check_lengths(prompt_ids: list[list[int]], config: GenerationConfig, max_tokens: int, field: str,

@@ -17,6 +17,7 @@ from dllm.serve.protocol import SchedulerLimits
 from dllm.serve.requests import RequestError, ServerDefaults, parse_request
 from dllm.serve.scheduler import BatchScheduler
 from serve_helpers import running_server
+from tests.tiny_helper import write_tiny_helper
 
 NAMES = {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 4}
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 5}, "ok": {"type": "boolean"}},
@@ -64,8 +65,14 @@ def test_formats_that_cannot_be_honoured_are_refused(tiny):
         parse(tiny, {"response_format": _format(NAMES), "stop": ["]"]})
     with pytest.raises(RequestError, match="raise max_tokens"):
         parse(tiny, {"response_format": _format({"type": "string", "minLength": 400}), "max_tokens": 8})
-    body = {"prompt": "hi", "max_tokens": 16, "response_format": _format(NAMES)}  # every strategy composes
-    assert parse_request(body, tiny, ServerDefaults(options={"strategy": "apd"}), chat=False,
+
+
+def test_a_helper_strategy_composes_with_a_format(tiny_dirs, tmp_path):
+    """Every strategy composes; apd needs the helper the server loaded (without one it is a 400)."""
+    helped = dllm.load(tiny_dirs["llada"], dtype="float32",
+                       helper=write_tiny_helper(tmp_path / "helper", tiny_dirs["llada"]))
+    body = {"prompt": "hi", "max_tokens": 16, "response_format": _format(NAMES)}
+    assert parse_request(body, helped, ServerDefaults(options={"strategy": "apd"}), chat=False,
                          served_name="m").constraint is not None
 
 

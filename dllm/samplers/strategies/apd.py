@@ -59,9 +59,9 @@ def keys_before(canvas, end: Tensor):
         canvas.valid, canvas.padded = saved
 
 
-def require_helper(state, strategy: str):
-    """The model's autoregressive helper (``dllm.models.helper``), or an error saying how to load one."""
-    helper = getattr(state.model, "helper", None)
+def require_helper(model, strategy: str):
+    """``model``'s autoregressive helper (``dllm.models.helper``), or an error saying how to load one."""
+    helper = getattr(model, "helper", None)
     if helper is None:
         raise ValueError(f"strategy {strategy!r} needs an autoregressive helper of the model's tokenizer: "
                          "dllm.load(..., helper=PATH_OR_ID) (--helper on the command line)")
@@ -133,13 +133,19 @@ class APD:
                              f"canvas up to the window's end; cache {config.cache!r} keeps K/V from block boundaries "
                              "of the whole canvas: use cache='none'")
 
+    def check_model(self, model) -> None:
+        """Refuse what ``model`` cannot run this way (no helper loaded; ``kv_window`` on a
+        block-causal model), before any forward (``dllm.engine.model_fit``)."""
+        if self.kv_window is not None and model.attention == "block_causal":
+            raise ValueError("apd's kv_window recomputes K/V from inside a model block, which a block-causal model "
+                             "reads whole: use kv_window=None")
+        require_helper(model, "apd")
+
     def step(self, state) -> Tensor:
         """One round; returns the tokens each row committed (its base steps)."""
         self.check_config(state.config)
-        if self.kv_window is not None and state.model.attention == "block_causal":
-            raise ValueError("apd's kv_window recomputes K/V from inside a model block, which a block-causal model "
-                             "reads whole: use kv_window=None")
-        helper = require_helper(state, "apd")
+        self.check_model(state.model)
+        helper = state.model.helper
         canvas, bs, be = state.canvas, state.bs, state.be
         eligible = state.eligible() & state.runner.active[:, None]  # (B, W) the row's masks left (a suffix)
         moving = eligible.any(-1)

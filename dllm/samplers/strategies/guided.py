@@ -42,10 +42,14 @@ class Guided:
                              "its sampling verifiers are not implemented: use temperature=0")
         refuse_beside_helper("guided", config, "what its helper verifies", "the block")
 
+    def check_model(self, model) -> None:
+        """Refuse a model without its helper, before any forward (``dllm.engine.model_fit``)."""
+        require_helper(model, "guided")
+
     def step(self, state) -> Tensor:
         """One round; returns the tokens each row committed."""
         self.check_config(state.config)
-        helper = require_helper(state, "guided")
+        helper = require_helper(state.model, "guided")
         bs, be = state.bs, state.be
         eligible = state.eligible() & state.runner.active[:, None]  # (B, W) the row's masks left (a suffix)
         W = eligible.shape[1]
