@@ -44,6 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from dllm import kernels
+from dllm.models.kernel_version import modules_swapped
 from dllm.models.layers import Attention, RMSNorm
 from dllm.validation import OptionTypeError
 
@@ -103,7 +104,9 @@ def make_batch_invariant(model: nn.Module) -> dict[str, int]:
     """Swap every ``nn.Linear`` and ``RMSNorm`` of ``model`` (in place) for its batch-invariant
     twin and point every ``Attention`` at ``kernels.invariant_attention``, then let a model with
     layers of its own swap them (its ``make_batch_invariant()``, counts added); returns how many
-    of each. Marks ``model.batch_invariant`` (results record it)."""
+    of each. Marks ``model.batch_invariant`` (results record it) and raises the model's
+    ``kernel_version`` (``dllm.models.kernel_version``: CUDA graphs captured before the swap
+    replay the old kernels, and the graph runner checks it)."""
     counts = {"linear": 0, "rms_norm": 0, "attention": 0}
     for module in model.modules():
         if isinstance(module, Attention):
@@ -122,6 +125,7 @@ def make_batch_invariant(model: nn.Module) -> dict[str, int]:
         for name, n in own().items():
             counts[name] += n
     model.batch_invariant = True
+    modules_swapped(model)
     log.warning("batch_invariant=True: %d linears, %d RMSNorms and %d attentions replaced; %s", counts["linear"],
                 counts["rms_norm"], counts["attention"], NOT_COVERED)
     return counts
