@@ -148,7 +148,7 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     include_usage = _flag(stream_options or {}, "include_usage")
     if include_usage and not stream:
         raise RequestError("stream_options is only allowed with stream=true", "stream_options")
-    config, max_tokens, length_field = _config(body, defaults, chat)
+    config, max_tokens, length_field = _config(body, defaults, chat, max(map(len, prompt_ids)), context)
     try:  # what only the first batch's decode would refuse: a 400 now, not a failed batch
         check_model_fit(model.model, config)
     except ValueError as err:
@@ -318,9 +318,11 @@ def _check_chars(prompts: list[Any], limits: ServerLimits, context: int, chat: b
                                "characters per token); shorten the prompt", "messages" if chat else "prompt")
 
 
-def _config(body: dict, defaults: ServerDefaults, chat: bool) -> tuple[GenerationConfig, int, str]:
+def _config(body: dict, defaults: ServerDefaults, chat: bool, longest: int,
+            context: int) -> tuple[GenerationConfig, int, str]:
     """The request's GenerationConfig: server defaults, then the request's fields; its
-    max_tokens and the field that gave it (max_tokens or max_completion_tokens)."""
+    max_tokens and the field that gave it (max_tokens or max_completion_tokens). ``longest``:
+    the longest prompt's tokens, which bound the default max_tokens within ``context``."""
     options = dict(defaults.options)
     options.pop("gen_length", None)
     options.update({k: body[k] for k in DLLM_OPTIONS if k in body})
@@ -331,7 +333,8 @@ def _config(body: dict, defaults: ServerDefaults, chat: bool) -> tuple[Generatio
             options[key] = body[key]
     key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = body.get(key)
-    max_tokens = defaults.max_tokens if max_tokens is None else max_tokens
+    if max_tokens is None:
+        max_tokens = _default_max_tokens(defaults.max_tokens, options["block_length"], longest, context)
     try:
         options["gen_length"] = block_aligned_gen_length(max_tokens, options.get("block_length"))
     except ValueError as err:
@@ -346,6 +349,19 @@ def _config(body: dict, defaults: ServerDefaults, chat: bool) -> tuple[Generatio
     except (TypeError, ValueError) as err:
         raise RequestError(str(err), _field_named(str(err), body)) from None
     return config, max_tokens, key
+
+
+def _default_max_tokens(default: int, block: Any, longest: int, context: int) -> int:
+    """max_tokens for a request that sends none: the server's default, or the whole blocks the
+    longest prompt leaves in the context when they are fewer (vLLM's default is the rest of the
+    context); a prompt that leaves no block is a 400 on the prompt, not on a max_tokens never sent."""
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1 or longest < 1:
+        return default  # a bad block_length or an empty prompt is refused with its own reason
+    room = (context - longest) // block * block
+    if room < block:
+        raise RequestError(f"the prompt has {longest} tokens: the model's context of {context} leaves no block of "
+                           f"{block} answer tokens; shorten the prompt", "prompt")
+    return min(default, room)
 
 
 def _field_named(message: str, body: dict) -> str | None:
