@@ -57,6 +57,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from dllm.models.kernel_version import kernel_version
 from dllm.models.visibility import KeyVisibility
 
 BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
@@ -256,6 +257,7 @@ class GraphRunner:
     slots: dict[tuple, list[KVSlot]] = field(default_factory=dict)
     stats: GraphStats = field(default_factory=GraphStats)
     pool: object = None  # the CUDA memory pool the graphs share (they replay one at a time)
+    kernel_version: int = 0  # the model's (dllm.models.kernel_version) when this runner was built
     # callables (rows, queries, keys) -> (() -> None) run around each replay, the second after it:
     # what module hooks are to an eager forward (a graph replays no Python; bench's ForwardTimer)
     replay_hooks: list = field(default_factory=list)
@@ -429,6 +431,8 @@ BACKEND: type = CudaGraph  # the tests swap in EmulatedGraph on CPU
 def graph_runner(model: torch.nn.Module) -> GraphRunner:
     """The model's GraphRunner (built once per model and process); refuses a device without graphs."""
     runner = _RUNNERS.get(model)
+    if runner is not None and runner.kernel_version != kernel_version(model):
+        runner = None  # modules swapped since capture (make_batch_invariant): graphs would replay the old kernels
     if runner is None:
         backend = BACKEND
         if backend is CudaGraph:
@@ -436,13 +440,14 @@ def graph_runner(model: torch.nn.Module) -> GraphRunner:
             if reason is not None:
                 raise ValueError(f"cuda_graphs=True: {reason}; decode with cuda_graphs=False")
         pool = torch.cuda.graph_pool_handle() if backend is CudaGraph else None
-        runner = _RUNNERS[model] = GraphRunner(backend=backend, pool=pool)
+        runner = _RUNNERS[model] = GraphRunner(backend=backend, pool=pool, kernel_version=kernel_version(model))
     return runner
 
 
 def forget(model: torch.nn.Module) -> None:
-    """Drop the model's graphs and K/V slots (after its modules were swapped, e.g. by
-    ``make_batch_invariant``: a graph replays the kernels it captured, not the new modules)."""
+    """Drop the model's graphs and K/V slots (their memory). A swap of the model's modules
+    (``make_batch_invariant``) needs no call: it raises the model's kernel version, and
+    ``graph_runner`` then builds a fresh runner rather than replay the old kernels."""
     _RUNNERS.pop(model, None)
 
 
