@@ -139,7 +139,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_options(p)
     add_tensor_parallel_option(p)
     add_generation_options(p)
+    _serve_help(p)
     p.set_defaults(func=cmd_serve)
+
+
+def _serve_help(p: argparse.ArgumentParser) -> None:
+    """The shared decoding flags' help as a server reads them (``server_defaults``): defaults of
+    each request, not one decode's."""
+    from dllm.serve.requests import DEFAULT_BLOCK_LENGTH
+
+    meanings = {
+        "--gen-length": "max_tokens of a request that sends none (fewer when its prompt leaves fewer whole blocks "
+                        "in the context)",
+        "--max-tokens": "max_tokens of a request that sends none, as --gen-length (default: --gen-length's)",
+        "--block-length": f"block size of every request that sets no block_length; requests join running batches "
+                          f"at block boundaries (default: {DEFAULT_BLOCK_LENGTH})",
+        "--steps": "step budget of a request of --gen-length tokens (default: one token per step)",
+        "--seed": "not used: a request without a seed gets a fresh random one, reported in its response, "
+                  "and sending it replays the answer (default: a fresh seed per request)",
+    }
+    for action in p._actions:
+        flag = next((f for f in action.option_strings if f in meanings), None)
+        if flag is not None:
+            action.help = meanings[flag]
 
 
 def non_negative_float(text: str) -> float:
