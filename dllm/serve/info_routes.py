@@ -3,6 +3,7 @@ model by id), /tokenize and /detokenize (vLLM's shapes). Tokenizing runs off the
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import Executor
 from importlib import metadata
 from typing import Any
@@ -30,7 +31,9 @@ def dllm_version() -> str:
 def info_router(model, scheduler, metrics: ServerMetrics, served_name: str, limits: ServerLimits,
                 executor: Executor) -> APIRouter:
     router = APIRouter()
-    card = {"id": served_name, "object": "model", "created": 0, "owned_by": "dllm", "root": str(model.path.name),
+    # created: when this server began serving the model (OpenAI's card has a Unix time there)
+    card = {"id": served_name, "object": "model", "created": int(time.time()), "owned_by": "dllm",
+            "root": str(model.path.name),
             "max_model_len": model.model.config.max_sequence_length}
 
     @router.get("/health")

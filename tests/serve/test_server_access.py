@@ -5,6 +5,8 @@ completions: /v1/models/{id}, /tokenize, /detokenize, /version, list-form chat c
 metrics, JSON errors for unknown paths."""
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 import pytest
@@ -106,7 +108,10 @@ def test_loopback_server_refuses_foreign_hosts(keyed):
 
 def test_models_retrieve_version_and_unknown_paths(keyed):
     c = client(keyed)
-    assert c.models.retrieve("m").id == "m"
+    card = c.models.retrieve("m")
+    assert card.id == "m"
+    # created: when the server started serving it (it was 0, 1970, which clients sort and show as such)
+    assert time.time() - 600 < card.created <= time.time() and c.models.list().data[0].created == card.created
     with pytest.raises(openai.NotFoundError, match="serves 'm'"):
         c.models.retrieve("other")
     assert httpx.get(keyed + "/version").json()["version"]
