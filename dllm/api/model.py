@@ -79,7 +79,7 @@ class DiffusionLM:
         """
         request = self._request(stop, stop_token_ids, max_tokens, n, echo)
         spec = parse_constraint(regex, choice, json_schema, grammar)
-        config = merge_config(config, options, request.max_tokens)
+        config = merge_config(config, options, request.max_tokens, model=self.model)
         ids = [self.encode(p, chat) for p in prompt_batch(prompts)]
         return self._generate(ids, config, seeds, request, row_constraint(self, spec, request.stops, request.max_tokens, config))
 
@@ -92,7 +92,7 @@ class DiffusionLM:
         """``generate`` from token ids (a list of prompts, each a list of ids of this model)."""
         request = self._request(stop, stop_token_ids, max_tokens, n, echo)
         spec = parse_constraint(regex, choice, json_schema, grammar)
-        config = merge_config(config, options, request.max_tokens)
+        config = merge_config(config, options, request.max_tokens, model=self.model)
         return self._generate(ids, config, seeds, request, row_constraint(self, spec, request.stops, request.max_tokens, config))
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None,
@@ -110,7 +110,7 @@ class DiffusionLM:
         request = OutputRequest.parse(stop=stop, stop_token_ids=stop_token_ids, max_tokens=max_tokens,
                                       vocab_size=self.model.config.vocab_size)
         spec = parse_constraint(regex, choice, json_schema, grammar)
-        config = merge_config(config, options, request.max_tokens)
+        config = merge_config(config, options, request.max_tokens, model=self.model)
         constraint = row_constraint(self, spec, request.stops, request.max_tokens, config)
         prompts = prompt_batch(prompt)
         if len(prompts) != 1:

@@ -51,14 +51,16 @@ class OutputRequest:
 
 
 def merge_config(config: GenerationConfig | None, options: dict[str, Any],
-                 max_tokens: int | None = None) -> GenerationConfig:
+                 max_tokens: int | None = None, *, model=None) -> GenerationConfig:
     """``config`` (default: GenerationConfig()) with ``options`` applied on top.
 
     With ``max_tokens`` the answer length is ``block_aligned_gen_length(max_tokens, block)``:
     ``gen_length`` may not be given too. When the answer length changes, values a config
     derived from its gen_length follow the new length (a single block stays one block; one
     token per step stays one per step); values set to something else (a block_length, a steps
-    budget) are kept and must fit it.
+    budget) are kept and must fit it. ``model`` (the DiffusionTransformer that will decode it):
+    a uniform-state model's block is its canvas: the default block becomes it (``canvas_blocks``)
+    and a block of the canvas stays one when the length changes.
     """
     if config is not None and not isinstance(config, GenerationConfig):
         raise OptionTypeError(f"config must be a dllm.GenerationConfig, got {type(config).__name__}; "
@@ -72,15 +74,41 @@ def merge_config(config: GenerationConfig | None, options: dict[str, Any],
         raise ValueError(f"pass max_tokens={max_tokens} or gen_length={options['gen_length']}, not both: "
                          "max_tokens is the answer's length (rounded up to whole blocks for the canvas), "
                          "gen_length the canvas' own")
+    canvas = canvas_length(model)
     if config is not None and (max_tokens is not None or options.get("gen_length", config.gen_length) != config.gen_length):
-        if config.block_length == config.gen_length:
+        if config.block_length == config.gen_length and config.block_length != canvas:
             values["block_length"] = None  # one block, of the new length
         if config.steps == config.gen_length:
             values["steps"] = None  # one token per step
     if max_tokens is not None:
         block = options.get("block_length", values.get("block_length"))
         values["gen_length"] = block_aligned_gen_length(max_tokens, block)
-    return GenerationConfig(**{**values, **options})
+    merged = GenerationConfig(**{**values, **options})
+    if config is None and "block_length" not in options:  # the default block: the model's own
+        merged = canvas_blocks(merged, model, max_tokens)
+    return merged
+
+
+def canvas_length(model) -> int | None:
+    """The canvas a uniform-state model (DiffusionGemma) denoises whole; None for other models."""
+    return getattr(model.config, "canvas_length", None) if getattr(model, "uniform_state", False) else None
+
+
+def canvas_blocks(config: GenerationConfig, model, max_tokens: int | None) -> GenerationConfig:
+    """``config``, whose block is the default one (one block of the answer), as a uniform-state
+    model reads it: that model denoises whole canvases of its ``canvas_length``, so the block is
+    the canvas, as many as hold ``max_tokens`` (the answer is cut there) or ``gen_length`` when
+    that is whole canvases. A gen_length that is no whole number of canvases is left for the
+    decode to refuse with the fix: the canvas is never stretched beyond what was asked. Callers
+    apply it only when no block was chosen (``merge_config``; the CLI without --block-length)."""
+    canvas = canvas_length(model)
+    if canvas is None or config.block_length != config.gen_length or config.block_length == canvas:
+        return config
+    if max_tokens is None and config.gen_length % canvas:
+        return config
+    length = block_aligned_gen_length(max_tokens, canvas) if max_tokens is not None else config.gen_length
+    steps = None if config.steps == config.gen_length else config.steps  # one token per step stays so
+    return dataclasses.replace(config, block_length=canvas, gen_length=length, steps=steps)
 
 
 def row_seeds(config: GenerationConfig, seeds: Sequence[int] | None, prompts: int, n: int) -> list[int] | None:

@@ -161,7 +161,8 @@ def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable
     if model.tokenizer.chat_template is None:
         raise ValueError(f"the tokenizer in {model.path} has no chat template; dllm chat needs one "
                          "(use dllm generate --raw for plain text)")
-    session = ChatSession(model=model, settings=ChatSettings(config, max_tokens=max_tokens), out=out, live=live)
+    settings = ChatSettings(config, max_tokens=max_tokens, model=model.model)
+    session = ChatSession(model=model, settings=settings, out=out, live=live)
     interrupted = False  # the last key was a Ctrl-C: another one ends the session
     while True:
         try:  # a Ctrl-C anywhere in the loop lands here, between two lines as well

@@ -61,14 +61,17 @@ def setting_name(key: str) -> str:
 
 @dataclass(frozen=True)
 class ChatSettings:
-    """The command line's config, the options ``/set`` put on top of it and ``max_tokens``."""
+    """The command line's config, the options ``/set`` put on top of it and ``max_tokens``;
+    ``model``: the DiffusionTransformer that decodes it (a uniform-state model's canvas block
+    stays its block as max_tokens changes; ``merge_config``)."""
 
     base: GenerationConfig
     options: dict[str, Any] = field(default_factory=dict)
     max_tokens: int | None = None
+    model: Any = None
 
     def config(self) -> GenerationConfig:
-        return merge_config(self.base, self.options, self.max_tokens)
+        return merge_config(self.base, self.options, self.max_tokens, model=self.model)
 
     def updated(self, text: str) -> "ChatSettings":
         """The settings with ``/set``'s ``text`` applied; ValueError (self unchanged) when it is
@@ -98,7 +101,7 @@ class ChatSettings:
                 value = {**current, sub: value}
             options[name] = value
         OutputRequest.parse(max_tokens=max_tokens)  # a positive int or null
-        new = ChatSettings(self.base, options, max_tokens)
+        new = ChatSettings(self.base, options, max_tokens, self.model)
         check_policies(new.config())
         return new
 

@@ -18,7 +18,7 @@ import dllm
 from dllm.cli.options import (
     HelpFormatter, add_generation_options, add_model_options, add_request_options, add_tensor_parallel_option,
     add_verbosity_options,
-    generation_config, load_from_args, output_request, positive_int,
+    generation_config, load_from_args, model_block, output_request, positive_int,
 )
 from dllm.cli.parser import EXIT_USAGE, CommandParser, name_command_parsers
 from dllm.cli.output import LOGGER_NAME, configure_logging
@@ -60,6 +60,7 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
     request = output_request(args)
     model = load_from_args(args)
     request = output_request(args, model.model.config.vocab_size)
+    config = model_block(args, model, config, request.max_tokens)
     chat = False if args.raw else None
     ids = check_prompt_lengths(model, prompts, config, chat)
     constraint = row_constraint_of(args, model, request, config)
@@ -88,6 +89,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     config = generation_config(args)  # validate before loading anything
     model = load_from_args(args)
+    config = model_block(args, model, config, args.max_tokens)
     interactive = sys.stdin.isatty()
     live = sys.stdout.isatty() if args.live is None else args.live
     log.debug("%s", describe(model, config))

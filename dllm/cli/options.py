@@ -240,6 +240,14 @@ class _RecordGiven(argparse.Action):
         setattr(namespace, "given_options", {*getattr(namespace, "given_options", ()), self.dest})
 
 
+def model_block(args: argparse.Namespace, model, config, max_tokens: int | None):
+    """``config`` as the loaded ``model`` reads the default block (no --block-length): a
+    uniform-state model's is its canvas (``dllm.api.request.canvas_blocks``)."""
+    from dllm.api.request import canvas_blocks
+
+    return config if args.block_length is not None else canvas_blocks(config, model.model, max_tokens)
+
+
 def answer_length(args: argparse.Namespace) -> int:
     """The canvas' answer length: ``--gen-length``, or the smallest whole number of blocks that
     holds ``--max-tokens`` (not both)."""

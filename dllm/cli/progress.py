@@ -52,7 +52,7 @@ def generate_batch(lm, ids: list[list[int]], config, request, bar, constraint=No
     from dllm.engine.decoding import Decoding, RowStart
 
     ids = check_token_ids(ids, lm.model.config.vocab_size)
-    config = merge_config(config, {}, request.max_tokens)
+    config = merge_config(config, {}, request.max_tokens, model=lm.model)
     rows = [prompt for prompt in ids for _ in range(request.n)]
     seeds = row_seeds(config, None, len(ids), request.n) or [config.seed] * len(rows)
     decoding = Decoding(lm.model, [RowStart(prefix=p, gen_length=config.gen_length, seed=s, constraint=constraint)

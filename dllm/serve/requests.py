@@ -25,6 +25,7 @@ from dllm.api.inputs import check_messages, check_token_ids
 from dllm.serve.budget import one_row_mib
 from dllm.serve.limits import ServerLimits
 from dllm.serve.structured_fields import FIELDS as CONSTRAINT_FIELDS, ConstraintFieldError, requested_constraint
+from dllm.api.request import canvas_length
 from dllm.api.structured import parse_constraint, row_constraint
 from dllm.samplers.constraints import RowConstraint
 from dllm.api.stops import StopConditions
@@ -148,7 +149,8 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     include_usage = _flag(stream_options or {}, "include_usage")
     if include_usage and not stream:
         raise RequestError("stream_options is only allowed with stream=true", "stream_options")
-    config, max_tokens, length_field = _config(body, defaults, chat, max(map(len, prompt_ids)), context)
+    block = canvas_length(model.model) or defaults.block_length  # a uniform-state model decodes whole canvases
+    config, max_tokens, length_field = _config(body, defaults, chat, max(map(len, prompt_ids)), context, block)
     try:  # what only the first batch's decode would refuse: a 400 now, not a failed batch
         check_model_fit(model.model, config)
     except ValueError as err:
@@ -318,16 +320,17 @@ def _check_chars(prompts: list[Any], limits: ServerLimits, context: int, chat: b
                                "characters per token); shorten the prompt", "messages" if chat else "prompt")
 
 
-def _config(body: dict, defaults: ServerDefaults, chat: bool, longest: int,
-            context: int) -> tuple[GenerationConfig, int, str]:
+def _config(body: dict, defaults: ServerDefaults, chat: bool, longest: int, context: int,
+            block: int) -> tuple[GenerationConfig, int, str]:
     """The request's GenerationConfig: server defaults, then the request's fields; its
     max_tokens and the field that gave it (max_tokens or max_completion_tokens). ``longest``:
-    the longest prompt's tokens, which bound the default max_tokens within ``context``."""
+    the longest prompt's tokens, which bound the default max_tokens within ``context``;
+    ``block``: the block when neither the server's options nor the request set one."""
     options = dict(defaults.options)
     options.pop("gen_length", None)
     options.update({k: body[k] for k in DLLM_OPTIONS if k in body})
     if options.get("block_length") is None:
-        options["block_length"] = defaults.block_length
+        options["block_length"] = block
     for key in ("temperature", "top_p"):
         if body.get(key) is not None:
             options[key] = body[key]

@@ -97,3 +97,15 @@ def test_the_server_answers_400_and_decodes_nothing(gemma):
             assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] in ("stop", "length")
     finally:
         scheduler.close()
+
+
+def test_a_uniform_state_server_decodes_blocks_of_its_canvas(tmp_path):
+    """The server's block of 32 is no canvas of a model of 8-token canvases: its block is the canvas."""
+    from dllm.models.tiny import write_tiny_checkpoint
+
+    tiny = dllm.load(write_tiny_checkpoint(tmp_path / "gemma", "diffusion_gemma"), dtype="float32")
+    assert tiny.model.config.canvas_length == 8
+    parsed = parse_request({"prompt": "Alice waits", "max_tokens": 12}, tiny, ServerDefaults(), chat=False,
+                           served_name="m")
+    assert parsed.config.block_length == 8 and parsed.config.gen_length == 16
+    assert refusal(tiny, {"block_length": 32}).param == "block_length"  # a block the request sets is its own
