@@ -209,6 +209,17 @@ class DecodeState:
             eligible &= ~lead.repeat_interleave(eligible.shape[0] // lead.shape[0], 0)
         return eligible
 
+    def answer_masks(self, tokens: Tensor | None = None, rows: Tensor | None = None) -> Tensor:
+        """(N, G) the masks left in the answer region of ``tokens`` (default: the canvas) of canvas
+        ``rows`` (default: states row-major, K per canvas row). A prompt tail is prompt: a mask id
+        in it is no mask, so it never keeps a block unfinished or a text from being final."""
+        answer = (self.tokens if tokens is None else tokens)[:, self.canvas.prompt_width :]
+        masked = answer == self.mask_id
+        if self.lead_mask is not None:
+            lead = self.lead_mask if rows is None else self.lead_mask[rows]
+            masked &= ~lead.repeat_interleave(answer.shape[0] // lead.shape[0], 0)
+        return masked
+
     def rule_input(self, stats: TokenStats, tokens: Tensor | None = None,
                    rows: Tensor | None = None, step: Tensor | None = None) -> RuleInput:
         """What the rule sees for the states ``tokens`` of canvas ``rows`` (default: the canvas)
@@ -287,7 +298,7 @@ class DecodeState:
         commit outside the window, e.g. SchED's all-in fill), for active rows' masks only; a
         constrained row keeps only what keeps its canvas completable (most ``scores`` first)."""
         answer = self.tokens[:, self.canvas.prompt_width :]
-        mask = mask & (answer == self.mask_id) & self.runner.active[:, None]
+        mask = mask & self.answer_masks() & self.runner.active[:, None]
         if self.constraints is not None:
             mask = self.constraints.filter_commit(self, mask, token, scores=scores, offset=self.canvas.prompt_width)
         answer.copy_(torch.where(mask, token, answer))
@@ -366,7 +377,7 @@ class DecodeState:
         G = answer.shape[1]
         first = torch.where(is_eos.any(-1), is_eos.int().argmax(-1), G)  # (N,)
         idx = torch.arange(G, device=answer.device)
-        return is_eos.any(-1) & ~((answer == self.mask_id) & (idx < first[:, None])).any(-1)
+        return is_eos.any(-1) & ~(self.answer_masks(tokens) & (idx < first[:, None])).any(-1)
 
     def finish_rows(self) -> None:
         """Rows whose text is final (no mask before the first end-of-text) stop here."""
@@ -376,7 +387,7 @@ class DecodeState:
         if self.editing:  # a window still editing may rewrite text before the end-of-text
             done &= ~self.moving_rows()
         answer = self.tokens[:, self.canvas.prompt_width :]
-        answer.masked_fill_(done[:, None] & (answer == self.mask_id), self.fill_id)
+        answer.masked_fill_(done[:, None] & self.answer_masks(), self.fill_id)
         self.runner.active &= ~done
 
 

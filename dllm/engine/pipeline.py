@@ -150,16 +150,18 @@ class Pipelined:
 
     def _blocks(self, state, tokens: Tensor | None = None, rows: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(N, num_blocks) masks left per block of ``tokens`` (default: the canvas), and whether
-        each block holds an end-of-text; ``rows``: the canvas row of each (for its prompt tail)."""
-        P = state.canvas.prompt_width
+        each block holds an end-of-text; ``rows``: the canvas row of each (for its prompt tail).
+        A prompt tail is decided prompt: a mask id or an end-of-text in it counts as neither (a
+        mask id counted as a mask would keep its block unfinished and the next one semi-active)."""
+        P, G = state.canvas.prompt_width, self.num_blocks * self.size
         tokens = state.tokens if tokens is None else tokens
-        answer = tokens[:, P: P + self.num_blocks * self.size]
-        masks = (answer == state.mask_id).reshape(answer.shape[0], self.num_blocks, self.size).sum(-1)
-        eos = torch.isin(answer, state.eos)
+        answer = tokens[:, P: P + G]
+        masked, eos = state.answer_masks(tokens, rows)[:, :G], torch.isin(answer, state.eos)
         if state.lead_mask is not None:
             lead = state.lead_mask if rows is None else state.lead_mask[rows]
-            eos &= ~lead[:, : answer.shape[1]]
-        return masks, eos.reshape(answer.shape[0], self.num_blocks, self.size).any(-1)
+            eos &= ~lead[:, :G]
+        shape = (answer.shape[0], self.num_blocks, self.size)
+        return masked.reshape(shape).sum(-1), eos.reshape(shape).any(-1)
 
     def _added(self, state, masks: Tensor, eos: Tensor, added: Tensor, active: Tensor) -> Tensor:
         """Blocks in each pipeline after this round's add: one more where the last block added has

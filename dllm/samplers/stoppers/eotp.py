@@ -41,7 +41,7 @@ class EndOfTextPrediction:
         live = eligible.any(-1) & state.runner.active  # (B,) rows this step is for
         committed = commit & eligible & torch.isin(stats.token, state.eos)  # (B, W)
         end_committed = state.bs + first_true(committed) + 1  # canvas position, past the window if none
-        masked = state.tokens[:, P:] == state.mask_id  # (B, G)
+        masked = state.answer_masks()  # (B, G); a prompt tail is no mask, never cut
         masked[:, state.bs - P : state.be - P] &= ~commit  # committed now: not a prediction
         predicted = masked & view.seen & answer_region(state) & torch.isin(view.token, state.eos)
         best = view.prob.masked_fill(~predicted, -1.0).argmax(-1)  # (B,)

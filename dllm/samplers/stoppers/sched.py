@@ -76,8 +76,7 @@ class MarginExit:
         if self.exited is None:
             self.exited = torch.zeros_like(live)
         self.exited |= live & (count > 0) & (gap >= self.threshold(state).to(gap.device))
-        answer = state.tokens[:, state.canvas.prompt_width :]
-        fill = self.exited[:, None] & (answer == state.mask_id) & view.seen
+        fill = self.exited[:, None] & state.answer_masks() & view.seen
         P = state.canvas.prompt_width
         fill[:, state.bs - P : state.be - P] = False  # the window goes through ``commit``
         state.commit_answer(fill, view.token, scores=view.prob)  # a constrained row: what keeps it completable
@@ -102,7 +101,7 @@ class SchED(MarginExit):
 
     def region(self, state, view: AnswerStats) -> Tensor:
         if self.span == "masked":
-            return state.tokens[:, state.canvas.prompt_width :] == state.mask_id
+            return state.answer_masks()
         return torch.ones_like(view.seen)
 
     def threshold(self, state) -> Tensor:
