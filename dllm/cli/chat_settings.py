@@ -103,6 +103,10 @@ class ChatSettings:
         OutputRequest.parse(max_tokens=max_tokens)  # a positive int or null
         new = ChatSettings(self.base, options, max_tokens, self.model)
         check_policies(new.config())
+        if self.model is not None:  # what the model itself refuses: now, not at the next turn
+            from dllm.engine.model_fit import check_model_fit
+
+            check_model_fit(self.model, new.config())
         return new
 
     def show(self, width: int = 100) -> str:

@@ -46,10 +46,26 @@ def test_cli_generate_on_the_bundled_uniform_state_model(capsys):
 
 def test_cli_chat_on_the_bundled_uniform_state_model(capsys, monkeypatch):
     """Each turn decodes whole canvases, also after /set max-tokens; a block the user sets that is
-    not the canvas is refused with the fix."""
+    not the canvas is refused with the fix (at /set: the next turn keeps the canvas)."""
     lines = f"{PROMPT}\n/set max-tokens=20\n{PROMPT}\n/set block-length=16\n{PROMPT}\n"
     monkeypatch.setattr("sys.stdin", io.StringIO(lines))
     assert main(["chat", "--model", "dllm-waitingline-gemma", "--max-tokens", "16"]) == 0
     out, err = capsys.readouterr()
-    assert err.count("| NFE ") == 2 and out.strip()  # two answers (the second may be empty text)
+    assert err.count("| NFE ") == 3 and out.strip()  # three answers (some may be empty text)
     assert err.count("error") == 1 and "set block_length=32" in err and "got block_length=16" in err
+    assert "options unchanged" in err
+
+
+def test_chat_refuses_what_the_model_cannot_decode_before_the_first_turn(capsys, monkeypatch):
+    """Command-line options the loaded model refuses end the chat at once (exit 2, one error line),
+    and a /set that makes them is refused with the options unchanged; every turn used to fail
+    with the same error while the chat went on (exit 0)."""
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{PROMPT}\n{PROMPT}\n"))
+    assert main(["chat", "--model", "dllm-waitingline-gemma", "--temperature", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert not out.strip() and err.count("error") == 1 and err.startswith("dllm chat: error: ")
+    assert "t_min / t_max" in err
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"/set temperature=1\n{PROMPT}\n"))
+    assert main(["chat", "--model", "dllm-waitingline-gemma", "--max-tokens", "16"]) == 0
+    out, err = capsys.readouterr()
+    assert "options unchanged" in err and err.count("error") == 1 and err.count("| NFE ") == 1
