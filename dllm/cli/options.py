@@ -107,7 +107,8 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
                    help="answer tokens kept; the canvas is the smallest whole number of blocks that holds them "
                         "(instead of --gen-length; default: --gen-length's)")
     g.add_argument("--gen-length", type=int, default=128, action=_RecordGiven, help="answer canvas in tokens")
-    g.add_argument("--block-length", type=int, default=None, help="block size (default: gen-length)")
+    g.add_argument("--block-length", type=int, default=None,
+                   help="block size (default: gen-length; a uniform-state model's canvas_length)")
     g.add_argument("--steps", type=int, default=None, help="step budget (default: gen-length)")
     g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
     g.add_argument("--top-p", type=float, default=None, help="nucleus filter (default: off)")

@@ -38,5 +38,5 @@ def test_serve_help_gives_the_servers_own_defaults():
 
 def test_generate_help_keeps_its_own():
     generate = _help("generate")
-    assert generate["--block-length"] == "block size (default: gen-length)"
+    assert generate["--block-length"] == "block size (default: gen-length; a uniform-state model's canvas_length)"
     assert generate["--seed"] == "sampling seed (default: 0)"
