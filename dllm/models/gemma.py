@@ -237,6 +237,16 @@ class DiffusionGemma(nn.Module):
         for name, (i, o) in {"gate_proj": (d, cfg.mlp_hidden_size), "up_proj": (d, cfg.mlp_hidden_size),
                              "down_proj": (cfg.mlp_hidden_size, d)}.items():
             setattr(self.self_conditioning, name, nn.Linear(i, o, bias=False))
+        self._sqrt_d: dict[tuple, Tensor] = {}  # sqrt(d_model) per (dtype, device), see embedding_scale
+
+    def embedding_scale(self, dtype: torch.dtype) -> Tensor:
+        """sqrt(d_model) rounded to ``dtype`` first, as transformers scales (made once per dtype
+        and device: a CUDA graph's capture cannot copy a new one from the host)."""
+        key = (dtype, self.device)
+        scale = self._sqrt_d.get(key)
+        if scale is None:
+            scale = self._sqrt_d[key] = torch.tensor(self.config.d_model ** 0.5, dtype=dtype, device=self.device)
+        return scale
 
     @property
     def device(self) -> torch.device:
@@ -289,8 +299,7 @@ class DiffusionGemma(nn.Module):
                          "not apply")
 
     def _embed(self, ids: Tensor) -> Tensor:
-        scale = torch.tensor(self.config.d_model ** 0.5, dtype=self.dtype, device=self.device)
-        return self.embed(ids) * scale
+        return self.embed(ids) * self.embedding_scale(self.dtype)
 
     def _freqs(self) -> tuple[Tensor, Tensor]:
         cfg = self.config
@@ -352,8 +361,7 @@ class DiffusionGemma(nn.Module):
         if self_conditioning is None:
             soft = torch.zeros_like(x)
         else:  # the expected embedding under the previous step's distribution
-            soft = self._expected_embedding(self_conditioning) * torch.tensor(cfg.d_model ** 0.5, dtype=x.dtype,
-                                                                              device=x.device)
+            soft = self._expected_embedding(self_conditioning) * self.embedding_scale(x.dtype)
         sc = self.self_conditioning
         normed = sc.pre_norm(soft)
         x = sc.post_norm(x + sc.down_proj(gelu_tanh(sc.gate_proj(normed)) * sc.up_proj(normed)))

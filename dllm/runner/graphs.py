@@ -31,6 +31,11 @@ static buffers, the graph runs, its static logits are copied out.
   (its forward's length follows the data, so nearly every round would be a new graph). Uncached
   forwards replay, classifier-free guidance's doubled batch included; the adaptive cache, which
   runs layer by layer itself, is refused.
+* Encoder-denoiser models (DiffusionGemma, ``run_denoise``): the denoiser's forward is captured
+  per batch bucket, canvas, encoded-prefix length (so per canvas of a decode) and with or
+  without self-conditioning logits; the decode's encoded prefix is copied into static buffers of
+  the decode's canvas length before each replay (graphs of every prefix length read views of
+  them). The encoder runs eagerly, once a canvas, and is counted.
 
 Capture runs the forward twice on a side stream first (warm-up: kernel selection and Triton
 compilation outside the graph), then records it, under ``CAPTURE_LOCK`` (other threads' device
@@ -106,6 +111,36 @@ class GraphKey:
     key_ends: bool  # block-causal spans as data: each query's key end, one dense-masked attention
     masked: bool  # whether keys carry a validity mask (padded or truncated canvas)
     slot: int | None  # the static K/V slot (None: an uncached forward)
+
+
+@dataclass(frozen=True, slots=True)
+class DenoiseKey:
+    """What fixes a denoiser forward's graph (an encoder-denoiser model: DiffusionGemma): the
+    batch bucket, the canvas length, the encoded prefix's length (a graph per canvas of a decode)
+    and whether the previous step's logits come in (self-conditioning; none at a canvas's first)."""
+
+    rows: int
+    canvas: int
+    prefix: int
+    conditioned: bool
+    capacity: int  # the static prefix buffers' length (the decode's canvas length)
+    slot: None = None  # never on a K/V slot (what slot eviction looks for)
+
+
+@dataclass(eq=False)
+class _StaticPrefix:
+    """The encoded prefix a denoiser graph reads: per layer (rows, H_kv, capacity, D) keys and
+    values, and (rows, capacity) positions and validity; graphs of every prefix length read
+    views of the same buffers, refilled from the decode's own store before each replay."""
+
+    keys: list[Tensor]
+    values: list[Tensor]
+    positions: Tensor
+    valid: Tensor
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in [*self.keys, *self.values, self.positions, self.valid])
 
 
 # Held while a graph is captured: work on other threads (the server's prompt log-probabilities)
@@ -213,25 +248,30 @@ class GraphStats:
     evicted_graphs: int = 0
     evicted_slots: int = 0
     output_bytes: int = 0
+    prefix_bytes: int = 0  # static encoded prefixes of denoiser graphs
 
     def as_dict(self) -> dict:
         return {"captures": self.captures, "capture_seconds": round(self.capture_seconds, 4),
                 "replays": self.replays, "eager_forwards": self.eager, "kv_slots": self.slots,
                 "kv_slot_bytes": self.slot_bytes, "evicted_graphs": self.evicted_graphs,
-                "evicted_slots": self.evicted_slots, "output_bytes": self.output_bytes}
+                "evicted_slots": self.evicted_slots, "output_bytes": self.output_bytes,
+                "prefix_bytes": self.prefix_bytes}
 
 
 @dataclass(eq=False)
 class _Captured:
+    """A graph and the static inputs a replay refreshes."""
+
     graph: CudaGraph | EmulatedGraph
     tokens: Tensor
     positions: Tensor
-    valid: Tensor | None
-    write_index: Tensor | None  # (T,) canvas positions the window's K/V is written at (None: uncached)
-    window: Tensor | None  # (T,) 0 .. T-1: write_index is window + the offset
-    head_index: Tensor | None  # (W,) the queries that get logits (None: all)
-    heads: Tensor | None  # (W,) 0 .. W-1: head_index is heads + the head's first query
+    valid: Tensor | None = None
+    write_index: Tensor | None = None  # (T,) canvas positions the window's K/V is written at (None: uncached)
+    window: Tensor | None = None  # (T,) 0 .. T-1: write_index is window + the offset
+    head_index: Tensor | None = None  # (W,) the queries that get logits (None: all)
+    heads: Tensor | None = None  # (W,) 0 .. W-1: head_index is heads + the head's first query
     key_end: Tensor | None = None  # (T,) block-causal: each query's key end (None: spans in the key, or none)
+    conditioning: Tensor | None = None  # (rows, C, V) a denoiser's self-conditioning logits
 
 
 class _SlotLayers:
@@ -262,6 +302,7 @@ class GraphRunner:
     # what module hooks are to an eager forward (a graph replays no Python; bench's ForwardTimer)
     replay_hooks: list = field(default_factory=list)
     outputs: dict[tuple, Tensor] = field(default_factory=dict)  # shared static logits buffers by shape
+    prefixes: dict[tuple, _StaticPrefix] = field(default_factory=dict)  # denoisers' static prefixes
     _leases: "itertools.count" = field(default_factory=itertools.count)
     _slot_ids: "itertools.count" = field(default_factory=itertools.count)
 
@@ -312,19 +353,23 @@ class GraphRunner:
         return True
 
     def _prune_outputs(self) -> None:
-        """Drop the logits buffers no remaining graph writes."""
+        """Drop the logits buffers and static prefixes no remaining graph uses."""
         used = {c.graph.out.data_ptr() for c in self.graphs.values()}
         for key in [k for k, buf in self.outputs.items() if buf.data_ptr() not in used]:
             self.stats.output_bytes -= self.outputs.pop(key).nbytes
+        read = {(k.rows, k.capacity) for k in self.graphs if isinstance(k, DenoiseKey)}
+        for key in [k for k in self.prefixes if k[:2] not in read]:
+            self.stats.prefix_bytes -= self.prefixes.pop(key).nbytes
 
-    def _output(self, shape: tuple[int, int, int], model) -> Tensor:
+    def _output(self, shape: tuple[int, int, int], model, dtype: torch.dtype | None = None) -> Tensor:
         """The static logits buffer of every graph with this output shape, allocated outside any
         capture: a graph's own output would stay allocated for each graph (a window's graphs of
         every block and step share one buffer; they replay one at a time and the caller copies)."""
-        key = (*shape, model.dtype, str(model.device))
+        dtype = dtype or model.dtype
+        key = (*shape, dtype, str(model.device))
         buf = self.outputs.get(key)
         if buf is None:
-            buf = self.outputs[key] = torch.zeros(shape, dtype=model.dtype, device=model.device)
+            buf = self.outputs[key] = torch.zeros(shape, dtype=dtype, device=model.device)
             self.stats.output_bytes += buf.nbytes
         return buf
 
@@ -367,22 +412,9 @@ class GraphRunner:
                 return out.copy_(model.forward(static_tokens, static_positions, seen,
                                                cache, 0 if write_index is None else write_index, head_index))
 
-            start = time.perf_counter()
-            try:
-                with CAPTURE_LOCK:
-                    graph = self.backend(forward, self.pool, model.device)
-            except RuntimeError as err:
-                raise RuntimeError(f"cuda_graphs=True: the forward {key} could not be captured ({err}); "
-                                   "decode with cuda_graphs=False") from err
-            self.stats.capture_seconds += time.perf_counter() - start
-            self.stats.captures += 1
-            captured = self.graphs[key] = _Captured(graph, static_tokens, static_positions, static_valid,
-                                                    write_index, window, head_index, heads, key_end)
-            if len(self.graphs) > self.max_graphs:
-                while len(self.graphs) > self.max_graphs:
-                    self.graphs.popitem(last=False)
-                    self.stats.evicted_graphs += 1
-                self._prune_outputs()
+            captured = self._capture(key, forward, model, tokens=static_tokens, positions=static_positions,
+                                     valid=static_valid, write_index=write_index, window=window,
+                                     head_index=head_index, heads=heads, key_end=key_end)
         else:
             self.graphs.move_to_end(key)
             captured.tokens[:N].copy_(tokens)
@@ -401,6 +433,82 @@ class GraphRunner:
             done()
         self.stats.replays += 1
         return out[:N].clone()  # the next replay overwrites the graph's output
+
+    def _capture(self, key, forward: Callable[[], Tensor], model, **static) -> _Captured:
+        """Capture ``forward`` as the graph of ``key`` (its static inputs ``static``), counted and
+        within ``max_graphs``."""
+        start = time.perf_counter()
+        try:
+            with CAPTURE_LOCK:
+                graph = self.backend(forward, self.pool, model.device)
+        except RuntimeError as err:
+            raise RuntimeError(f"cuda_graphs=True: the forward {key} could not be captured ({err}); "
+                               "decode with cuda_graphs=False") from err
+        self.stats.capture_seconds += time.perf_counter() - start
+        self.stats.captures += 1
+        captured = self.graphs[key] = _Captured(graph, **static)
+        if len(self.graphs) > self.max_graphs:
+            while len(self.graphs) > self.max_graphs:
+                self.graphs.popitem(last=False)
+                self.stats.evicted_graphs += 1
+            self._prune_outputs()
+        return captured
+
+    def run_denoise(self, model, tokens: Tensor, positions: Tensor, store, conditioning: Tensor | None,
+                    capacity: int) -> Tensor:
+        """An encoder-denoiser model's ``denoise(tokens, positions, store, conditioning)`` logits
+        (N, C, V) float32, replayed from the graph of this canvas, prefix length and batch bucket.
+        The store (the decode's encoded prefix, of at most ``capacity`` keys) is copied into the
+        graph's static prefix before each replay; the encoder itself runs eagerly, once a canvas."""
+        N, C = tokens.shape
+        rows, S = bucket(N), store.keys[0].shape[2]
+        if S > capacity:
+            raise ValueError(f"the encoded prefix holds {S} keys, past the decode's canvas of {capacity}")
+        group = (rows, capacity, model.dtype, str(model.device))
+        prefix = self.prefixes.get(group)
+        if prefix is None:
+            prefix = self.prefixes[group] = _static_prefix(store, rows, capacity)
+            self.stats.prefix_bytes += prefix.nbytes
+        for static, own in zip([*prefix.keys, *prefix.values], [*store.keys, *store.values]):
+            static[:N, ..., :S, :].copy_(own)
+        prefix.positions[:N, :S].copy_(store.positions)
+        prefix.valid[:N, :S].copy_(store.valid)
+        key = DenoiseKey(rows=rows, canvas=C, prefix=S, conditioned=conditioning is not None, capacity=capacity)
+        captured = self.graphs.get(key)
+        if captured is None:
+            static_tokens, static_positions = _padded(tokens, rows), _padded(positions, rows)
+            static_conditioning = None if conditioning is None else _padded(conditioning, rows)
+            view = type(store)(keys=[k[..., :S, :] for k in prefix.keys], values=[v[..., :S, :] for v in prefix.values],
+                               positions=prefix.positions[:, :S], valid=prefix.valid[:, :S])
+            out = self._output((rows, C, model.lm_head.out_features), model, torch.float32)
+
+            def forward() -> Tensor:
+                return out.copy_(model.denoise(static_tokens, static_positions, view, static_conditioning))
+
+            captured = self._capture(key, forward, model, tokens=static_tokens, positions=static_positions,
+                                     conditioning=static_conditioning)
+        else:
+            self.graphs.move_to_end(key)
+            captured.tokens[:N].copy_(tokens)
+            captured.positions[:N].copy_(positions)
+            if conditioning is not None:
+                captured.conditioning[:N].copy_(conditioning)
+        after = [hook(N, C, S + C) for hook in self.replay_hooks]
+        out = captured.graph.replay()
+        for done in after:
+            done()
+        self.stats.replays += 1
+        return out[:N].clone()
+
+
+def _static_prefix(store, rows: int, capacity: int) -> _StaticPrefix:
+    """Zeroed static buffers shaped like ``store``'s layers, ``rows`` rows and ``capacity`` keys
+    (no key valid: a padding row sees only its own canvas)."""
+    def like(t: Tensor) -> Tensor:
+        return t.new_zeros((rows, *t.shape[1:-2], capacity, t.shape[-1]))
+
+    return _StaticPrefix([like(k) for k in store.keys], [like(v) for v in store.values],
+                         store.positions.new_zeros((rows, capacity)), store.valid.new_zeros((rows, capacity)))
 
 
 def _plain_attention(model) -> bool:

@@ -44,9 +44,6 @@ class ModelRunner:
         self.cfg_scale = cfg_scale
         self.compile = compile  # forwards through torch.compile (GenerationConfig.compile)
         # forwards replayed from CUDA graphs (GenerationConfig.cuda_graphs; dllm/runner/graphs.py)
-        if cuda_graphs and getattr(model, "uniform_state", False):
-            raise ValueError("cuda_graphs=True replays the mask-diffusion forward; a uniform-state model's encoder "
-                             "and denoiser are not captured yet: decode it with cuda_graphs=False")
         if cuda_graphs and (getattr(model, "tensor_parallel", None) or getattr(model, "tensor_shard", None)):
             raise ValueError("cuda_graphs=True under tensor parallelism is not captured yet (its collectives are "
                              "untested inside a graph); decode with cuda_graphs=False")
@@ -142,6 +139,8 @@ class ModelRunner:
         """Encoder-denoiser models: run canvas tokens (B, T) from ``q_start`` through the encoder,
         appending their K/V to ``store``. Not an NFE: its tokens count as token-forwards."""
         span = slice(q_start, q_start + tokens.shape[1])
+        if self.graphs is not None:  # once per canvas, appending to the store: eager, counted
+            self.graphs.stats.eager += 1
         self.model.encode(tokens, self.canvas.positions[:, span], self.canvas.valid[:, span], store)
         self.token_forwards += self.active.long() * tokens.shape[1]
 
@@ -150,7 +149,11 @@ class ModelRunner:
         """Encoder-denoiser models: logits (B, T, V) of the window tokens (B, T) at canvas offset
         ``q_start`` over the encoded prefix; one forward, charged like ``forward``'s."""
         positions = self.canvas.positions[:, q_start : q_start + tokens.shape[1]]
-        logits = self.model.denoise(tokens, positions, store, self_conditioning)
+        if self.graphs is not None:
+            logits = self.graphs.run_denoise(self.model, tokens, positions, store, self_conditioning,
+                                             capacity=self.canvas.length)
+        else:
+            logits = self.model.denoise(tokens, positions, store, self_conditioning)
         self._count(tokens.shape[1], tokens.shape[0], None, count)
         return logits
 

@@ -229,12 +229,3 @@ def test_default_mode_is_transformers_generate_given_the_same_draws(gemma, monke
     expected = _until_eos(out.sequences[0, len(PROMPT):].tolist())
     result = decode(model, [PROMPT], _config(), seeds=[seed])
     assert _until_eos(result.answer[0].tolist())[: len(expected)] == expected
-
-
-def test_cuda_graphs_are_refused_naming_the_fix(gemma):
-    """The graph runner replays the mask-diffusion forward; the encoder and denoiser are not
-    captured, so asking for graphs is an error before any forward, not an eager decode."""
-    _, model = gemma
-    with pytest.raises(ValueError, match="uniform-state.*cuda_graphs=False"):
-        decode(model, [PROMPT], GenerationConfig(gen_length=CANVAS, block_length=CANVAS, steps=STEPS,
-                                                 strategy="uniform", cache="encoder", cuda_graphs=True))
