@@ -80,3 +80,25 @@ def test_runner_builds_no_mask_without_padding(tiny_models):
                           pad_id=model.config.pad_token_id, device="cpu")
     seen = ModelRunner(model, ragged).visibility(0, 7, 7)
     assert seen.spans is None and seen.valid.shape == (2, 7)
+
+
+@pytest.mark.parametrize("form", ["spans", "allowed"])
+def test_a_query_that_sees_no_key_gets_zeros_and_the_others_stay_exact(form):
+    """A block-causal canvas left-padded past a block (a ragged row, a captured canvas length)
+    has blocks of padding only: their queries see no valid key. SDPA (torch >= 2.5) gives them
+    zeros, so their K/V stays finite and the real queries, which never see them, are exact."""
+    B, H, H_kv, T, S = 1, 4, 2, 12, 12
+    q, k, v = _qkv(B, H, H_kv, T, S)
+    valid = torch.ones(B, S, dtype=torch.bool)
+    valid[:, :8] = False  # 8 pads, then a prompt of 4 in blocks of 4: two blocks are padding only
+    spans = block_causal_spans(0, T, S, prompt_width=12, block_size=4)
+    if form == "spans":
+        visible = KeyVisibility(valid=valid, spans=spans)
+    else:  # the graphs' form: each query's key end as a dense rule
+        ends = torch.tensor([end for lo, hi, end in spans for _ in range(lo, hi)])
+        visible = KeyVisibility(valid=valid, allowed=torch.arange(S)[None, :] < ends[:, None])
+    out = attend(q, k, v, visible)
+    assert torch.isfinite(out).all()
+    assert out[:, :8].abs().max() == 0  # the pad-only blocks' queries
+    mask = dense_block_causal_mask(valid, 0, T, S, 12, 4)
+    torch.testing.assert_close(out[:, 8:], dense_attention(q, k, v, mask)[:, 8:], rtol=1e-6, atol=1e-6)
