@@ -48,6 +48,7 @@ def make_scheduler(model, limits):
 def cmd_serve(args: argparse.Namespace) -> int:
     from dllm.parallel.groups import check_layout
     from dllm.serve.protocol import SchedulerLimits
+    from dllm.serve.requests import check_server_defaults
     from dllm.serve.serve_options import access_settings, server_limits, torch_threads
 
     check_layout(args.tensor_parallel, whole_world=True)  # one copy of the model: the job's process count fits it
@@ -60,6 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.tensor_parallel > 1:
         return _serve_tensor_parallel(args, ServeSetup(defaults, limits, server, access, threads))
     model = load_from_args(args)
+    check_server_defaults(model, defaults)  # before serving requests that could never decode
     _run_server(args, model, make_scheduler(model, limits), ServeSetup(defaults, limits, server, access, threads))
     return 0
 

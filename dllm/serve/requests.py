@@ -354,6 +354,18 @@ def _config(body: dict, defaults: ServerDefaults, chat: bool, longest: int, cont
     return config, max_tokens, key
 
 
+def check_server_defaults(model, defaults: ServerDefaults) -> None:
+    """The server's own options against its model, once at start-up: a ValueError naming them when
+    no request that keeps them could be decoded (every such request would be a 400)."""
+    context = model.model.config.max_sequence_length
+    block = canvas_length(model.model) or defaults.block_length
+    try:
+        config, _, _ = _config({}, defaults, False, 1, context, block)
+        check_model_fit(model.model, config)
+    except (RequestError, ValueError) as err:
+        raise ValueError(f"the server's options cannot decode this model: {err}") from None
+
+
 def _default_max_tokens(default: int, block: Any, longest: int, context: int) -> int:
     """max_tokens for a request that sends none: the server's default, or the whole blocks the
     longest prompt leaves in the context when they are fewer (vLLM's default is the rest of the

@@ -109,3 +109,23 @@ def test_a_uniform_state_server_decodes_blocks_of_its_canvas(tmp_path):
                            served_name="m")
     assert parsed.config.block_length == 8 and parsed.config.gen_length == 16
     assert refusal(tiny, {"block_length": 32}).param == "block_length"  # a block the request sets is its own
+
+
+def test_server_options_the_model_refuses_stop_the_server_at_start(gemma, monkeypatch, capsys):
+    """``dllm serve --model dllm-waitingline-gemma --policy threshold`` used to start and then refuse
+    (or fail) every request that kept the server's options."""
+    from dllm.cli.main import main
+    from dllm.serve import serve_options
+    from dllm.serve.requests import check_server_defaults
+
+    with pytest.raises(ValueError, match="the server's options") as err:
+        check_server_defaults(gemma, ServerDefaults(options={"policy": "threshold"}))
+    assert "eb_sampler" in str(err.value)
+    check_server_defaults(gemma, ServerDefaults())  # its own defaults serve
+
+    def serve_forever(*args, **kwargs):
+        raise AssertionError("the server started")
+
+    monkeypatch.setattr(serve_options, "serve_forever", serve_forever)
+    assert main(["serve", "--model", "dllm-waitingline-gemma", "--policy", "threshold"]) == 2
+    assert "dllm serve: error: the server's options" in capsys.readouterr().err
