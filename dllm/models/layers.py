@@ -161,6 +161,24 @@ def pick_rows(x: Tensor, rows: Tensor | slice | None) -> Tensor:
     return x.index_select(1, rows) if rows.dtype == torch.long else x[rows]
 
 
+def expand_heads_under_masks(device: torch.device) -> bool:
+    """Whether a masked SDPA call repeats grouped K/V heads instead of passing ``enable_gqa``. On
+    CUDA, flash attention takes no mask and the memory-efficient and cuDNN kernels take no
+    ``enable_gqa``, so a masked grouped call falls back to the math kernel, which materialises the
+    (B, H, T, S) scores; repeating K/V (B, H, S, D) keeps the memory-efficient kernel. A CPU's
+    flash kernel takes both."""
+    return device.type == "cuda"
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, gqa: bool) -> Tensor:
+    """SDPA (B, H, T, D) -> (B, H, T, D) with grouped K/V heads broadcast, or repeated where a
+    mask would otherwise send the call to the math kernel (``expand_heads_under_masks``)."""
+    if gqa and mask is not None and expand_heads_under_masks(q.device):
+        groups = q.shape[1] // k.shape[1]
+        k, v, gqa = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1), False
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
 def attend(q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None, kernel=None) -> Tensor:
     """SDPA of q (B, H, T, D) over k, v (B, H_kv, S, D) -> (B, T, H, D).
 
@@ -180,15 +198,12 @@ def attend(q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None, kerne
         if kernel is not None:
             return kernel(queries, k, v, visible.valid, key_end)
         mask = None if visible.valid is None else visible.valid[:, None, None, :key_end]
-        out = F.scaled_dot_product_attention(queries, k[:, :, :key_end], v[:, :, :key_end],
-                                             attn_mask=mask, enable_gqa=gqa)
-        return out.transpose(1, 2)
+        return _sdpa(queries, k[:, :, :key_end], v[:, :, :key_end], mask, gqa).transpose(1, 2)
 
     if visible.allowed is not None:  # training's dense rule: one call with a (B | 1, 1, T, S) mask
         mask = visible.allowed[None, None] if visible.valid is None else (
             visible.allowed[None, None] & visible.valid[:, None, None, :])
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-        return out.transpose(1, 2)
+        return _sdpa(q, k, v, mask, gqa).transpose(1, 2)
     segments = visible.segments(T, k.shape[2])
     if len(segments) == 1:
         return sdpa(q, segments[0][2])

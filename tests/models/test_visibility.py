@@ -102,3 +102,28 @@ def test_a_query_that_sees_no_key_gets_zeros_and_the_others_stay_exact(form):
     assert out[:, :8].abs().max() == 0  # the pad-only blocks' queries
     mask = dense_block_causal_mask(valid, 0, T, S, 12, 4)
     torch.testing.assert_close(out[:, 8:], dense_attention(q, k, v, mask)[:, 8:], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["valid", "spans", "allowed"])
+def test_grouped_heads_repeated_under_a_mask_give_the_broadcast_attention(monkeypatch, form):
+    """On CUDA a masked call repeats grouped K/V heads (the memory-efficient kernel takes masks,
+    not enable_gqa); the result is the broadcast call's. Forced here on the CPU."""
+    import dllm.models.layers as layers
+
+    B, H, H_kv, T, S = 2, 6, 2, 5, 9
+    q, k, v = _qkv(B, H, H_kv, T, S)
+    valid = torch.ones(B, S, dtype=torch.bool)
+    valid[1, :3] = False
+    visible = {"valid": KeyVisibility(valid=valid),
+               "spans": KeyVisibility(valid=valid, spans=((0, 2, 6), (2, 5, 9))),
+               "allowed": KeyVisibility(valid=valid, allowed=torch.rand(T, S, generator=torch.Generator().manual_seed(1))
+                                        > 0.3)}[form]
+    broadcast = attend(q, k, v, visible)
+    calls = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(layers, "expand_heads_under_masks", lambda device: True)
+    monkeypatch.setattr(layers.F, "scaled_dot_product_attention",
+                        lambda *a, **kw: calls.append((a[1].shape[1], kw.get("enable_gqa"))) or real(*a, **kw))
+    repeated = attend(q, k, v, visible)
+    assert calls and all(heads == H and not gqa for heads, gqa in calls)
+    torch.testing.assert_close(repeated, broadcast, rtol=1e-6, atol=1e-6)
