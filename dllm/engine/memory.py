@@ -24,6 +24,7 @@ from dllm.cache.kv import KVBuffers
 from dllm.runner.graphs import bucket
 from dllm.engine.config import GenerationConfig
 from dllm.kernels import kernel_backend
+from dllm.models.layers import expand_heads_under_masks
 from dllm.models.moe import MoEMLP
 from dllm.models.prepack import PrepackedLinear
 from dllm.models.quantize import dequant_workspace_bytes, tensor_bytes
@@ -48,6 +49,7 @@ class ForwardShape:
     rows: int
     queries: int
     keys: int
+    dense_rule: bool = False  # the key rule as a (queries x keys) mask (block-causal forwards replayed from graphs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +145,10 @@ def activation_bytes(model, shape: ForwardShape) -> int:
     mlp = max([e * (3 * F + d)] + [moe_token_bytes(m, e) for m in model.modules() if isinstance(m, MoEMLP)])
     per_token = 2 * d * e + 2 * D * f + max(norm, attention, mlp)
     key_mask = shape.rows * shape.keys * (1 + 1 + f)  # row-selected validity, its negation, float
-    if getattr(model, "dense_attention_mask", False):  # (queries x keys) bool masks, SDPA's float copy
-        key_mask = shape.rows * shape.queries * shape.keys * (3 + f)
+    if shape.dense_rule or getattr(model, "dense_attention_mask", False):  # (queries x keys) bool masks,
+        key_mask = shape.rows * shape.queries * shape.keys * (3 + f)  # SDPA's float copy
+    if H_kv < H and expand_heads_under_masks(model.device):  # a masked call's K/V repeated to every head
+        key_mask += shape.rows * 2 * H * shape.keys * D * e
     tile = FLASH_Q_TILE * (2 * FLASH_KV_TILE + D + 2) * f
     dequant = dequant_workspace_bytes(model)  # a quantized linear's weight cast back for its GEMM
     return shape.rows * shape.queries * per_token + key_mask + torch.get_num_threads() * tile + dequant
@@ -203,7 +207,8 @@ def plan_memory(model, batch: int, canvas_length: int, config: GenerationConfig,
     graph_shapes = []
     if config.cuda_graphs:  # the canvas forward replays at the bucket's rows, into a static logits buffer
         canvas = shapes[0]
-        graph_shapes = [ForwardShape(bucket(canvas.rows), canvas.queries, canvas.keys)]
+        graph_shapes = [ForwardShape(bucket(canvas.rows), canvas.queries, canvas.keys,
+                                     dense_rule=model.attention == "block_causal")]
         logits += bucket(canvas.rows) * head_width * V * e
     state = INT64 * canvas_length * (4 * batch + 4 * widest_rows)
     return MemoryPlan(model_bytes=model_bytes(model), kv_cache_bytes=kv, logits_bytes=logits,

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from dllm import kernels
 from dllm.kernels.invariant_attention import Positions
 from dllm.models.gemma_config import GemmaConfig
+from dllm.models.layers import grouped_sdpa
 from dllm.models.moe import MoEMLP
 
 if TYPE_CHECKING:
@@ -172,8 +173,8 @@ class GemmaAttention(nn.Module):
             out = kernels.invariant_attention(q.transpose(1, 2), k, v, allowed.valid, k.shape[2], scale=1.0,
                                               positions=allowed.positions)
         else:
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=allowed[:, None], scale=1.0,
-                                                 enable_gqa=self.n_kv_heads != self.n_heads).transpose(1, 2)
+            out = grouped_sdpa(q.transpose(1, 2), k, v, allowed[:, None], self.n_kv_heads != self.n_heads,
+                               scale=1.0).transpose(1, 2)
         out = self.o_proj(out.reshape(B, T, -1))  # (B, T, d): the rank's heads' partial sum
         return out if self.tp is None else self.tp.all_reduce(out)
 

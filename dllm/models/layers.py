@@ -162,21 +162,22 @@ def pick_rows(x: Tensor, rows: Tensor | slice | None) -> Tensor:
 
 
 def expand_heads_under_masks(device: torch.device) -> bool:
-    """Whether a masked SDPA call repeats grouped K/V heads instead of passing ``enable_gqa``. On
-    CUDA, flash attention takes no mask and the memory-efficient and cuDNN kernels take no
-    ``enable_gqa``, so a masked grouped call falls back to the math kernel, which materialises the
-    (B, H, T, S) scores; repeating K/V (B, H, S, D) keeps the memory-efficient kernel. A CPU's
-    flash kernel takes both."""
+    """Whether a masked SDPA call repeats grouped K/V heads instead of passing ``enable_gqa`` (in
+    ``grouped_sdpa``, which DiffusionGemma calls too). On CUDA, flash attention takes no mask and
+    the memory-efficient and cuDNN kernels take no ``enable_gqa``, so a masked grouped call falls
+    back to the math kernel, which materialises the (B, H, T, S) scores; repeating K/V
+    (B, H, S, D) keeps the memory-efficient kernel. A CPU's flash kernel takes both."""
     return device.type == "cuda"
 
 
-def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, gqa: bool) -> Tensor:
+def grouped_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, gqa: bool,
+                 scale: float | None = None) -> Tensor:
     """SDPA (B, H, T, D) -> (B, H, T, D) with grouped K/V heads broadcast, or repeated where a
     mask would otherwise send the call to the math kernel (``expand_heads_under_masks``)."""
     if gqa and mask is not None and expand_heads_under_masks(q.device):
         groups = q.shape[1] // k.shape[1]
         k, v, gqa = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1), False
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa, scale=scale)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None, kernel=None) -> Tensor:
@@ -198,12 +199,12 @@ def attend(q: Tensor, k: Tensor, v: Tensor, visible: KeyVisibility | None, kerne
         if kernel is not None:
             return kernel(queries, k, v, visible.valid, key_end)
         mask = None if visible.valid is None else visible.valid[:, None, None, :key_end]
-        return _sdpa(queries, k[:, :, :key_end], v[:, :, :key_end], mask, gqa).transpose(1, 2)
+        return grouped_sdpa(queries, k[:, :, :key_end], v[:, :, :key_end], mask, gqa).transpose(1, 2)
 
     if visible.allowed is not None:  # training's dense rule: one call with a (B | 1, 1, T, S) mask
         mask = visible.allowed[None, None] if visible.valid is None else (
             visible.allowed[None, None] & visible.valid[:, None, None, :])
-        return _sdpa(q, k, v, mask, gqa).transpose(1, 2)
+        return grouped_sdpa(q, k, v, mask, gqa).transpose(1, 2)
     segments = visible.segments(T, k.shape[2])
     if len(segments) == 1:
         return sdpa(q, segments[0][2])

@@ -327,6 +327,30 @@ def test_the_memory_plan_counts_the_slot_of_the_batch_bucket(tiny_models):
     assert replayed.activation_bytes > eager.activation_bytes  # the canvas forward at 4 rows
 
 
+def test_the_memory_plan_counts_the_dense_rule_and_repeated_heads(block_causal, tiny_models, monkeypatch):
+    """A replayed block-causal forward passes its rule as a (queries x keys) mask: the plan counts
+    it (bool, the validity-combined copy and SDPA's float copy); on CUDA a masked call repeats
+    grouped K/V heads (Dream's tiny model has fewer K/V heads than heads): the plan counts them."""
+    import dllm.engine.memory as memory
+    from dllm.samplers import make_strategy
+
+    config = GenerationConfig(**BASE, cache="dual", cuda_graphs=True)
+    replayed = memory.plan_memory(block_causal, 3, 64, config)
+    canvas = memory.forward_shapes(block_causal, 3, 64, config, make_strategy("plain", {}))[0]  # the canvas forward
+    dense = memory.ForwardShape(4, canvas.queries, canvas.keys, dense_rule=True)
+    plain = memory.ForwardShape(4, canvas.queries, canvas.keys)
+    rule = memory.activation_bytes(block_causal, dense) - memory.activation_bytes(block_causal, plain)
+    assert rule == 4 * canvas.queries * canvas.keys * (3 + 4) - 4 * canvas.keys * (1 + 1 + 4)
+    assert replayed.activation_bytes == memory.activation_bytes(block_causal, dense)
+    dream = tiny_models["dream"].model
+    c = dream.config
+    assert c.n_kv_heads < c.n_heads
+    shape = memory.ForwardShape(2, 8, 40)
+    before = memory.activation_bytes(dream, shape)
+    monkeypatch.setattr(memory, "expand_heads_under_masks", lambda device: True)
+    assert memory.activation_bytes(dream, shape) - before == 2 * 2 * c.n_heads * 40 * c.head_dim * 4
+
+
 def test_a_host_read_inside_the_forward_is_a_capture_error_naming_the_fix(emulated, test_device):
     """The torch path of the MoE expert product reads its offsets on the host, which a CUDA graph
     cannot hold: capturing it is an error that says so and names the way out (the emulation raises
