@@ -107,3 +107,18 @@ def test_eotp_never_ends_a_text_inside_the_prompt_tail(tmp_path):
         for row, prompt in enumerate(prompts):
             assert state.tokens[row, P : P + leads[row]].tolist() == prompt[-leads[row]:], extra
             assert int(state.end[row]) - P > leads[row], extra
+
+
+@pytest.mark.parametrize("kind", ["fast_dllm_v2", "sdar"])
+def test_drafts_see_no_work_in_the_prompt_tail(tmp_path, kind):
+    """FreeDave with one draft is the base decode, forward for forward: its draft is the base
+    step, verified only while it leaves work. A prompt tail's mask id is no work, so rows with
+    one are not charged a verify forward for a block already decoded."""
+    model = tiny_block_causal(tmp_path / kind, kind)
+    prompts = ragged_prompts(model.mask_token_id)
+    opts = dict(gen_length=8, block_length=4, policy="threshold", policy_args={"tau": 0.3})
+    base = decode(model, prompts, GenerationConfig(**opts))
+    one_draft = decode(model, prompts, GenerationConfig(**opts, strategy="freedave",
+                                                        strategy_args={"num_drafts": 1}))
+    assert torch.equal(one_draft.answer, base.answer)
+    assert one_draft.nfe.tolist() == base.nfe.tolist()

@@ -76,9 +76,10 @@ def refuse_refreshes(name: str, config) -> None:
 
 
 def leaves_work(state, flat: Tensor) -> Tensor:
-    """(N,) whether each candidate canvas of ``flat`` (N, L) leaves work: masks in the active
-    block and text not yet final (the base decode stops where it leaves none)."""
-    return (flat[:, state.bs : state.be] == state.mask_id).any(-1) & ~state.text_final(flat)
+    """(N,) whether each candidate canvas of ``flat`` (N, L; K per canvas row) leaves work: masks
+    in the active block (a prompt tail's mask id is none) and text not yet final (the base decode
+    stops where it leaves none)."""
+    return state.eligible(flat).any(-1) & ~state.text_final(flat)
 
 
 @register_strategy("freedave")
