@@ -75,7 +75,7 @@ class BlockCache:
         refresh = self._due(("block", outer_bs, 0), step == 0 and bs == outer_bs, rows)
         refresh |= self._due(("every", bs, step), bool(self.refresh_every) and step % (self.refresh_every or 1) == 0, rows)
         rebuild = self._due(("sub", bs, 0), step == 0 and bool(self.sub_block_length), rows)
-        kv = self.kv if rows is None else self.kv.select(rows)
+        kv = self.kv if rows is None else self.kv.select(rows, runner.graphs)
         self.peak_bytes = max(self.peak_bytes, self.kv.nbytes + (kv.nbytes if rows is not None else 0))
         if refresh:
             block_start, block_end = runner.model_blocks(outer_bs, outer_be)

@@ -53,7 +53,7 @@ class AppendCache:
         if self.kv is None:
             self.kv = KVBuffers.allocate(runner.model, runner.canvas.batch_size, runner.canvas.length,
                                          graphs=runner.graphs)
-        kv = self.kv if rows is None else self.kv.select(rows)
+        kv = self.kv if rows is None else self.kv.select(rows, runner.graphs)
         self.peak_bytes = max(self.peak_bytes, self.kv.nbytes + (kv.nbytes if rows is not None else 0))
         shift = int(runner.shift_logits)
         start = min(self.exact_end if rows is not None else self.canvas_end, bs - shift)

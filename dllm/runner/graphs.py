@@ -26,9 +26,11 @@ static buffers, the graph runs, its static logits are copied out.
   (``lease``): a slot holds the bucket's rows and is leased to one decode at a time, zeroed on
   lease (what a fresh allocation gives), and returned when the decode's buffers are freed; the
   next decode of the same shape reuses it and its graphs. Capture is paid once per process.
+* Candidate states of FreeDave / LoPA forward a row-selected copy of the K/V: ``KVBuffers.select``
+  writes it into a slot of the candidates' bucket, leased once per decode, so they replay too.
 * Forwards that do not run on a leased slot run eagerly and are counted (``GraphStats.eager``):
-  candidate states of FreeDave / LoPA (their buffers are per-step copies) and APD's K/V window
-  (its forward's length follows the data, so nearly every round would be a new graph). Uncached
+  APD's K/V window (its forward's length follows the data, so nearly every round would be a
+  new graph). Uncached
   forwards replay, classifier-free guidance's doubled batch included; the adaptive cache, which
   runs layer by layer itself, is refused.
 * Encoder-denoiser models (DiffusionGemma, ``run_denoise``): the denoiser's forward is captured

@@ -100,15 +100,46 @@ def test_decodes_alive_together_lease_their_own_slots(tiny_models, emulated):
     _same(decode(model, RAGGED[1:], eager), b.result(), 2, _padding(RAGGED[1:]))
 
 
+@pytest.mark.parametrize("family", ["llada", "dream"])
 @pytest.mark.parametrize("strategy", ["freedave", "lopa"])
-def test_candidate_forwards_run_eager_and_are_counted(tiny_models, emulated, strategy):
-    model = tiny_models["llada"].model
-    config = dict(BASE, cache="dual", strategy=strategy)
+def test_candidate_forwards_replay_from_a_candidate_slot(tiny_models, emulated, strategy, family):
+    """FreeDave's drafts and LoPA's branches forward row-selected copies of the K/V: the copy is
+    written into a static slot of the candidates' bucket, leased once per decode, so candidate
+    forwards replay too. Tokens, order and forwards equal eager's; a second decode captures
+    nothing new."""
+    model = tiny_models[family].model
+    config = dict(BASE, cache="dual", strategy=strategy, gen_length=32, steps=16, temperature=0.7)
     eager = decode(model, RAGGED, GenerationConfig(**config))
+    refreshes = _refreshes(model, config)  # candidate forwards cover the window only
     replayed = decode(model, RAGGED, GenerationConfig(**config, cuda_graphs=True))
-    _same(eager, replayed, 2, _padding(RAGGED))  # candidate forwards cover the window only
+    _same(eager, replayed, refreshes, _padding(RAGGED, 32))
     stats = graphs.graph_stats(model)
-    assert stats["replays"] > 0 and stats["eager_forwards"] > 0  # candidate states: per-step buffer copies
+    assert stats["replays"] > 0 and stats["eager_forwards"] == 0
+    assert any(key.rows > 4 for key in graphs.graph_runner(model).graphs)  # candidates: more rows than the batch
+    _same(eager, decode(model, RAGGED, GenerationConfig(**config, cuda_graphs=True)), refreshes, _padding(RAGGED, 32))
+    assert graphs.graph_stats(model)["captures"] == stats["captures"]
+
+
+def _refreshes(model, config) -> torch.Tensor:
+    """Per row, the canvas forwards that started at position 0 in an eager decode (the cache
+    refreshes a row was charged), counted at the runner."""
+    import dllm.runner.model_runner as model_runner
+
+    counts = []
+    real = model_runner.ModelRunner.forward
+
+    def forward(self, tokens, q_start, **kw):
+        logits = real(self, tokens, q_start, **kw)
+        if q_start == 0 and kw.get("rows") is None:
+            counts.append(self.active.long().clone())
+        return logits
+
+    model_runner.ModelRunner.forward = forward
+    try:
+        decode(model, RAGGED, GenerationConfig(**config))
+    finally:
+        model_runner.ModelRunner.forward = real
+    return torch.stack(counts).sum(0)
 
 
 @pytest.fixture(scope="module")
