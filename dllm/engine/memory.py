@@ -186,8 +186,8 @@ def plan_memory(model, batch: int, canvas_length: int, config: GenerationConfig,
     kv = 0
     if config.cache != "none":  # CUDA graphs: the K/V lives in a static slot of the batch's bucket
         kv = kv_cache_bytes(model, bucket(batch) if config.cuda_graphs else batch, canvas_length)
-        if widest_rows > batch:
-            kv += kv_cache_bytes(model, widest_rows, canvas_length)
+        if widest_rows > batch:  # candidates' row-selected copy (CUDA graphs: a slot of their bucket)
+            kv += kv_cache_bytes(model, bucket(widest_rows) if config.cuda_graphs else widest_rows, canvas_length)
         if config.cache == "adaptive":  # each layer's cached input and the tokens they were computed for
             kv += adaptive_state_bytes(model, batch + (widest_rows if widest_rows > batch else 0), canvas_length)
     if getattr(strategy, "kv_window", None) is not None:  # APD's own K/V window: buffers + a row group's copy

@@ -356,6 +356,12 @@ def test_the_memory_plan_counts_the_slot_of_the_batch_bucket(tiny_models):
     vocab, itemsize = model.lm_head.out_features, model.lm_head.weight.element_size()
     assert replayed.logits_bytes == eager.logits_bytes + 4 * 8 * vocab * itemsize  # the static logits buffer
     assert replayed.activation_bytes > eager.activation_bytes  # the canvas forward at 4 rows
+    lopa = dict(BASE, cache="dual", strategy="lopa")  # 3 rows' branches: the candidates' slot at their bucket
+    memory_rows = plan_memory(model, 3, 40, GenerationConfig(**lopa)).kv_cache_bytes - kv_cache_bytes(model, 3, 40)
+    candidates = memory_rows // kv_cache_bytes(model, 1, 40)
+    assert graphs.bucket(candidates) > candidates > 3 and memory_rows == kv_cache_bytes(model, candidates, 40)
+    replayed = plan_memory(model, 3, 40, GenerationConfig(**lopa, cuda_graphs=True))
+    assert replayed.kv_cache_bytes == kv_cache_bytes(model, 4, 40) + kv_cache_bytes(model, graphs.bucket(candidates), 40)
 
 
 def test_the_memory_plan_counts_the_dense_rule_and_repeated_heads(block_causal, tiny_models, monkeypatch):
