@@ -227,4 +227,5 @@ def check_memory_budget(plan: MemoryPlan, config: GenerationConfig, batch: int, 
         f"logits {plan.logits_bytes / MIB:.1f}, activations {plan.activation_bytes / MIB:.1f}, "
         f"statistics {plan.statistics_bytes / MIB:.1f}, tokens {plan.state_bytes / MIB:.1f}) but "
         f"memory_budget_mb is {budget:g}; use a smaller batch or gen_length, fewer drafts / branches, "
-        "or raise memory_budget_mb")
+        "or raise memory_budget_mb" + (" (cuda_graphs=True pads the canvas to a captured length and the batch to "
+                                       "a captured size; cuda_graphs=False needs less)" if config.cuda_graphs else ""))

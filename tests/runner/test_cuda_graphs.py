@@ -406,3 +406,16 @@ def test_tensor_parallel_models_are_refused(tiny_models, emulated, monkeypatch):
     monkeypatch.setattr(model, "tensor_shard", object(), raising=False)  # what a rank's model carries
     with pytest.raises(ValueError, match="tensor parallelism.*cuda_graphs=False"):
         decode(model, RAGGED, GenerationConfig(**BASE, cache="dual", cuda_graphs=True))
+
+
+def test_a_budget_refusal_under_graphs_names_the_padding(tiny_models, emulated):
+    """The captured canvas length and batch bucket cost memory eager decoding does not: a decode
+    that passes the budget eagerly may not under graphs, and the refusal says why."""
+    from dllm.engine.memory import MemoryBudgetError, plan_memory
+
+    model = tiny_models["llada"].model
+    eager = plan_memory(model, 3, 5 + 16, GenerationConfig(**BASE, cache="dual")).total_bytes
+    budget = dict(BASE, cache="dual", memory_budget_mb=eager / 2**20 * 1.01)
+    decode(model, RAGGED, GenerationConfig(**budget))  # fits eagerly
+    with pytest.raises(MemoryBudgetError, match=r"cuda_graphs=True pads the canvas .*cuda_graphs=False needs less"):
+        decode(model, RAGGED, GenerationConfig(**budget, cuda_graphs=True))
