@@ -101,24 +101,30 @@ def modes_table(m: dict[str, Any]) -> list[str]:
              f"block {first.get('block_length')}, LLaDA top-k 4 tokens per step; weights "
              f"{m['weight_bytes'] / 1e9:.2f} GB at {m['bandwidth_gbs'] or '?'} GB/s. Command: `{m['command']}`", "",
              "| cache | mode | step ms | x floor | x ceiling | forward ms | floor ms | tokens/s | first token s "
-             "| first decode s | tokens = eager | overhead share |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| first decode s | tokens = eager | overhead share | graphs captured (s) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         reason = r.get("error") or r.get("unavailable")
         if reason:
-            lines.append(f"| {r['cache']} | {r['mode']} | {reason} | | | | | | | | | |")
+            lines.append(f"| {r['cache']} | {r['mode']} | {reason} | | | | | | | | | | |")
             continue
         lines.append(f"| {r['cache']} | {r['mode']} | {_ms(r['step_s'])} | {_num(r['x_floor'], '.2f')} "
                      f"| {_num(r['x_ceiling'], '.2f')} | {_ms(r['forward_median_s'])} | {_ms(r['floor_s'])} "
                      f"| {_num(r['tokens_per_s'], '.1f')} | {r['first_token_s']:.2f} | {r['first_decode_s']:.2f} "
-                     f"| {_pct(r['tokens_equal_eager'])} | {_pct(r['overhead_share'])} |")
+                     f"| {_pct(r['tokens_equal_eager'])} | {_pct(r['overhead_share'])} | {_captures(r)} |")
     lines += ["", "Step: a warm decode's wall time per forward (engine included; median of the warm decodes). "
               "Floor: the window forward's bytes (weights once, its K/V) at peak bandwidth; ceiling: the larger of "
               "that and its FLOPs at peak throughput. First token / first decode: the mode's first decode, "
               "compilation or graph capture included (graphs and compiled code are kept per model, so a later "
               "cache pays only for the shapes it adds). Tokens = eager: the share of the first decode's tokens "
-              "equal to the eager decode's."]
+              "equal to the eager decode's. Graphs captured: the model's graph count after the row (cumulative "
+              "over the caches: a later cache captures only its new shapes) and the seconds capturing took."]
     return lines
+
+
+def _captures(row: dict[str, Any]) -> str:
+    stats = row.get("graph_stats")
+    return "" if not stats else f"{stats['captures']} ({stats['capture_seconds']:.2f})"
 
 
 def fastdllm_table(r: dict[str, Any]) -> list[str]:

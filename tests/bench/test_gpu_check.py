@@ -132,6 +132,14 @@ def test_replayed_forwards_are_timed_and_measured(monkeypatch):
         [length if n == 24 else n for n in r["window"]] for r in rows if r["mode"] == "eager"]
     assert graphs.canvas_length(256 + 256, 10_000) == 512
     assert all(r["graph_stats"]["replays"] > 0 for r in rows if r["mode"] == "graphs")
+    from dllm.bench.gpu_report import modes_table
+
+    table = modes_table({"model": "tiny-llada", "dtype": "float32", "device_name": "cpu", "weight_bytes": 1,
+                         "bandwidth_gbs": None, "command": "-", "rows": rows})
+    graph_lines = [line for line in table if "| graphs |" in line]
+    assert graph_lines and all(line.endswith(f"| {r['graph_stats']['captures']} "
+                                             f"({r['graph_stats']['capture_seconds']:.2f}) |")
+                               for line, r in zip(graph_lines, [r for r in rows if r["mode"] == "graphs"]))
 
 
 def test_rows_past_the_deadline_are_skipped_and_named():
