@@ -5,16 +5,25 @@ from __future__ import annotations
 from dllm.engine.config import GenerationConfig
 
 
+class PolicyOptionError(ValueError):
+    """A strategy, rule or stopper refused its name or options; ``field`` is the config field
+    they came from ("policy_args", ...), so a server can say which request field is at fault."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def check_policies(config: GenerationConfig, flags: dict[str, str] | None = None) -> None:
     """Raise ValueError naming the option at fault (``flags`` maps a field such as
     "policy_args" to the name the user typed, e.g. "--policy-arg")."""
     from dllm.cache import make_cache
-    from dllm.samplers import make_rule, make_stopper, make_strategy
+    from dllm.samplers import RULES, STOPPERS, STRATEGIES, make_rule, make_stopper, make_strategy
 
     flags = flags or {}
-    built = [_build(make_strategy, config.strategy, config.strategy_args, flags.get("strategy_args", "strategy_args")),
-             _build(make_rule, config.policy, config.policy_args, flags.get("policy_args", "policy_args")),
-             _build(make_stopper, config.stopper, config.stopper_args, flags.get("stopper_args", "stopper_args"))]
+    built = [_build(make_strategy, STRATEGIES, config.strategy, config.strategy_args, "strategy", flags),
+             _build(make_rule, RULES, config.policy, config.policy_args, "policy", flags),
+             _build(make_stopper, STOPPERS, config.stopper, config.stopper_args, "stopper", flags)]
     cache_options = {**config.cache_args, "block_length": config.block_length}
     if config.sub_block_length is not None:
         cache_options["sub_block_length"] = config.sub_block_length
@@ -29,10 +38,17 @@ def check_policies(config: GenerationConfig, flags: dict[str, str] | None = None
             check(config)
 
 
-def _build(make, name: str, options: dict, flag: str):
-    """``make(name, options)``; a value of the wrong type (``tau="high"``) becomes a ValueError
+def _build(make, known: dict, name: str, options: dict, kind: str, flags: dict[str, str]):
+    """``make(name, options)``; a refusal is a ``PolicyOptionError`` of its field (``kind`` for an
+    unknown name, else ``kind + "_args"``), and a value of the wrong type (``tau="high"``) one
     naming the option, so every caller reports it as bad input."""
+    field = kind if name not in known else f"{kind}_args"
     try:
         return make(name, options)
     except TypeError as err:
-        raise ValueError(f"{name!r}: an option has a value of the wrong type ({err}); check {flag} {options}") from err
+        raise PolicyOptionError(f"{name!r}: an option has a value of the wrong type ({err}); check "
+                                f"{flags.get(field, field)} {options}", field) from err
+    except PolicyOptionError:
+        raise
+    except ValueError as err:
+        raise PolicyOptionError(str(err), field) from err

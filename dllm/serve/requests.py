@@ -350,7 +350,10 @@ def _config(body: dict, defaults: ServerDefaults, chat: bool, longest: int, cont
 
         check_policies(config)
     except (TypeError, ValueError) as err:
-        raise RequestError(str(err), _field_named(str(err), body)) from None
+        field = getattr(err, "field", None)  # a rule's / strategy's / stopper's name or options
+        if field not in body:
+            field = _field_named(str(err), body)
+        raise RequestError(str(err), field) from None
     return config, max_tokens, key
 
 

@@ -129,3 +129,20 @@ def test_server_options_the_model_refuses_stop_the_server_at_start(gemma, monkey
     monkeypatch.setattr(serve_options, "serve_forever", serve_forever)
     assert main(["serve", "--model", "dllm-waitingline-gemma", "--policy", "threshold"]) == 2
     assert "dllm serve: error: the server's options" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"policy": "threshold", "policy_args": {"tau": 2.0}}, "policy_args"),
+    ({"policy": "threshold", "policy_args": {"tau": "high"}}, "policy_args"),
+    ({"policy": "threshold", "policy_args": {"tua": 0.5}}, "policy_args"),
+    ({"stopper": "sched", "stopper_args": {"tau": -1}}, "stopper_args"),
+    ({"strategy": "freedave", "strategy_args": {"drafts": 0}}, "strategy_args"),
+])
+def test_a_rule_s_options_refusal_names_its_field(llada, body, param):
+    """A rule, stopper or strategy refusing its options is a 400 whose param is the request's
+    *_args field (the message names the option, not the field)."""
+    assert refusal(llada, body).param == param
+
+
+def test_an_unknown_rule_names_its_own_field(llada):
+    assert refusal(llada, {"policy": "thresold", "policy_args": {"tau": 0.5}}).param == "policy"
