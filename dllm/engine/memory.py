@@ -205,11 +205,18 @@ def plan_memory(model, batch: int, canvas_length: int, config: GenerationConfig,
         stats_rows = max(stats_rows, batch * config.gen_length)
         head_width = config.gen_length + 1
     graph_shapes = []
-    if config.cuda_graphs:  # the canvas forward replays at the bucket's rows, into a static logits buffer
+    if config.cuda_graphs and getattr(model, "uniform_state", False):
+        # the denoiser's graphs: a static copy of the encoded prefix at the bucket's rows, and float32
+        # static logits and self-conditioning buffers of a canvas (dllm/runner/graphs.py run_denoise)
+        kv += kv_cache_bytes(model, bucket(batch), canvas_length)
+        logits += 2 * bucket(batch) * config.window_length * V * FLOAT32
+    elif config.cuda_graphs:  # the canvas forward replays at the bucket's rows, into a static logits buffer
         canvas = shapes[0]
         graph_shapes = [ForwardShape(bucket(canvas.rows), canvas.queries, canvas.keys,
                                      dense_rule=model.attention == "block_causal")]
         logits += bucket(canvas.rows) * head_width * V * e
+        if widest_rows > batch:  # candidate forwards replay too, into their bucket's logits buffer
+            logits += bucket(widest_rows) * config.window_length * V * e
     state = INT64 * canvas_length * (4 * batch + 4 * widest_rows)
     return MemoryPlan(model_bytes=model_bytes(model), kv_cache_bytes=kv, logits_bytes=logits,
                       activation_bytes=max(activation_bytes(model, s) for s in shapes + graph_shapes),

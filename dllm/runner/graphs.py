@@ -187,11 +187,13 @@ class CudaGraph:
 
 
 class _NoHostReads(TorchFunctionMode):
-    """Raise on what a CUDA capture cannot hold: a value read back to the host or an output whose
-    size depends on the data (the emulation's stand-in for the capture's own error)."""
+    """Raise on what a CUDA capture cannot hold: a value read back to the host, a host value
+    copied in, or an output whose size depends on the data (the emulation's stand-in for the
+    capture's own error)."""
 
     READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "masked_select",
-             "unique", "bincount"}
+             "unique", "bincount",
+             "tensor", "as_tensor", "from_numpy"}  # a host value copied in: on CUDA a copy the capture refuses
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
@@ -357,18 +359,21 @@ class GraphRunner:
     def _prune_outputs(self) -> None:
         """Drop the logits buffers and static prefixes no remaining graph uses."""
         used = {c.graph.out.data_ptr() for c in self.graphs.values()}
+        used |= {c.conditioning.data_ptr() for c in self.graphs.values() if c.conditioning is not None}
         for key in [k for k, buf in self.outputs.items() if buf.data_ptr() not in used]:
             self.stats.output_bytes -= self.outputs.pop(key).nbytes
         read = {(k.rows, k.capacity) for k in self.graphs if isinstance(k, DenoiseKey)}
         for key in [k for k in self.prefixes if k[:2] not in read]:
             self.stats.prefix_bytes -= self.prefixes.pop(key).nbytes
 
-    def _output(self, shape: tuple[int, int, int], model, dtype: torch.dtype | None = None) -> Tensor:
+    def _output(self, shape: tuple[int, int, int], model, dtype: torch.dtype | None = None,
+                role: str = "logits") -> Tensor:
         """The static logits buffer of every graph with this output shape, allocated outside any
         capture: a graph's own output would stay allocated for each graph (a window's graphs of
-        every block and step share one buffer; they replay one at a time and the caller copies)."""
+        every block and step share one buffer; they replay one at a time and the caller copies).
+        ``role="conditioning"``: a denoiser's static self-conditioning input, shared the same way."""
         dtype = dtype or model.dtype
-        key = (*shape, dtype, str(model.device))
+        key = (role, *shape, dtype, str(model.device))
         buf = self.outputs.get(key)
         if buf is None:
             buf = self.outputs[key] = torch.zeros(shape, dtype=dtype, device=model.device)
@@ -479,7 +484,11 @@ class GraphRunner:
         captured = self.graphs.get(key)
         if captured is None:
             static_tokens, static_positions = _padded(tokens, rows), _padded(positions, rows)
-            static_conditioning = None if conditioning is None else _padded(conditioning, rows)
+            static_conditioning = None
+            if conditioning is not None:  # one buffer per shape, as the logits: graphs replay one at a time
+                static_conditioning = self._output((rows, *conditioning.shape[1:]), model, torch.float32,
+                                                   role="conditioning")
+                static_conditioning.copy_(_padded(conditioning, rows))
             view = type(store)(keys=[k[..., :S, :] for k in prefix.keys], values=[v[..., :S, :] for v in prefix.values],
                                positions=prefix.positions[:, :S], valid=prefix.valid[:, :S])
             out = self._output((rows, C, model.lm_head.out_features), model, torch.float32)

@@ -193,6 +193,33 @@ def test_block_causal_spans_stay_shapes_under_the_batch_invariant_attention(tmp_
     assert keys and not any(key.key_ends for key in keys) and all(key.spans for key in keys)
 
 
+@pytest.mark.parametrize("options", [dict(cache="dual"), dict(cache="prefix"), dict(cache="none"),
+                                     dict(cache="dual", strategy="lopa"), dict(cache="dual", strategy="freedave")],
+                         ids=["dual", "prefix", "none", "lopa", "freedave"])
+def test_sdar_replayed_decode_equals_eager(tmp_path_factory, emulated, test_device, options):
+    """SDAR (model blocks of 4, blocks counted from position 0): sampled, ragged, 4 blocks."""
+    path = tmp_path_factory.getbasetemp() / "sdar_graphs"
+    if not path.exists():
+        write_tiny_checkpoint(path, "sdar", seed=5, block_size=4)
+    model = dllm.load(path, device=test_device, dtype="float32").model
+    prompts = [[5, 17, 42, 9, 33, 12, 7, 19, 4, 4], [7, 8, 9, 10, 11], [100, 3, 9]]
+    config = dict(BASE, gen_length=32, steps=16, temperature=0.8, **options)
+    eager = decode(model, prompts, GenerationConfig(**config))
+    replayed = decode(model, prompts, GenerationConfig(**config, cuda_graphs=True))
+    assert torch.equal(eager.answer, replayed.answer) and torch.equal(eager.nfe, replayed.nfe)
+    assert graphs.graph_stats(model)["eager_forwards"] == 0
+
+
+def test_pipelined_lopa_writes_candidates_back_when_replayed(block_causal, emulated):
+    """D2F with LoPA: candidate forwards replay from the candidates' slot and their final blocks'
+    K/V is written back into the rows; tokens and forwards equal eager's."""
+    config = dict(BASE, cache="dual", strategy="lopa", block_add_threshold=0.1, gen_length=32, steps=16)
+    eager = decode(block_causal, RAGGED, GenerationConfig(**config))
+    replayed = decode(block_causal, RAGGED, GenerationConfig(**config, cuda_graphs=True))
+    assert torch.equal(eager.answer, replayed.answer) and torch.equal(eager.nfe, replayed.nfe)
+    assert graphs.graph_stats(block_causal)["eager_forwards"] == 0
+
+
 def test_buckets():
     assert [graphs.bucket(n) for n in (1, 2, 3, 5, 9, 33, 256, 300)] == [1, 2, 4, 8, 12, 48, 256, 300]
 
@@ -362,6 +389,9 @@ def test_the_memory_plan_counts_the_slot_of_the_batch_bucket(tiny_models):
     assert graphs.bucket(candidates) > candidates > 3 and memory_rows == kv_cache_bytes(model, candidates, 40)
     replayed = plan_memory(model, 3, 40, GenerationConfig(**lopa, cuda_graphs=True))
     assert replayed.kv_cache_bytes == kv_cache_bytes(model, 4, 40) + kv_cache_bytes(model, graphs.bucket(candidates), 40)
+    # static logits buffers: the canvas forward's at 4 rows and the candidates' at their bucket
+    eager_lopa = plan_memory(model, 3, 40, GenerationConfig(**lopa))
+    assert replayed.logits_bytes - eager_lopa.logits_bytes == (4 + graphs.bucket(candidates)) * 8 * vocab * itemsize
 
 
 def test_the_memory_plan_counts_the_dense_rule_and_repeated_heads(block_causal, tiny_models, monkeypatch):

@@ -46,6 +46,11 @@ def _replayed_equals_eager(device: str) -> None:
     # prompt, then the first canvas) of each of the 3 decodes
     assert stats["captures"] == 2 * 2 * 2 and stats["eager_forwards"] == 3 * 2
     assert stats["replays"] == forwards
+    # one static self-conditioning input per batch bucket and canvas shape, shared by the canvases'
+    # conditioned graphs like the logits buffer, and counted
+    runner = graphs.graph_runner(model)
+    conditioned = {c.conditioning.data_ptr() for c in runner.graphs.values() if c.conditioning is not None}
+    assert len(conditioned) == 2 and stats["output_bytes"] == sum(b.nbytes for b in runner.outputs.values())
 
 
 def test_the_torch_expert_product_is_a_capture_error_naming_the_fix(monkeypatch, test_device):
@@ -56,6 +61,18 @@ def test_the_torch_expert_product_is_a_capture_error_naming_the_fix(monkeypatch,
     model = tiny_gemma()
     with pytest.raises(RuntimeError, match=r"could not be captured .*host read.*cuda_graphs=False"):
         decode(model, [PROMPTS[0]], _config(cuda_graphs=True))
+
+
+def test_the_memory_plan_counts_the_denoiser_graphs_buffers():
+    """Under graphs a decode also holds the encoded prefix's static copy at the batch's bucket and
+    float32 static logits and self-conditioning buffers of a canvas at the bucket."""
+    from dllm.engine.memory import kv_cache_bytes, plan_memory
+
+    model = tiny_gemma()
+    eager = plan_memory(model, 3, 24, _config())
+    replayed = plan_memory(model, 3, 24, _config(cuda_graphs=True))
+    assert replayed.kv_cache_bytes - eager.kv_cache_bytes == 2 * kv_cache_bytes(model, 4, 24) - kv_cache_bytes(model, 3, 24)
+    assert replayed.logits_bytes - eager.logits_bytes == 2 * 4 * CANVAS * model.lm_head.out_features * 4
 
 
 @skip_where_native_runs
