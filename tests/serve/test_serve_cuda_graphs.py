@@ -64,8 +64,8 @@ def test_served_answers_replay_and_equal_eager_generate(replaying, test_device):
     assert answers == [_expected(model, PROMPTS[i], n, i) for i, n in jobs]
     stats = graphs.graph_stats(model.model)
     assert stats["eager_forwards"] == 0 and stats["replays"] > second["replays"]
-    # whatever batches the timing made (rows joining, finishing, rebuilt): one canvas length, so a
-    # refresh and a window graph per batch bucket and nothing more
+    # whatever batches the timing made (rows joining, finishing, rebuilt; two batches alive at once
+    # lease a slot each): one canvas length, so a refresh and a window graph per K/V slot, nothing more
     runner = graphs.graph_runner(model.model)
-    assert {key.keys for key in runner.graphs if key.slot is not None} == {64}
-    assert stats["captures"] == 2 * len({key.rows for key in runner.graphs})
+    assert {key.keys for key in runner.graphs} == {64} and stats["evicted_graphs"] == 0
+    assert stats["captures"] == 2 * len({key.slot for key in runner.graphs}) == 2 * stats["kv_slots"]
