@@ -434,12 +434,17 @@ class GraphRunner:
                 torch.add(captured.heads, head[0], out=captured.head_index)
             if captured.key_end is not None:
                 _fill_key_ends(captured.key_end, visible.spans)
-        after = [hook(N, T, key.keys) for hook in self.replay_hooks]
+        return self._replay(captured, N, T, key.keys)
+
+    def _replay(self, captured: _Captured, rows: int, queries: int, keys: int) -> Tensor:
+        """Replay ``captured`` (its static inputs written) between the replay hooks; its first
+        ``rows`` output rows, copied (the next replay overwrites the graph's output)."""
+        after = [hook(rows, queries, keys) for hook in self.replay_hooks]
         out = captured.graph.replay()
         for done in after:
             done()
         self.stats.replays += 1
-        return out[:N].clone()  # the next replay overwrites the graph's output
+        return out[:rows].clone()
 
     def _capture(self, key, forward: Callable[[], Tensor], model, **static) -> _Captured:
         """Capture ``forward`` as the graph of ``key`` (its static inputs ``static``), counted and
@@ -504,12 +509,7 @@ class GraphRunner:
             captured.positions[:N].copy_(positions)
             if conditioning is not None:
                 captured.conditioning[:N].copy_(conditioning)
-        after = [hook(N, C, S + C) for hook in self.replay_hooks]
-        out = captured.graph.replay()
-        for done in after:
-            done()
-        self.stats.replays += 1
-        return out[:N].clone()
+        return self._replay(captured, N, C, S + C)
 
 
 def _static_prefix(store, rows: int, capacity: int) -> _StaticPrefix:
