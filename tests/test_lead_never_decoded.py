@@ -122,3 +122,26 @@ def test_drafts_see_no_work_in_the_prompt_tail(tmp_path, kind):
                                                         strategy_args={"num_drafts": 1}))
     assert torch.equal(one_draft.answer, base.answer)
     assert one_draft.nfe.tolist() == base.nfe.tolist()
+
+
+@pytest.mark.parametrize("kind", ["fast_dllm_v2", "sdar"])
+def test_the_stoppers_answer_span_leaves_the_lead_out(tmp_path, kind):
+    """SchED / Prophet average their margin, and EoTP looks for end-of-text, over the answer
+    only: a row's lead (its prompt tail) is outside ``answer_region``, so a block-causal row's
+    exit does not weigh the model's predictions at prompt positions."""
+    from dllm.samplers.stoppers.span import answer_region
+
+    model = tiny_block_causal(tmp_path / kind, kind)
+    prompts = ragged_prompts(model.mask_token_id)
+    decoding = Decoding(model, [RowStart(prefix=p, gen_length=8, seed=i) for i, p in enumerate(prompts)],
+                        GenerationConfig(gen_length=8, block_length=4, stopper="sched"))
+    state = decoding.state
+    G, P = state.config.gen_length, state.canvas.prompt_width
+    ends = [12, 12, 8, 12]  # lead + 8 answer positions, in whole blocks of 4 (row 2: no lead)
+    assert state.lead.tolist() == [2, 2, 0, 3] and (state.end - P).tolist() == ends and G == 12
+    expected = [[lead <= j < end for j in range(G)] for lead, end in zip((2, 2, 0, 3), ends)]
+    assert answer_region(state).tolist() == expected
+    state.end = state.end.clone()
+    state.end[1] -= 3  # an EoTP cut keeps its meaning: the answer ends there
+    expected[1] = [2 <= j < G - 3 for j in range(G)]
+    assert answer_region(state).tolist() == expected

@@ -78,7 +78,10 @@ class AnswerView:
 
 
 def answer_region(state) -> Tensor:
-    """(B, G) bool: answer positions before each row's end (EoTP may have cut the rest)."""
+    """(B, G) bool: each row's answer positions: before its end (EoTP may have cut the rest) and
+    after its lead (a block-causal row's prompt tail at the region's start is prompt: SchED's and
+    Prophet's mean margin is the answer's, as in the papers)."""
     G = state.config.gen_length
     idx = torch.arange(G, device=state.end.device)
-    return idx[None, :] < (state.end - state.canvas.prompt_width)[:, None]
+    region = idx[None, :] < (state.end - state.canvas.prompt_width)[:, None]
+    return region if state.lead_mask is None else region & ~state.lead_mask
