@@ -12,7 +12,9 @@ static buffers, the graph runs, its static logits are copied out.
   and the window, whatever its length; 2 per block before). Block-causal spans are data too
   (each query's key end, filled span by span; the attention runs once over the canvas with the
   rule as a dense mask) unless the attention is the batch-invariant kernel, which takes key
-  prefixes. Query lengths stay in the key (the prefix cache's window shrinks block by block).
+  prefixes. Query lengths stay in the key (the prefix cache's window shrinks block by block);
+  an uncached block-causal forward is widened with masks to a captured length instead
+  (``ModelRunner._widened``: later blocks are invisible to it), a graph per 64 columns.
 * Canvas lengths are bucketed (``canvas_length``): the prompt region is left-padded so that the
   canvas has a captured length, so prompts of 3 and 40 tokens, and a server's batch rebuilt at a
   block boundary, share one canvas length, K/V slot and set of graphs.

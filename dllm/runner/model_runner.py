@@ -13,7 +13,7 @@ from torch import Tensor
 
 from dllm.runner.canvas import Canvas
 from dllm.runner.compiled import call_compiled, mark_static
-from dllm.runner.graphs import GraphRunner, graph_runner
+from dllm.runner.graphs import GraphRunner, canvas_length, graph_runner
 from dllm.models.transformer import DiffusionTransformer
 from dllm.models.visibility import KeyVisibility, block_causal_spans
 
@@ -102,8 +102,11 @@ class ModelRunner:
         row); count: which canvas rows this forward is charged to (default: active rows).
         Answer-wide stoppers (``keep_last``) widen a canvas forward's head to every answer output.
         """
+        asked = tokens.shape[1]
+        if self.graphs is not None and cache is None and self.model.attention == "block_causal":
+            tokens = self._widened(tokens)
         T = tokens.shape[1]
-        lo, hi = (0, T) if logits_for is None else logits_for
+        lo, hi = (0, asked) if logits_for is None else logits_for
         keep = self.keep_last and rows is None
         head_lo, head_hi = lo, hi
         if keep:  # every answer output of the forward
@@ -128,8 +131,20 @@ class ModelRunner:
             logits = self._model(tokens, positions, visible, cache, q_start, head, need)
         charged = self._count(T, tokens.shape[0], rows, count)
         if self.keep_last:  # candidate-state forwards (rows) do not describe the canvas
-            self.last = None if rows is not None else LastForward(logits, q_start + head_lo, charged)
+            seen = logits[:, : asked - head_lo]  # a widened forward's extra queries are not the canvas's
+            self.last = None if rows is not None else LastForward(seen, q_start + head_lo, charged)
         return logits[:, lo - head_lo : hi - head_lo] if (head_lo, head_hi) != (lo, hi) else logits
+
+    def _widened(self, tokens: Tensor) -> Tensor:
+        """An uncached block-causal forward (the canvas up to the window's model block) widened
+        to a captured length (``graphs.canvas_length``) with mask tokens: no query sees a later
+        block, so the asked positions' logits are unchanged, and the graphs of a decode are one
+        per 64 positions, not one per model block. The extra queries are computed and counted."""
+        N, T = tokens.shape
+        width = canvas_length(T, self.canvas.length)
+        if width == T:
+            return tokens
+        return torch.cat([tokens, tokens.new_full((N, width - T), self.model.mask_token_id)], dim=1)
 
     def new_prefix(self):
         """An empty prefix store of an encoder-denoiser model (``cache="encoder"``)."""

@@ -154,12 +154,31 @@ def block_causal(tmp_path_factory, test_device):
 def test_block_causal_replayed_decode_equals_eager(block_causal, emulated, options):
     config = dict(BASE, **options)
     eager = decode(block_causal, RAGGED, GenerationConfig(**config))
-    # Blocks count from position 0 here: each prompt (shorter than a block of 8) leads its answer
-    # region (5 + 16 tokens: 3 blocks) and the engine's prompt is the canvas' one kept column. The
-    # caches compute the prompt's K/V once (later forwards start at the exact K/V's end).
-    _same(eager, decode(block_causal, RAGGED, GenerationConfig(**config, cuda_graphs=True)),
-          eager.nfe if options["cache"] == "none" else 1, _padding([[0]], gen_length=24))
+    replayed = decode(block_causal, RAGGED, GenerationConfig(**config, cuda_graphs=True))
+    if options["cache"] == "none":  # each forward widened to the captured canvas (1 + 24 -> 64 columns)
+        assert torch.equal(eager.answer, replayed.answer) and torch.equal(eager.nfe, replayed.nfe)
+        assert torch.equal(replayed.token_forwards, eager.nfe * graphs.canvas_length(25, 10_000))
+        assert torch.all(eager.token_forwards < replayed.token_forwards)
+    else:
+        # Blocks count from position 0 here: each prompt (shorter than a block of 8) leads its answer
+        # region (5 + 16 tokens: 3 blocks) and the engine's prompt is the canvas' one kept column. The
+        # caches compute the prompt's K/V once (later forwards start at the exact K/V's end).
+        _same(eager, replayed, 1, _padding([[0]], gen_length=24))
     assert graphs.graph_stats(block_causal)["eager_forwards"] == 0
+
+
+@pytest.mark.parametrize("stopper", [{}, dict(stopper="sched", stopper_args={"tau_high": 0.5, "tau_low": 0.2})],
+                         ids=["plain", "sched"])  # SchED's low taus exit mid-decode on this random model
+def test_uncached_block_causal_forwards_replay_a_graph_per_captured_length(block_causal, emulated, stopper):
+    """An uncached block-causal forward covers the canvas up to the window's model block; under
+    graphs it is widened with masks to a captured length (no earlier query sees them), so 16
+    blocks of 8 capture a graph per 64 columns (3), not one per block, with the eager tokens and
+    forwards, SchED's answer-wide margins (which must not read the widened queries) included."""
+    config = dict(BASE, cache="none", gen_length=128, steps=64, **stopper)
+    eager = decode(block_causal, RAGGED, GenerationConfig(**config))
+    replayed = decode(block_causal, RAGGED, GenerationConfig(**config, cuda_graphs=True))
+    assert torch.equal(eager.answer, replayed.answer) and torch.equal(eager.nfe, replayed.nfe)
+    assert graphs.graph_stats(block_causal)["captures"] == 3  # canvas 1 + 128 -> 192: ends 64, 128, 192
 
 
 def test_block_causal_spans_replay_as_data(block_causal, emulated):
