@@ -35,8 +35,9 @@ def scenarios(seed: int = 0) -> list[tuple[str, str, list[tuple[list[list[int]],
         jobs = [([[rng.randrange(3, 200) for _ in range(rng.randrange(8, 200))]],
                  dict(gen_length=64, block_length=32, steps=16, cache=cache)) for _ in range(20)]
         out.append(("tiny-llada", f"{cache}, 20 requests of 8-199 prompt tokens, gen 64, block 32", jobs))
-    out.append(("tiny-sdar", "block-causal (model blocks of 4), dual, 1 prompt of 16, gen 256, block 4",
-                [([[5] * 16], dict(gen_length=256, block_length=4, steps=128, cache="dual"))]))
+    for cache in ("dual", "none"):
+        out.append(("tiny-sdar", f"block-causal (model blocks of 4), {cache}, 1 prompt of 16, gen 256, block 4",
+                    [([[5] * 16], dict(gen_length=256, block_length=4, steps=128, cache=cache))]))
     return out
 
 
