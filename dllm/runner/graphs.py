@@ -194,13 +194,14 @@ class _NoHostReads(TorchFunctionMode):
     capture's own error)."""
 
     READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "masked_select",
-             "unique", "bincount",
-             "tensor", "as_tensor", "from_numpy"}  # a host value copied in: on CUDA a copy the capture refuses
+             "unique", "bincount"}
+    COPIES_IN = {"tensor", "as_tensor", "from_numpy"}  # on CUDA a host-to-device copy the capture refuses
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        if name in self.READS:
-            raise RuntimeError(f"operation not permitted when stream is capturing: a host read ({name})")
+        if name in self.READS or name in self.COPIES_IN:
+            what = "a host read" if name in self.READS else "a host value copied in"
+            raise RuntimeError(f"operation not permitted when stream is capturing: {what} ({name})")
         return func(*args, **(kwargs or {}))
 
 

@@ -450,6 +450,16 @@ def test_a_host_read_inside_the_forward_is_a_capture_error_naming_the_fix(emulat
         decode(model, RAGGED, GenerationConfig(**BASE, cache="dual", cuda_graphs=True))
 
 
+def test_the_emulation_names_a_host_value_copied_in_apart_from_a_host_read():
+    """What a capture cannot hold, as the CPU emulation reports it: a value read back to the
+    host, or a host value copied to the device (``torch.tensor`` inside the forward)."""
+    x = torch.ones(3)
+    with pytest.raises(RuntimeError, match=r"a host value copied in \(tensor\)"):
+        graphs.EmulatedGraph(lambda: x + torch.tensor([1.0, 2.0, 3.0]), None, x.device)
+    with pytest.raises(RuntimeError, match=r"a host read \(item\)"):
+        graphs.EmulatedGraph(lambda: x * x.sum().item(), None, x.device)
+
+
 def test_tensor_parallel_models_are_refused(tiny_models, emulated, monkeypatch):
     model = tiny_models["llada"].model
     monkeypatch.setattr(model, "tensor_shard", object(), raising=False)  # what a rank's model carries
