@@ -1,0 +1,69 @@
+"""The docs name what exists: docs/ARCHITECTURE.md's package listing holds every module of
+``dllm/`` under its package, and every file path the docs and the README name is in the tree."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "dllm"
+ARCHITECTURE = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+# a path from the repository root, not the tail of a longer one (dllm/bench/x.py is no bench/x.py)
+PATH = re.compile(r"(?<![\w/.-])((?:dllm|tests|bench|docs)/[\w/.-]*\.(?:py|sh|json|md))(?![\w/*{-])")
+
+
+def listing_entries(text: str) -> dict[str, str]:
+    """The layout listing (the first code block) as top-level name -> its text: an entry starts
+    at a line indented two spaces ("  cache/  ...", "  validation.py ...") and runs on through
+    the deeper lines after it."""
+    block = text.split("```", 2)[1]
+    entries: dict[str, str] = {}
+    name = None
+    for line in block.splitlines():
+        if re.match(r"  \S", line):
+            name = line.split()[0].rstrip("/")
+            entries[name] = ""
+        if name is not None:
+            entries[name] += line + "\n"
+    return entries
+
+
+def unlisted_modules(text: str) -> list[str]:
+    entries = listing_entries(text)
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        entry = entries.get(rel.parts[0], "")  # a package's entry, or a top-level module's own
+        if not re.search(rf"\b{re.escape(path.stem)}\b", entry):
+            missing.append(str(rel))
+    return missing
+
+
+def missing_paths(doc: Path) -> list[str]:
+    return sorted({p for p in PATH.findall(doc.read_text()) if not (ROOT / p).exists()})
+
+
+def test_layout_listing_names_every_module():
+    missing = unlisted_modules(ARCHITECTURE)
+    assert not missing, f"docs/ARCHITECTURE.md's package listing lacks {missing}"
+
+
+def test_listing_check_sees_a_module_left_out():
+    """The check reads each package's own entry: a module named only in another one is missing."""
+    entries = listing_entries(ARCHITECTURE)
+    assert "uniform_state" in entries["samplers"] and "decoding.py" in entries["engine"]
+    without = ARCHITECTURE.replace(entries["engine"], entries["engine"].replace("uniform_state", "?"))
+    assert unlisted_modules(without) == ["engine/uniform_state.py"]
+
+
+def test_paths_named_in_the_docs_exist():
+    missing = {doc.name: paths for doc in DOCS if (paths := missing_paths(doc))}
+    assert not missing, f"paths named in the docs that are not in the tree: {missing}"
+
+
+def test_path_pattern_takes_whole_paths_only():
+    text = "`dllm/bench/roofline.py`, `bench/gpu_check.sh`, bench/results/x.{json,md}, tests/*.py"
+    assert PATH.findall(text) == ["dllm/bench/roofline.py", "bench/gpu_check.sh"]
