@@ -170,7 +170,7 @@ def _echo_logprobs(model, parsed: ParsedRequest) -> list[dict[str, Any]]:
     decode = lambda ids: model.tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     top = parsed.top_logprobs or 0
     return [prompt_completion_logprobs(prompt_logprobs(model.model, ids, parsed.config.gen_length, top), ids,
-                                       decode, top) for ids in parsed.prompt_ids]
+                                       decode) for ids in parsed.prompt_ids]
 
 
 async def _stream(session: RowSession, parsed: ParsedRequest, writer: ResponseWriter, gone, shutdown: ShutdownState,

@@ -63,7 +63,7 @@ class ResponseWriter:
         entries = row.take_logprobs()
         if self.chat:
             return chat_logprobs(entries, row.ids, start, row.decode)
-        return completion_logprobs(entries, row.ids, start, row.decode, text_start, self.top_logprobs)
+        return completion_logprobs(entries, row.ids, start, row.decode, text_start)
 
     def whole(self, texts: list[str], rows: list[RowText], prompt_tokens: int,
               echoed: list[int] | None = None, prompt_logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -83,8 +83,11 @@ def test_completion_logprob_values(client, model, stream):
         ids = choice.dllm["token_ids"]
         check_tokens(model, ids, choice.logprobs.token_logprobs, prompt_ids)
         _, logprobs = oracle(model, prompt_ids)
-        for position, alternatives in enumerate(choice.logprobs.top_logprobs):
-            want = dict(expected_top(model, logprobs[position], 3))
+        lp = choice.logprobs
+        for position, alternatives in enumerate(lp.top_logprobs):
+            # the token itself first, then the 3 most likely: up to logprobs + 1 entries, as OpenAI and vLLM
+            token, value = lp.tokens[position], lp.token_logprobs[position]
+            want = {token: value} | {k: v for k, v in expected_top(model, logprobs[position], 3) if k != token}
             assert alternatives.keys() == want.keys()
             assert [alternatives[k] for k in want] == pytest.approx(list(want.values()), abs=TOL)
 
