@@ -169,7 +169,8 @@ def _echo_logprobs(model, parsed: ParsedRequest) -> list[dict[str, Any]]:
     """Each prompt's tokens' logprobs in the completion shape (``prompt_logprobs``)."""
     decode = lambda ids: model.tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     top = parsed.top_logprobs or 0
-    return [prompt_completion_logprobs(prompt_logprobs(model.model, ids, parsed.config.gen_length, top), ids,
+    answer = 0 if parsed.prompt_only else parsed.config.gen_length  # max_tokens 0: the prompt alone, no masks
+    return [prompt_completion_logprobs(prompt_logprobs(model.model, ids, answer, top), ids,
                                        decode) for ids in parsed.prompt_ids]
 
 

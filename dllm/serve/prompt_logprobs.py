@@ -2,7 +2,8 @@
 
 OpenAI and vLLM give an echoed prompt's tokens their log-probabilities too, the first token's
 null (nothing precedes it). Here they come from one forward of the request's canvas (the prompt,
-then the answer's ``gen_length`` positions masked, as the decode starts): the log-softmax at
+then the answer's ``gen_length`` positions masked, as the decode starts; with ``max_tokens`` 0 the
+prompt alone, as no answer follows it): the log-softmax at
 each prompt position of the token there, the model's own distribution (no temperature, top-k,
 top-p or guidance). Dream-layout models (``shift_logits``) read position i's logit from output
 i - 1; LLaDA-layout ones from output i. The forward runs on the server's parse threads, not in

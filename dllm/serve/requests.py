@@ -92,6 +92,12 @@ class ParsedRequest:
         return self.top_logprobs is not None
 
     @property
+    def prompt_only(self) -> bool:
+        """echo with max_tokens 0 (OpenAI's legacy completions, lm-eval's loglikelihood): the prompt
+        and its logprobs come back with no answer, and nothing is decoded."""
+        return self.echo and self.max_tokens == 0
+
+    @property
     def prompt_tokens(self) -> int:
         """Prompt tokens as usage counts them: each prompt once, whatever ``n`` (as OpenAI)."""
         return sum(len(ids) for ids in self.prompt_ids)
@@ -150,14 +156,16 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     if include_usage and not stream:
         raise RequestError("stream_options is only allowed with stream=true", "stream_options")
     block = canvas_length(model.model) or defaults.block_length  # a uniform-state model decodes whole canvases
-    config, max_tokens, length_field = _config(body, defaults, chat, max(map(len, prompt_ids)), context, block)
+    echo = _flag(body, "echo")
+    config, max_tokens, length_field = _config(body, defaults, chat, max(map(len, prompt_ids)), context, block,
+                                               prompt_only=echo and not chat)
     try:  # what only the first batch's decode would refuse: a 400 now, not a failed batch
         check_model_fit(model.model, config)
     except ValueError as err:
         raise RequestError(str(err), _field_named(str(err), body)) from None
     if top_logprobs is not None:
         _check_logprob_config(config)
-        if not chat and _flag(body, "echo"):
+        if not chat and echo:
             _check_prompt_logprobs(model.model)
     seed = _seed(body)
     try:
@@ -170,7 +178,7 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     constraint = _constraint(body, model, stops, max_tokens, config)
     return ParsedRequest(chat=chat, prompt_ids=prompt_ids, prompt_texts=prompt_texts, config=config,
                          seeds=sample_seeds(seed, n), max_tokens=max_tokens, stops=stops, stream=stream,
-                         include_usage=include_usage, echo=_flag(body, "echo"), seed=seed,
+                         include_usage=include_usage, echo=echo, seed=seed,
                          top_logprobs=top_logprobs, constraint=constraint)
 
 
@@ -321,11 +329,13 @@ def _check_chars(prompts: list[Any], limits: ServerLimits, context: int, chat: b
 
 
 def _config(body: dict, defaults: ServerDefaults, chat: bool, longest: int, context: int,
-            block: int) -> tuple[GenerationConfig, int, str]:
+            block: int, prompt_only: bool = False) -> tuple[GenerationConfig, int, str]:
     """The request's GenerationConfig: server defaults, then the request's fields; its
     max_tokens and the field that gave it (max_tokens or max_completion_tokens). ``longest``:
     the longest prompt's tokens, which bound the default max_tokens within ``context``;
-    ``block``: the block when neither the server's options nor the request set one."""
+    ``block``: the block when neither the server's options nor the request set one;
+    ``prompt_only``: max_tokens 0 is taken (echo: the prompt alone, nothing decoded; the config,
+    of one block, is still checked, so the options are refused as for any other length)."""
     options = dict(defaults.options)
     options.pop("gen_length", None)
     options.update({k: body[k] for k in DLLM_OPTIONS if k in body})
@@ -338,10 +348,12 @@ def _config(body: dict, defaults: ServerDefaults, chat: bool, longest: int, cont
     max_tokens = body.get(key)
     if max_tokens is None:
         max_tokens = _default_max_tokens(defaults.max_tokens, options["block_length"], longest, context)
+    nothing = prompt_only and max_tokens == 0 and not isinstance(max_tokens, bool)
     try:
-        options["gen_length"] = block_aligned_gen_length(max_tokens, options.get("block_length"))
+        options["gen_length"] = block_aligned_gen_length(1 if nothing else max_tokens, options.get("block_length"))
     except ValueError as err:
-        raise RequestError(str(err).replace("max_tokens", key, 1), key) from None
+        hint = "" if chat else " (0 only with echo, which returns the prompt and its logprobs with no answer)"
+        raise RequestError(str(err).replace("max_tokens", key, 1) + hint, key) from None
     if options.get("steps") is not None and "steps" not in body and options["gen_length"] != defaults.max_tokens:
         options["steps"] = None  # the server's step budget was for its default length
     try:
@@ -455,13 +467,14 @@ def _check_lengths(prompt_ids: list[list[int]], config: GenerationConfig, max_to
                    context: int) -> None:
     """Every prompt's tokens + the answer's positions (max_tokens rounded up to whole blocks)
     within the model's context, said in the API's fields."""
+    answer = config.gen_length if max_tokens else 0  # max_tokens 0 (echo): no answer positions
     for i, ids in enumerate(prompt_ids):
         if not ids:
             raise RequestError(f"prompt {i} is empty; a request needs at least one token", "prompt")
-        total = len(ids) + config.gen_length
+        total = len(ids) + answer
         if total > context:
-            rounded = "" if config.gen_length == max_tokens else (
-                f" (rounded up to {config.gen_length}, whole blocks of {config.block_length})")
+            rounded = "" if answer == max_tokens else (
+                f" (rounded up to {answer}, whole blocks of {config.block_length})")
             raise RequestError(f"prompt {i} has {len(ids)} tokens + {field} {max_tokens}{rounded} = {total} > the "
                                f"model's context of {context}; shorten the prompt or lower {field}", "prompt")
 

@@ -37,6 +37,10 @@ class RowText:
         self.error: str | None = None
         self._kept: list[int] | None = None  # token_ids of a row that ended by end-of-text / stop
 
+    def end_undecoded(self) -> None:
+        """A row of no answer tokens (echo with max_tokens 0): "length" at once, nothing decoded."""
+        self.reason, self.settled, self.stats = "length", True, {"nfe": 0, "token_forwards": 0, "draft_rows": 0}
+
     @property
     def done(self) -> bool:
         return self.reason is not None

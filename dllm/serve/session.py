@@ -42,6 +42,8 @@ class RowSession:
                                                   top_logprobs=parsed.top_logprobs,
                                                   constraint=parsed.constraint))
                 self.rows.append(RowText(decode, list(model.model.eos_token_ids), parsed.stops, parsed.max_tokens))
+                if parsed.prompt_only:
+                    self.rows[-1].end_undecoded()
         self._queue: asyncio.Queue[tuple[int, RowUpdate]] = asyncio.Queue()
         self._submitted = 0
         self.disconnected = False  # the client went away before every row was decided
@@ -51,7 +53,7 @@ class RowSession:
         rows already queued are cancelled and the error propagates."""
         loop = asyncio.get_running_loop()
         try:
-            for index, request in enumerate(self.requests):
+            for index, request in enumerate(self.requests if not self.parsed.prompt_only else []):
                 self.scheduler.submit(request, self._callback(loop, index))
                 self._submitted += 1
         except (QueueFullError, ValueError):
@@ -78,6 +80,10 @@ class RowSession:
         polled every ``poll`` seconds; when it answers True the rows are cancelled and iteration
         stops."""
         checked = time.perf_counter()
+        if self.parsed.prompt_only:  # rows of no answer: each one's finish, and nothing decoded
+            for index, row in enumerate(self.rows):
+                self.metrics.row_finished(row.reason, 0, row.answer_stats)
+                yield RowEvent(index=index, text="", finished=True)
         while not self.settled:
             try:
                 index, update = await asyncio.wait_for(self._queue.get(), timeout=poll)

@@ -8,6 +8,7 @@ import json
 
 import httpx
 import pytest
+import torch
 
 from dllm.serve.app import create_app
 from dllm.serve.protocol import SchedulerLimits
@@ -42,3 +43,52 @@ def test_logprobs_zero_gives_each_token_its_own_entry(served):
     tokens = [model.tokenizer.decode([t], skip_special_tokens=False) for t in choice["dllm"]["token_ids"]]
     assert lp["tokens"] == tokens
     assert lp["top_logprobs"] == [{t: v} for t, v in zip(tokens, lp["token_logprobs"])]
+
+
+def prompt_alone_logprobs(model, ids: list[int]) -> list[float]:
+    """Logprobs of ids[1:] from one forward of the prompt alone (no masked answer after it), read
+    at the LLaDA layout (logit i from output i)."""
+    lm = model.model
+    tokens = torch.tensor([ids], device=lm.device)
+    with torch.no_grad():
+        logp = torch.log_softmax(lm(tokens, torch.arange(len(ids), device=lm.device)[None])[0].double(), dim=-1)
+    return [float(logp[i, t]) for i, t in enumerate(ids) if i > 0]
+
+
+def test_echo_with_max_tokens_zero_scores_the_prompt_without_decoding(served):
+    model, scheduler, url = served
+    ids = model.encode(PROMPT, chat=False)
+    before = len(scheduler.submitted)
+    out = post(url, max_tokens=0, echo=True, logprobs=1, n=2).json()
+    assert len(scheduler.submitted) == before  # no row reached the scheduler
+    assert out["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 0, "total_tokens": len(ids)}
+    for choice in out["choices"]:
+        assert choice["text"] == PROMPT and choice["finish_reason"] == "length"
+        assert choice["dllm"]["token_ids"] == [] and choice["dllm"]["stats"]["nfe"] == 0
+        lp = choice["logprobs"]
+        assert lp["tokens"] == [model.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
+        assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+        assert lp["token_logprobs"][1:] == pytest.approx(prompt_alone_logprobs(model, ids), abs=1e-4)
+    plain = post(url, max_tokens=0, echo=True).json()["choices"][0]
+    assert plain["text"] == PROMPT and plain["logprobs"] is None
+
+
+def test_echo_with_max_tokens_zero_streams(served):
+    model, _, url = served
+    body = {"model": "m", "prompt": PROMPT, "max_tokens": 0, "echo": True, "logprobs": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    choices = [e["choices"][0] for e in events if e["choices"]]
+    assert "".join(c["text"] for c in choices) == PROMPT
+    assert [c["finish_reason"] for c in choices][-1] == "length"
+    assert sum(len(c["logprobs"]["tokens"]) for c in choices) == len(model.encode(PROMPT, chat=False))
+    assert events[-1]["usage"]["completion_tokens"] == 0
+
+
+def test_max_tokens_zero_without_echo_is_refused_naming_echo(served):
+    _, _, url = served
+    r = post(url, max_tokens=0)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "max_tokens" and "echo" in error["message"]
