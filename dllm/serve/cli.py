@@ -100,9 +100,11 @@ def _serve_tensor_parallel(args: argparse.Namespace, setup: ServeSetup) -> int:
 
     from dllm.parallel.dist import leave_together, run_rank
     from dllm.serve.mirror import LeaderScheduler, OpChannel, follow
+    from dllm.serve.requests import check_server_defaults
 
     def body(rank: int) -> None:
         model = load_from_args(args)
+        check_server_defaults(model, setup.defaults)  # every rank alike: the job ends with the reason, exit 2
         channel = OpChannel()
         # torchrun passes a SIGTERM / SIGINT to every rank: rank 0 shuts the server down (uvicorn
         # re-raises the signal once it returns: ignored here, so that rank 0 lives to stop the

@@ -98,6 +98,16 @@ def test_a_failing_rank_ends_the_server_job_with_its_message():
     assert time.monotonic() - start < 60
 
 
+def test_server_options_the_model_refuses_end_the_tensor_parallel_job_at_start():
+    """As a one-process server: the defaults are checked against the loaded model before the port opens
+    (it used to start and refuse every request that kept them)."""
+    done = torchrun([*SERVE, "--tensor-parallel", "2", "--strategy", "apd", "--port", str(_free_port())], 2,
+                    timeout=90)
+    assert done.returncode != 0 and "serving " not in done.stderr
+    assert "failed: the server's options cannot decode this model: strategy 'apd' needs an autoregressive helper" \
+        in done.stderr
+
+
 def test_tensor_parallel_serve_without_torchrun_is_refused_before_loading(capsys, monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     assert main([*SERVE[2:], "--tensor-parallel", "2", "--model", "no-such-model"]) == 2
