@@ -103,3 +103,27 @@ def test_live_is_the_default_on_a_terminal_and_no_live_on_a_pipe(lm, monkeypatch
         monkeypatch.setattr(sys.stdout, "isatty", lambda: tty)
         assert main(["chat", *ARGS]) == 0
         assert ("\r\x1b[K" in capsys.readouterr().out) == live
+
+
+def test_a_failed_turn_reads_as_the_cli_s_errors_and_the_chat_goes_on(lm, monkeypatch, capsys):
+    """Each error line is ``dllm chat: error: ...``, as ``main`` prints bad input for every command;
+    a decode that fails (here: out of memory) costs its turn only."""
+    expected = _conversation_answers(lm, [("Copy: Ann Lee", {})])
+    real_stream = lm.stream
+    calls = iter([RuntimeError("CUDA out of memory"), None])
+
+    def stream(*args, **kwargs):
+        failure = next(calls)
+        if failure is not None:
+            raise failure
+        return real_stream(*args, **kwargs)
+
+    monkeypatch.setattr(lm, "stream", stream)
+    monkeypatch.setattr("dllm.load", lambda *args, **kwargs: lm)
+    monkeypatch.setattr("sys.stdin", io.StringIO("Copy: Ann Lee\n/nope\n/set bogus=1\nCopy: Ann Lee\n"))
+    assert main(["chat", "--no-live", *ARGS]) == 0
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if "error" in line]
+    assert len(errors) == 3 and all(line.startswith("dllm chat: error: ") for line in errors), errors
+    assert "CUDA out of memory" in errors[0]
+    assert captured.out == expected[0] + "\n"  # the failed turn left no trace in the conversation

@@ -24,6 +24,7 @@ from dllm.engine.config import GenerationConfig
 
 log = logging.getLogger(LOGGER_NAME)
 
+PROG = "dllm chat"
 MASK_GLYPH = "_"
 BLOCK_GLYPH = "|"  # where a block in flight begins (pipelined decodes)
 COMMANDS = ("/reset", "/set", "/show", "/exit", "/quit", "/help")
@@ -51,9 +52,9 @@ class ChatSession:
         self.history.append({"role": "user", "content": text})
         try:
             answer = self._answer()
-        except ValueError as err:
+        except (ValueError, RuntimeError) as err:  # bad input, or a decode that failed (out of memory, ...)
             self.history.pop()  # the conversation stays as it was before the failed turn
-            log.error("%s", err)
+            _error(str(err), exc_info=log.isEnabledFor(logging.DEBUG) and isinstance(err, RuntimeError))
             return True
         except KeyboardInterrupt:  # Ctrl-C: the turn is cancelled, the conversation before it kept
             self.history.pop()
@@ -78,7 +79,7 @@ class ChatSession:
         elif name == "/help":
             log.info("%s", HELP)
         else:
-            log.error("unknown command %r%s; %s", name, did_you_mean(name, COMMANDS), HELP)
+            _error(f"unknown command {name!r}{did_you_mean(name, COMMANDS)}; {HELP}")
         return True
 
     def _set(self, text: str) -> None:
@@ -86,7 +87,7 @@ class ChatSession:
         try:
             self.settings = self.settings.updated(text)
         except (ValueError, TypeError) as err:
-            log.error("%s; options unchanged", err)
+            _error(f"{err}; options unchanged")
             return
         log.info("(set %s)", ", ".join(setting_name(pair.split("=", 1)[0]) + "=" + pair.split("=", 1)[1]
                                       for pair in split_settings(text)))
@@ -115,6 +116,12 @@ class ChatSession:
 
     def _token_text(self, token: int) -> str:
         return self.model.tokenizer.decode([token], skip_special_tokens=False)
+
+
+def _error(message: str, exc_info: bool = False) -> None:
+    """A turn's or a command's error, read as the CLI's others (``dllm chat: error: ...``); the
+    session goes on."""
+    log.error("%s", message, exc_info=exc_info, extra={"prog": PROG})
 
 
 class _LiveLine:

@@ -11,13 +11,14 @@ LOGGER_NAME = "dllm"
 
 
 class _Formatter(logging.Formatter):
-    """INFO lines as written (a stats line reads like output); others prefixed ``dllm: warning:``."""
+    """INFO lines as written (a stats line reads like output); others prefixed ``dllm: warning:``,
+    or with the command a record names (``extra={"prog": "dllm chat"}``), as ``main`` prints bad input."""
 
     def format(self, record: logging.LogRecord) -> str:
         message = super().format(record)
         if record.levelno == logging.INFO:
             return message
-        return f"dllm: {record.levelname.lower()}: {message}"
+        return f"{getattr(record, 'prog', 'dllm')}: {record.levelname.lower()}: {message}"
 
 
 def configure_logging(verbose: int = 0, quiet: bool = False) -> None:
