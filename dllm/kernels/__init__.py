@@ -99,15 +99,16 @@ def combine_shard_stats(parts: Tensor) -> TokenStats:
     return _ss.combine_shard_stats_torch(parts)
 
 
-def grouped_matmul(x: Tensor, w: Tensor, offsets: Tensor) -> Tensor:
+def grouped_matmul(x: Tensor, w: Tensor, offsets: Tensor, *, row_tile: int | None = None) -> Tensor:
     """Expert-grouped product through the selected backend: rows of x (N, K) sorted by expert,
     w (E, N_out, K) one nn.Linear weight per expert, offsets (E + 1,) int the experts' row
     bounds -> y (N, N_out), ``y[rows of e] = x[rows of e] @ w[e].T``
-    (see ``dllm.kernels.grouped_matmul``). The Triton kernel is one launch for all experts."""
+    (see ``dllm.kernels.grouped_matmul``). The Triton kernel is one launch for all experts;
+    ``row_tile`` pins its row tile (batch-invariant mode), else it follows the rows per expert."""
     backend = kernel_backend(x.device)
     _count("grouped_matmul", backend)
     if backend == "triton":
-        return _gm.grouped_matmul_triton(x, w, offsets)
+        return _gm.grouped_matmul_triton(x, w, offsets, block_m=row_tile)
     if torch.compiler.is_compiling():  # the reference reads the offsets on the host: an opaque op
         return _gm.grouped_matmul_op(x, w, offsets)
     return _gm.grouped_matmul_torch(x, w, offsets)

@@ -13,9 +13,16 @@ one Triton program a row on CUDA (``confidence_stats``), and log-probabilities g
 add the ranks' parts in rank order (``TensorShard.fixed_order``): a collective library may order
 a sum by the tensor's size.
 
-Not covered yet, so not guaranteed bitwise on a GPU: the MoE grouped product (row-invariant under
-the Triton interpreter and across its row tiles, tests/kernels/test_batch_invariant.py, not yet
-measured on a GPU) and training's dense-mask attention. Loading says so with a warning. A family
+Every ``MoEMLP`` runs its grouped expert product with a pinned row tile (``INVARIANT_ROW_TILE``):
+by default the Triton kernel sizes the tile from the rows per expert, and a larger tile can lower
+``tl.dot`` to another MMA instruction (Hopper's warpgroup MMA from 64 rows), whose order of a row's
+sum is not the smaller one's; a fixed tile is the fixed-configuration rule of batch-invariant
+GEMMs. The MoE router's softmax stays torch's (one row per reduction over E experts).
+
+Not covered yet, so not guaranteed bitwise on a GPU: the MoE grouped product with its pinned tile
+(row-invariant under the Triton interpreter and across its row tiles,
+tests/kernels/test_batch_invariant.py, not yet measured on a GPU) and training's dense-mask
+attention. Loading says so with a warning. A family
 with layers of its own swaps them itself: ``make_batch_invariant`` calls the model's
 ``make_batch_invariant()`` when it has one (DiffusionGemma: its norms, attention and
 self-conditioning, ``dllm.models.gemma``). The adaptive cache computes its attention-mass
@@ -46,9 +53,13 @@ from torch import Tensor, nn
 from dllm import kernels
 from dllm.models.kernel_version import modules_swapped
 from dllm.models.layers import Attention, RMSNorm
+from dllm.models.moe import MoEMLP
 from dllm.validation import OptionTypeError
 
 log = logging.getLogger(__name__)
+# the MoE grouped product's row tile under the option: the kernel's own choice at decode sizes (up
+# to 16 rows an expert), so a batch-1 decode keeps its tiles; below Hopper's 64-row warpgroup MMA
+INVARIANT_ROW_TILE = 16
 NOT_COVERED = ("the MoE grouped product is not yet measured on a GPU, so a row's logits on CUDA can still move "
                "with its batch there (issue 39)")
 
@@ -102,16 +113,20 @@ def check_batch_invariant(batch_invariant: object, device: torch.device, *, quan
 
 def make_batch_invariant(model: nn.Module) -> dict[str, int]:
     """Swap every ``nn.Linear`` and ``RMSNorm`` of ``model`` (in place) for its batch-invariant
-    twin and point every ``Attention`` at ``kernels.invariant_attention``, then let a model with
+    twin, point every ``Attention`` at ``kernels.invariant_attention``, pin every ``MoEMLP``'s
+    grouped-product row tile (``INVARIANT_ROW_TILE``), then let a model with
     layers of its own swap them (its ``make_batch_invariant()``, counts added); returns how many
     of each. Marks ``model.batch_invariant`` (results record it) and raises the model's
     ``kernel_version`` (``dllm.models.kernel_version``: CUDA graphs captured before the swap
     replay the old kernels, and the graph runner checks it)."""
-    counts = {"linear": 0, "rms_norm": 0, "attention": 0}
+    counts = {"linear": 0, "rms_norm": 0, "attention": 0, "moe": 0}
     for module in model.modules():
         if isinstance(module, Attention):
             module.attention_kernel = kernels.invariant_attention
             counts["attention"] += 1
+        elif isinstance(module, MoEMLP):
+            module.row_tile = INVARIANT_ROW_TILE
+            counts["moe"] += 1
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
@@ -126,8 +141,8 @@ def make_batch_invariant(model: nn.Module) -> dict[str, int]:
             counts[name] += n
     model.batch_invariant = True
     modules_swapped(model)
-    log.warning("batch_invariant=True: %d linears, %d RMSNorms and %d attentions replaced; %s", counts["linear"],
-                counts["rms_norm"], counts["attention"], NOT_COVERED)
+    log.warning("batch_invariant=True: %d linears, %d RMSNorms and %d attentions replaced, %d MoE row tiles "
+                "pinned; %s", counts["linear"], counts["rms_norm"], counts["attention"], counts["moe"], NOT_COVERED)
     return counts
 
 

@@ -85,6 +85,9 @@ class MoEMLP(nn.Module):
         self.up_proj = nn.Parameter(torch.empty(E, I, d_model))
         self.down_proj = nn.Parameter(torch.empty(E, d_model, I))
         self.shared = SwiGLU(_MLPShape(d_model, shared)) if shared > 0 else None
+        # the grouped product's row tile: None lets the Triton kernel pick it from the rows per
+        # expert; batch-invariant mode pins it (a tile's MMA shape can order a row's sum)
+        self.row_tile: int | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -153,9 +156,11 @@ class MoEMLP(nn.Module):
         counts = torch.zeros(E, dtype=torch.int64, device=x2d.device).scatter_add_(0, flat, torch.ones_like(flat))
         offsets = F.pad(counts.cumsum(0), (1, 0))
         xs = x2d.index_select(0, order // k)
-        h = self.act(grouped_matmul(xs, self.gate_proj, offsets)) * grouped_matmul(xs, self.up_proj, offsets)
+        tile = self.row_tile
+        h = (self.act(grouped_matmul(xs, self.gate_proj, offsets, row_tile=tile))
+             * grouped_matmul(xs, self.up_proj, offsets, row_tile=tile))
         del xs
-        ys = grouped_matmul(h, self.down_proj, offsets)
+        ys = grouped_matmul(h, self.down_proj, offsets, row_tile=tile)
         del h
         slots = torch.empty_like(ys).index_copy_(0, order, ys).view(N, k, d)
         out = slots[:, 0].float() * weights[:, :1]
@@ -178,8 +183,10 @@ class MoEMLP(nn.Module):
         counts = torch.zeros(hi - lo, dtype=torch.int64, device=x2d.device).scatter_add_(0, local, torch.ones_like(local))
         offsets = F.pad(counts.cumsum(0), (1, 0))
         xs = x2d.index_select(0, pairs // self.cfg.top_k)
-        h = self.act(grouped_matmul(xs, self.gate_proj, offsets)) * grouped_matmul(xs, self.up_proj, offsets)
-        ys = grouped_matmul(h, self.down_proj, offsets).float() * weights.reshape(-1)[pairs, None]
+        tile = self.row_tile
+        h = (self.act(grouped_matmul(xs, self.gate_proj, offsets, row_tile=tile))
+             * grouped_matmul(xs, self.up_proj, offsets, row_tile=tile))
+        ys = grouped_matmul(h, self.down_proj, offsets, row_tile=tile).float() * weights.reshape(-1)[pairs, None]
         # back to (token, slot) places, then summed over slots in order: index_add_ on CUDA adds in
         # no fixed order, which a batch-invariant load cannot have (other ranks' slots are zeros)
         k = self.cfg.top_k

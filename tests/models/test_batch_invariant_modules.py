@@ -117,3 +117,39 @@ def test_swapped_bundled_model_decodes_ragged_batches_as_single_rows():
         assert batch == [decode(lm.model, [p], cfg).answer[0].tolist() for p in prompts], cache
         assert batch == decode(plain.model, prompts, cfg).answer.tolist(), cache
     assert CALL_COUNTS["invariant_attention"] > before
+
+
+def test_moe_grouped_products_take_a_pinned_row_tile_under_the_option(monkeypatch):
+    """The Triton grouped product sizes its row tile from the rows per expert, and a bigger tile
+    can mean another MMA instruction on a GPU; under the option every MoE layer pins it, whatever
+    the batch (both the one-process and the expert-parallel path call the same product)."""
+    import dllm.kernels as kernels_mod
+    import dllm.models.moe as moe
+    from dllm.kernels.grouped_matmul import grouped_matmul_torch
+    from dllm.models.batch_invariant import INVARIANT_ROW_TILE
+    from dllm.models.config import MoEConfig
+
+    tiles = []
+
+    def spy(x, w, offsets, *, row_tile=None):
+        tiles.append(row_tile)
+        return grouped_matmul_torch(x, w, offsets)
+
+    monkeypatch.setattr(moe, "grouped_matmul", spy)
+    holder = nn.Module()
+    holder.mlp = moe.MoEMLP(32, MoEConfig(n_experts=8, top_k=2, expert_hidden=16))
+    for rows in (1, 40):
+        holder.mlp(torch.randn(rows, 32))
+    assert tiles == [None] * 6  # the kernel's own choice by default
+    assert make_batch_invariant(holder)["moe"] == 1
+    tiles.clear()
+    for rows in (1, 40):
+        holder.mlp(torch.randn(rows, 32))
+    assert tiles == [INVARIANT_ROW_TILE] * 6
+    # the dispatch point hands the tile to the Triton kernel as its block_m
+    seen = {}
+    monkeypatch.setattr(kernels_mod, "kernel_backend", lambda device=None: "triton")
+    monkeypatch.setattr(kernels_mod._gm, "grouped_matmul_triton",
+                        lambda x, w, offsets, block_m=None: seen.setdefault("block_m", block_m))
+    kernels_mod.grouped_matmul(torch.randn(2, 4), torch.randn(1, 3, 4), torch.tensor([0, 2]), row_tile=16)
+    assert seen == {"block_m": 16}
