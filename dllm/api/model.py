@@ -9,6 +9,7 @@ import torch
 
 from dllm.engine.config import GenerationConfig
 from dllm.engine.decoding import DecodeResult, Decoding, RowStart, check_prompts, decode
+from dllm.api.decided import decided_rows
 from dllm.api.inputs import check_token_ids, prompt_batch
 from dllm.models import load_model, load_tokenizer
 from dllm.models.batch_invariant import check_batch_invariant, make_batch_invariant
@@ -133,7 +134,8 @@ class DiffusionLM:
         row_seed = row_seeds(config, seeds, len(ids), request.n)
         rows = [prompt for prompt in ids for _ in range(request.n)]
         constraints = None if constraint is None else [constraint] * len(rows)
-        result = decode(self.model, rows, config, seeds=row_seed, constraints=constraints)
+        result = decode(self.model, rows, config, seeds=row_seed, constraints=constraints,
+                        decided=decided_rows(self, request, config.gen_length))
         return self.to_output(result, rows, request)
 
     def decode_text(self, ids: list[int]) -> str:

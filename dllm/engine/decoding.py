@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -571,9 +572,15 @@ class Decoding:
         if not self.done and not bool(self._moving.any()):
             self._next_window()
 
-    def run(self) -> DecodeResult:
+    def run(self, decided: Callable[["Decoding"], Tensor | None] | None = None) -> DecodeResult:
+        """Step to the end. ``decided``: read after each round, the rows (B,) bool whose text can no
+        longer change (a request's max_tokens or stop reached, ``api.decided``), stopped at once
+        as the server and ``stream`` stop them, so every row costs the forwards of its own text."""
         while not self.done:
             self.step()
+            rows = None if decided is None or self.done else decided(self)
+            if rows is not None and bool(rows.any()):
+                self.stop_rows(rows)
         return self.result()
 
     @torch.inference_mode()
@@ -608,12 +615,14 @@ class Decoding:
 @torch.inference_mode()
 def decode(model, prompts: list[list[int]], config: GenerationConfig,
            seeds: list[int] | None = None,
-           constraints: list[RowConstraint | None] | None = None) -> DecodeResult:
+           constraints: list[RowConstraint | None] | None = None,
+           decided: Callable[[Decoding], Tensor | None] | None = None) -> DecodeResult:
     """Decode a batch of token-id prompts (ragged lengths allowed) with ``config``.
 
     ``seeds``: one seed per prompt (default ``config.seed`` for every row). A row's random
     numbers depend only on its seed, so it decodes alike in any batch, at any position.
-    ``constraints``: one per prompt (None: free), the language each answer must be a word of."""
+    ``constraints``: one per prompt (None: free), the language each answer must be a word of.
+    ``decided``: rows to stop after a round (``Decoding.run``)."""
     check_prompts(prompts, config, model.config.max_sequence_length)
     check_seeds(seeds, len(prompts))
     seeds = [config.seed] * len(prompts) if seeds is None else seeds
@@ -622,7 +631,7 @@ def decode(model, prompts: list[list[int]], config: GenerationConfig,
     constraints = constraints or [None] * len(prompts)
     rows = [RowStart(prefix=list(p), gen_length=config.gen_length, seed=s, constraint=c)
             for p, s, c in zip(prompts, seeds, constraints)]
-    return Decoding(model, rows, config).run()
+    return Decoding(model, rows, config).run(decided)
 
 
 def _resumed_constraint(row: RowStart) -> RowConstraint | None:

@@ -28,6 +28,9 @@ class ServeRequest:
     seed: int = 0
     top_logprobs: int | None = None
     constraint: RowConstraint | None = None  # response_format: the language the answer keeps to
+    # the answer's token limit: the row stops in the round its final prefix runs past it with no
+    # end-of-text (its text is decided), as generate and stream stop it (dllm.api.decided)
+    max_tokens: int | None = None
 
 
 @dataclass(kw_only=True, slots=True)

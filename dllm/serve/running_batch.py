@@ -185,7 +185,7 @@ class RunningBatch:
                 update.logprobs = decoding.state.logprobs.read(i, row.final - offset, final - offset,
                                                                row.request.top_logprobs)
             row.final = max(row.final, final)
-            if row.cancelled or not active[i] or self.mask_id not in segment:
+            if row.cancelled or not active[i] or self.mask_id not in segment or self._past_max_tokens(row, full):
                 self._finish(row, update, decoding, i, full)
                 if active[i]:
                     stopping.append(i)
@@ -196,6 +196,14 @@ class RunningBatch:
             stop[stopping] = True
             decoding.stop_rows(stop)
         return updates
+
+    def _past_max_tokens(self, row: RowProgress, full: list[int]) -> bool:
+        """The row's final prefix runs past its max_tokens with no end-of-text in reach: its text is
+        decided, the rest of its canvas would be forwards for nothing (an end-of-text is
+        ``stop_at_eos``'s to end)."""
+        limit = row.request.max_tokens
+        return (limit is not None and row.final > limit
+                and not any(t in self.eos for t in full[: limit + 1]))
 
     def _finish(self, row: RowProgress, update: RowUpdate, decoding: Decoding, i: int, full: list[int]) -> None:
         row.finished = True

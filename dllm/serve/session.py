@@ -40,7 +40,7 @@ class RowSession:
                 self.requests.append(ServeRequest(request_id=f"{self.id}-{index}", prompt_ids=ids,
                                                   config=parsed.config, seed=seed,
                                                   top_logprobs=parsed.top_logprobs,
-                                                  constraint=parsed.constraint))
+                                                  constraint=parsed.constraint, max_tokens=parsed.max_tokens))
                 self.rows.append(RowText(decode, list(model.model.eos_token_ids), parsed.stops, parsed.max_tokens))
                 if parsed.prompt_only:
                     self.rows[-1].end_undecoded()
@@ -105,8 +105,10 @@ class RowSession:
             if self.first_token is None and row.ids:
                 self.first_token = time.perf_counter()
                 self.metrics.ttft.observe(self.first_token - self.started)
-            if row.done and not decided and not update.finished:
-                self.scheduler.cancel(self.requests[index].request_id)  # a stop: free the row now
+            if row.done and not decided and not update.finished and row.reason != "eos":
+                # a stop or max_tokens: free the row now (as generate and stream stop it); an
+                # end-of-text is stop_at_eos's to end, or, off, the row decodes on as in generate
+                self.scheduler.cancel(self.requests[index].request_id)
             if row.settled:
                 self.metrics.row_finished(row.reason, len(row.token_ids), row.answer_stats)
             text = row.take_text()

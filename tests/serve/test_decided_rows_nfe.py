@@ -1,0 +1,50 @@
+"""A row whose text max_tokens decides stops there in ``generate``, ``stream`` and the server alike
+(``dllm.api.decided``): the same text and the same nfe for the same request, with stop_at_eos on
+or off. The text is decided in the forward that commits the first max_tokens + 1 answer positions
+(the last of them could have been an end-of-text), read from the whole canvas's decode order."""
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from dllm.serve.app import create_app
+from dllm.serve.protocol import SchedulerLimits
+from dllm.serve.requests import ServerDefaults
+from dllm.serve.scheduler import BatchScheduler
+from serve_helpers import running_server
+
+PROMPT = "hello world, the list is long"
+MAX_TOKENS, BLOCK = 2, 16  # one block of 16 answer positions, the answer cut at 2
+
+
+@pytest.fixture(scope="module")
+def served(tiny_models):
+    model = tiny_models["llada"]
+    scheduler = BatchScheduler(model, SchedulerLimits(max_batch=4, max_queue=8))
+    app = create_app(model, scheduler, defaults=ServerDefaults(options={"block_length": BLOCK}, max_tokens=BLOCK),
+                     served_name="m")
+    try:
+        with running_server(app) as url:
+            yield model, url
+    finally:
+        scheduler.close()
+
+
+@pytest.mark.parametrize("stop_at_eos", [True, False])
+def test_max_tokens_stops_the_row_alike_everywhere(served, stop_at_eos):
+    model, url = served
+    options = dict(chat=False, block_length=BLOCK, stop_at_eos=stop_at_eos, seed=5)
+    whole = model.generate(PROMPT, max_tokens=BLOCK, **options)
+    head = whole.token_ids[0][: MAX_TOKENS + 1]
+    assert len(head) == MAX_TOKENS + 1 and not set(head) & set(model.model.eos_token_ids)
+    decided_at = max(whole.decode_order[0][: MAX_TOKENS + 1])  # the forward (from 1) that made them all final
+    assert decided_at < whole.stats[0]["nfe"]  # else this request could not tell stopping from decoding on
+
+    cut = model.generate(PROMPT, max_tokens=MAX_TOKENS, **options)
+    streamed = list(model.stream(PROMPT, max_tokens=MAX_TOKENS, **options))[-1]
+    body = {"model": "m", "prompt": PROMPT, "max_tokens": MAX_TOKENS, "block_length": BLOCK,
+            "stop_at_eos": stop_at_eos, "seed": 5}
+    choice = httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
+    text = model.tokenizer.decode(head[:MAX_TOKENS], skip_special_tokens=False)
+    assert cut.texts[0] == streamed.final_text == choice["text"] == text
+    assert cut.stats[0]["nfe"] == streamed.stats["nfe"] == choice["dllm"]["stats"]["nfe"] == decided_at
