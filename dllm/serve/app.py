@@ -90,7 +90,7 @@ def create_app(model, scheduler: Scheduler, *, defaults: ServerDefaults | None =
             return error_response(metrics, endpoint, str(err), 400)
         except RuntimeError as err:  # the scheduler is shutting down
             return error_response(metrics, endpoint, str(err), 503)
-        writer = ResponseWriter(chat, served_name, session.id, parsed.seed, parsed.top_logprobs)
+        writer = ResponseWriter(chat, served_name, session.id, parsed.seed, parsed.top_logprobs, parsed.include_usage)
         echoed: list[dict[str, Any]] | None = None  # each prompt's logprobs (echo with logprobs)
         if parsed.echo and parsed.logprobs:
             try:  # while the scheduler decodes the rows

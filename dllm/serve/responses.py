@@ -46,8 +46,9 @@ class ResponseWriter:
     """Bodies for one request of ``chat`` or completion kind, under one id and timestamp."""
 
     def __init__(self, chat: bool, model_name: str, request_id: str, seed: int,
-                 top_logprobs: int | None = None) -> None:
+                 top_logprobs: int | None = None, include_usage: bool = False) -> None:
         self.chat, self.model_name, self.seed, self.top_logprobs = chat, model_name, seed, top_logprobs
+        self.include_usage = include_usage  # stream_options.include_usage: every other chunk's usage is null
         self.id = ("chatcmpl-" if chat else "cmpl-") + request_id
         self.created = int(time.time())
 
@@ -101,7 +102,10 @@ class ResponseWriter:
         if row is not None:
             choice["finish_reason"] = row.openai_finish_reason
             choice["dllm"] = dllm_fields(row)
-        return sse(self._envelope("chat.completion.chunk" if self.chat else "text_completion", [choice]))
+        body = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [choice])
+        if self.include_usage:  # as OpenAI documents it (and vLLM sends it): null until the last chunk
+            body["usage"] = None
+        return sse(body)
 
     def usage_chunk(self, rows: list[RowText], prompt_tokens: int) -> str:
         body = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [])
