@@ -74,3 +74,17 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+@contextlib.contextmanager
+def served_model(model, defaults, scheduler_class=BatchScheduler, **limits):
+    """``model`` behind a running server of ``defaults`` (a ServerDefaults), served as "m";
+    yields (scheduler, base URL); ``limits``: SchedulerLimits fields (default 4 rows, 8 queued)."""
+    from dllm.serve.app import create_app
+
+    scheduler = scheduler_class(model, SchedulerLimits(**{"max_batch": 4, "max_queue": 8, **limits}))
+    try:
+        with running_server(create_app(model, scheduler, defaults=defaults, served_name="m")) as url:
+            yield scheduler, url
+    finally:
+        scheduler.close()

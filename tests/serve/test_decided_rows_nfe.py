@@ -7,11 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from dllm.serve.app import create_app
-from dllm.serve.protocol import SchedulerLimits
 from dllm.serve.requests import ServerDefaults
-from dllm.serve.scheduler import BatchScheduler
-from serve_helpers import running_server
+from serve_helpers import served_model
 
 PROMPT = "hello world, the list is long"
 MAX_TOKENS, BLOCK = 2, 16  # one block of 16 answer positions, the answer cut at 2
@@ -20,14 +17,8 @@ MAX_TOKENS, BLOCK = 2, 16  # one block of 16 answer positions, the answer cut at
 @pytest.fixture(scope="module")
 def served(tiny_models):
     model = tiny_models["llada"]
-    scheduler = BatchScheduler(model, SchedulerLimits(max_batch=4, max_queue=8))
-    app = create_app(model, scheduler, defaults=ServerDefaults(options={"block_length": BLOCK}, max_tokens=BLOCK),
-                     served_name="m")
-    try:
-        with running_server(app) as url:
-            yield model, url
-    finally:
-        scheduler.close()
+    with served_model(model, ServerDefaults(options={"block_length": BLOCK}, max_tokens=BLOCK)) as (_, url):
+        yield model, url
 
 
 @pytest.mark.parametrize("stop_at_eos", [True, False])

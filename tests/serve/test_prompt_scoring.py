@@ -10,10 +10,8 @@ import httpx
 import pytest
 import torch
 
-from dllm.serve.app import create_app
-from dllm.serve.protocol import SchedulerLimits
 from dllm.serve.requests import ServerDefaults
-from serve_helpers import RecordingScheduler, running_server
+from serve_helpers import RecordingScheduler, served_model
 
 PROMPT = "hello world, the list is long"
 
@@ -22,14 +20,9 @@ PROMPT = "hello world, the list is long"
 def served(tiny_models):
     """(model, scheduler, url) of a server on the tiny LLaDA-layout model."""
     model = tiny_models["llada"]
-    scheduler = RecordingScheduler(model, SchedulerLimits(max_batch=4, max_queue=8))
-    app = create_app(model, scheduler, defaults=ServerDefaults(options={"block_length": 8}, max_tokens=8),
-                     served_name="m")
-    try:
-        with running_server(app) as url:
-            yield model, scheduler, url
-    finally:
-        scheduler.close()
+    with served_model(model, ServerDefaults(options={"block_length": 8}, max_tokens=8), RecordingScheduler) as (
+            scheduler, url):
+        yield model, scheduler, url
 
 
 def post(url: str, **body) -> httpx.Response:

@@ -8,24 +8,14 @@ import json
 import httpx
 import pytest
 
-from dllm.serve.app import create_app
-from dllm.serve.protocol import SchedulerLimits
 from dllm.serve.requests import ServerDefaults
-from dllm.serve.scheduler import BatchScheduler
-from serve_helpers import running_server
+from serve_helpers import served_model
 
 
 @pytest.fixture(scope="module")
 def url(tiny_models):
-    model = tiny_models["llada"]
-    scheduler = BatchScheduler(model, SchedulerLimits(max_batch=4, max_queue=8))
-    app = create_app(model, scheduler, defaults=ServerDefaults(options={"block_length": 8}, max_tokens=8),
-                     served_name="m")
-    try:
-        with running_server(app) as base:
-            yield base
-    finally:
-        scheduler.close()
+    with served_model(tiny_models["llada"], ServerDefaults(options={"block_length": 8}, max_tokens=8)) as (_, base):
+        yield base
 
 
 def events(url: str, **body) -> list[dict]:
