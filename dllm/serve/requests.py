@@ -475,8 +475,9 @@ def _check_lengths(prompt_ids: list[list[int]], config: GenerationConfig, max_to
         if total > context:
             rounded = "" if answer == max_tokens else (
                 f" (rounded up to {answer}, whole blocks of {config.block_length})")
+            lower = f" or lower {field}" if max_tokens else ""
             raise RequestError(f"prompt {i} has {len(ids)} tokens + {field} {max_tokens}{rounded} = {total} > the "
-                               f"model's context of {context}; shorten the prompt or lower {field}", "prompt")
+                               f"model's context of {context}; shorten the prompt{lower}", "prompt")
 
 
 def _check_budget(model, prompt_length: int, config: GenerationConfig, field: str) -> None:

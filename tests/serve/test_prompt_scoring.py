@@ -85,3 +85,14 @@ def test_max_tokens_zero_without_echo_is_refused_naming_echo(served):
     assert r.status_code == 400
     error = r.json()["error"]
     assert error["param"] == "max_tokens" and "echo" in error["message"]
+
+
+def test_a_prompt_past_the_context_with_max_tokens_zero_names_only_the_prompt(served):
+    model, _, url = served
+    context = model.model.config.max_sequence_length
+    r = httpx.post(url + "/v1/completions", json={"model": "m", "prompt": [5] * (context + 1), "max_tokens": 0,
+                                                  "echo": True}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+    assert r.json()["error"]["message"].endswith("shorten the prompt")  # no max_tokens lower than 0
+    assert httpx.post(url + "/v1/completions", json={"model": "m", "prompt": [5] * context, "max_tokens": 0,
+                                                     "echo": True}, timeout=60).status_code == 200
