@@ -15,13 +15,17 @@ from torch import Tensor
 
 from dllm.api.outputs import cut_answer
 from dllm.api.request import OutputRequest
+from dllm.engine.config import GenerationConfig
 
 
-def decided_rows(lm, request: OutputRequest, gen_length: int) -> Callable | None:
+def decided_rows(lm, request: OutputRequest, config: GenerationConfig) -> Callable | None:
     """A ``Decoding.run`` reader of the rows ``request`` decided, or None when only the canvas's end
-    decides them (no stop, and max_tokens fills the canvas)."""
+    decides them (no stop, and max_tokens fills the canvas; token editing, which may rewrite a
+    committed token until its window ends)."""
     stops, max_tokens = request.stops, request.max_tokens
-    if not (stops.strings or stops.token_ids) and (max_tokens is None or max_tokens >= gen_length):
+    if config.edit_threshold is not None:
+        return None
+    if not (stops.strings or stops.token_ids) and (max_tokens is None or max_tokens >= config.gen_length):
         return None
     mask_id, eos = lm.model.mask_token_id, lm.model.eos_token_ids
 

@@ -135,7 +135,7 @@ class DiffusionLM:
         rows = [prompt for prompt in ids for _ in range(request.n)]
         constraints = None if constraint is None else [constraint] * len(rows)
         result = decode(self.model, rows, config, seeds=row_seed, constraints=constraints,
-                        decided=decided_rows(self, request, config.gen_length))
+                        decided=decided_rows(self, request, config))
         return self.to_output(result, rows, request)
 
     def decode_text(self, ids: list[int]) -> str:

@@ -202,7 +202,8 @@ class RunningBatch:
         decided, the rest of its canvas would be forwards for nothing (an end-of-text is
         ``stop_at_eos``'s to end)."""
         limit = row.request.max_tokens
-        return (limit is not None and row.final > limit
+        editing = row.request.config.edit_threshold is not None  # a committed token may still be rewritten
+        return (limit is not None and not editing and row.final > limit
                 and not any(t in self.eos for t in full[: limit + 1]))
 
     def _finish(self, row: RowProgress, update: RowUpdate, decoding: Decoding, i: int, full: list[int]) -> None:

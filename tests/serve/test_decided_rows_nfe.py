@@ -39,3 +39,12 @@ def test_max_tokens_stops_the_row_alike_everywhere(served, stop_at_eos):
     text = model.tokenizer.decode(head[:MAX_TOKENS], skip_special_tokens=False)
     assert cut.texts[0] == streamed.final_text == choice["text"] == text
     assert cut.stats[0]["nfe"] == streamed.stats["nfe"] == choice["dllm"]["stats"]["nfe"] == decided_at
+
+
+def test_token_editing_decodes_the_whole_canvas(served):
+    """Editing may rewrite a committed token until its window ends: no row is decided early."""
+    model, _ = served
+    options = dict(chat=False, block_length=BLOCK, stop_at_eos=False, seed=5, edit_threshold=0.5)
+    whole = model.generate(PROMPT, max_tokens=BLOCK, **options)
+    cut = model.generate(PROMPT, max_tokens=MAX_TOKENS, **options)
+    assert cut.stats[0]["nfe"] == whole.stats[0]["nfe"] and cut.token_ids[0] == whole.token_ids[0][:MAX_TOKENS]
