@@ -1,5 +1,7 @@
 """Which rows of a batch decode have a decided text: their final prefix (every position before
-the first mask) already runs past ``max_tokens`` or holds a stop (``outputs.cut_answer``).
+the first mask) already runs past ``max_tokens`` or holds a stop (``outputs.cut_answer``). With
+``max_tokens`` alone it is read on the device; stops need the text, so a request with stops
+reads the canvas back once a round.
 
 The rest of such a row's canvas cannot change its text, so ``generate`` stops it there, as the
 server and ``stream`` do: a row costs the forwards of its own text, and the three report the same
@@ -33,15 +35,35 @@ def decided_rows(lm, request: OutputRequest, config: GenerationConfig) -> Callab
         return lm.tokenizer.decode(ids, skip_special_tokens=False)
 
     has_stops = bool(stops.strings or stops.token_ids)
+    if not has_stops:
+        return _past_max_tokens(mask_id, eos, max_tokens)
 
     def decided(decoding) -> Tensor:
         active = decoding.state.runner.active
         out = []
         for row, live in zip(decoding.answer().tolist(), active.tolist()):
             final = row[: row.index(mask_id)] if mask_id in row else row
-            could_end = live and (has_stops or len(final) > max_tokens)
-            out.append(bool(could_end) and cut_answer(final, text_of, eos, stops, max_tokens,
-                                                      complete=False).finish_reason in ("stop", "length"))
+            out.append(live and cut_answer(final, text_of, eos, stops, max_tokens,
+                                           complete=False).finish_reason in ("stop", "length"))
         return torch.tensor(out, dtype=torch.bool, device=active.device)
+
+    return decided
+
+
+def _past_max_tokens(mask_id: int, eos: list[int], max_tokens: int) -> Callable:
+    """Without stops, on the device (no host read, so the round keeps its one read): a row is
+    decided once its final prefix runs past ``max_tokens`` with no end-of-text in its first
+    ``max_tokens + 1`` tokens (one there ends the text ``stop_at_eos``'s way)."""
+
+    eos_ids: list[Tensor] = []  # copied to the device once, at the first round
+
+    def decided(decoding) -> Tensor:
+        answer = decoding.answer()
+        if not eos_ids:
+            eos_ids.append(torch.tensor(eos, dtype=answer.dtype, device=answer.device))
+        masked = answer == mask_id
+        final = torch.where(masked.any(-1), masked.int().argmax(-1), answer.shape[1])  # final prefix lengths
+        ends = torch.isin(answer[:, : max_tokens + 1], eos_ids[0]).any(-1)
+        return decoding.state.runner.active & (final > max_tokens) & ~ends
 
     return decided

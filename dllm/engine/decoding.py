@@ -522,6 +522,8 @@ class Decoding:
         self.max_steps = config.steps_per_block + 4 * config.window_length + config.max_post_steps
         self.window = -1  # the active decision window
         self.done = False
+        # after each round, the rows (B,) bool whose text can no longer change (``run``'s ``decided``)
+        self.decided: Callable[["Decoding"], Tensor] | None = None
         _sync(model)
         self.start = time.perf_counter()
         self._stamps = [0.0]  # seconds at the end of the round of each forward (index = forward)
@@ -558,6 +560,8 @@ class Decoding:
         steps = self.strategy.step(state)  # base-rule steps per row; None: one per moving row
         state.advance(self._moving if steps is None else steps)
         state.finish_rows()
+        if self.decided is not None:  # stopped before the round's one read of the moving rows
+            state.runner.active &= ~self.decided(self)
         now = time.perf_counter() - self.start
         self._stamps.extend([now] * (state.forwards + 1 - len(self._stamps)))
         self._moving = state.moving_rows()
@@ -572,15 +576,14 @@ class Decoding:
         if not self.done and not bool(self._moving.any()):
             self._next_window()
 
-    def run(self, decided: Callable[["Decoding"], Tensor | None] | None = None) -> DecodeResult:
-        """Step to the end. ``decided``: read after each round, the rows (B,) bool whose text can no
-        longer change (a request's max_tokens or stop reached, ``api.decided``), stopped at once
-        as the server and ``stream`` stop them, so every row costs the forwards of its own text."""
+    def run(self, decided: Callable[["Decoding"], Tensor] | None = None) -> DecodeResult:
+        """Step to the end. ``decided``: called after each round's commits, the rows (B,) bool whose
+        text can no longer change (a request's max_tokens or stop reached, ``api.decided``),
+        stopped in that round as the server and ``stream`` stop them, so every row costs the
+        forwards of its own text (a device tensor: no host read of its own)."""
+        self.decided = decided
         while not self.done:
             self.step()
-            rows = None if decided is None or self.done else decided(self)
-            if rows is not None and bool(rows.any()):
-                self.stop_rows(rows)
         return self.result()
 
     @torch.inference_mode()

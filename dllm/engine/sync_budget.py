@@ -13,6 +13,8 @@ stalls the launch queue until the device catches up. The loop is written to stay
 * with EoTP truncating rows: one more per forward (the furthest end over active rows, read
   before the next forward after a truncation): at most one per round plus one per window (the
   candidate strategies' block-start forward);
+* ``generate`` with stop strings or stop ids: one more per round, the canvas read back to find a
+  stop in the final text (``api/decided.py``; ``max_tokens`` alone is checked on the device);
 * per decode: one read when the result is built (each row's last committing forward, which
   gives its own latency).
 

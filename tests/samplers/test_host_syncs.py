@@ -4,6 +4,7 @@ strategy, cache mode and kind of stopper, per round."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 import dllm
 import dllm.engine.decoding as engine
@@ -102,3 +103,29 @@ def test_helper_strategies_host_reads_within_budget(monkeypatch, strategy):
     rounds = made[0].rounds
     budget = read_budget(strategy, rounds, config.num_windows)
     assert syncs.total <= budget, f"{syncs.total} host syncs over {rounds} rounds > budget {budget}: {dict(syncs.by_name)}"
+
+
+@pytest.mark.parametrize("cache", ["none", "dual"])
+def test_max_tokens_stops_rows_without_a_host_read(tiny_models, monkeypatch, cache):
+    """``generate(max_tokens=...)`` stops a row once its text is decided (api/decided.py); with no
+    stop strings that check runs on the device, so the decode keeps the plain budget, and it does
+    stop rows: fewer forwards than decoding the whole canvas."""
+    from dllm.api.decided import decided_rows
+    from dllm.api.request import OutputRequest
+
+    monkeypatch.setattr(runner, "head_rows_pay_off", lambda device: False)
+    made = []
+    make = engine.make_strategy
+    monkeypatch.setattr(engine, "make_strategy", lambda *a: made.append(RoundCounter(make(*a))) or made[-1])
+    lm = tiny_models["llada"]
+    config = GenerationConfig(gen_length=32, block_length=32, steps=32, cache=cache, stop_at_eos=False)
+    whole = decode(lm.model, PROMPTS, config)
+    with HostSyncCounter() as syncs:
+        cut = decode(lm.model, PROMPTS, config, decided=decided_rows(lm, OutputRequest(max_tokens=5), config))
+    budget = read_budget("plain", made[-1].rounds, config.num_windows)
+    assert syncs.total <= budget, f"{syncs.total} host syncs > budget {budget}: {dict(syncs.by_name)}"
+    stopped = cut.nfe < whole.nfe  # a row with an end-of-text in its first 6 tokens decodes on
+    assert stopped.any() and torch.all(cut.nfe <= whole.nfe)
+    for row in stopped.nonzero().flatten().tolist():  # what it kept is the whole decode's
+        first = int((cut.answer[row] == lm.model.mask_token_id).int().argmax())
+        assert first > 5 and torch.equal(cut.answer[row, :first], whole.answer[row, :first])
