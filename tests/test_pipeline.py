@@ -201,3 +201,24 @@ def test_lopa_runs_pipelined(students):
         for i, prompt in enumerate(prompts):
             alone = engine(lm.model, [prompt], **opts)
             assert torch.equal(batch.answer[i], alone.answer[0])
+
+
+def test_prompt_tail_filling_blocks_below_the_model_block(tmp_path):
+    """block_length below the model's block, blocks counted from position 0 (Fast-dLLM v2): a
+    prompt ending in the second half of a model block leads its answer region with whole blocks
+    of decided prompt tail, which the pipeline adds at once, so a row always has a block in
+    flight. With add = decoded = 1 that is the block-by-block decode; a ragged batch equals its rows."""
+    write_tiny_checkpoint(tmp_path, "fast_dllm_v2", seed=1)
+    model = dllm.load(tmp_path, device="cpu", dtype="float32").model
+    assert model.config.block_size == 8 and model.config.block_origin == "absolute"
+    prompts = [list(range(5, 19)), list(range(5, 10)), list(range(5, 14))]  # tails of 6, 5 (under one unit), 1
+    opts = dict(gen_length=8, block_length=4, policy="threshold", policy_args={"tau": 0.9})
+    plain = decode(model, prompts, GenerationConfig(**opts))
+    piped = decode(model, prompts, GenerationConfig(**opts, block_add_threshold=1.0, decoded_token_threshold=1.0))
+    assert torch.equal(plain.answer, piped.answer)
+    loose = GenerationConfig(**opts, block_add_threshold=0.5, decoded_token_threshold=0.5)
+    batch = decode(model, prompts, loose)
+    for i, prompt in enumerate(prompts):
+        alone = decode(model, [prompt], loose)
+        assert torch.equal(batch.answer[i], alone.answer[0]), i
+        assert int(batch.nfe[i]) == int(alone.nfe[0])
