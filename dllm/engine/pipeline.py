@@ -176,13 +176,12 @@ class Pipelined:
         last = torch.where(added == 0, torch.ones_like(last), last)  # the prompt is decoded
         stop = eos & state.config.stop_at_eos  # D2F adds no block after an end-of-text
         added = added + (active & (added < self.num_blocks) & ~stop & (last >= self.add)).long()
-        # A block with no mask left once added is a prompt tail (an aligned row's lead, which can
-        # fill whole blocks when block_length is below the model's block): add the next one too,
-        # so a row always has a block in flight (no host read: at most num_blocks device steps).
-        for _ in range(self.num_blocks):
-            lead = masks.gather(1, (added - 1).clamp_min(0)[:, None])[:, 0] == 0
-            added = added + (active & (added > 0) & (added < self.num_blocks) & ~stop & lead).long()
-        return added
+        # Leading blocks with no mask are decided prompt tail (an aligned row's lead fills whole
+        # blocks when block_length is below the model's block): the block after them joins too, so
+        # a row always has one in flight. A no-op otherwise (the rule above already added it).
+        decided = (masks == 0).int().cumprod(1).sum(1)
+        reach = (decided + 1).clamp_max(self.num_blocks)
+        return torch.where(active & ~stop, torch.maximum(added, reach), added)
 
     def _advance(self, state) -> tuple[int, int]:
         """Add blocks (unless the strategy's candidates add their own, ``grows_blocks``), mark
