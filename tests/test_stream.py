@@ -75,3 +75,28 @@ def test_stream_takes_max_tokens_as_generate_does(tiny_models, max_tokens):
     assert all(len(u.final_text) <= len(last.final_text) for u in updates)  # nothing past the cut shown
     with pytest.raises(ValueError, match="not both"):
         lm.stream("a", chat=False, max_tokens=4, gen_length=8)
+
+
+EDITING = {
+    "stop": dict(edit_threshold=0.0, gen_length=16, block_length=8, steps=4, policy="topk_margin", stop=["a"]),
+    "max_tokens": dict(edit_threshold=0.0, max_tokens=8, block_length=12, steps=1, policy="factor",
+                       temperature=0.8, top_p=0.9, cfg_scale=1.0),
+}
+
+
+@pytest.mark.parametrize("name", EDITING)
+def test_stream_under_token_editing_ends_as_generate(name):
+    """Token editing may rewrite a committed token until its window ends, so a stream emits only
+    what lies before the active window and decodes on as ``generate`` does: the same text,
+    reason and forwards (it used to end at a stop or max_tokens an edit later removed)."""
+    import dllm
+
+    lm = dllm.load("dllm-waitingline-llada", device="cpu", dtype="float32")
+    prompt = "Sort these names: Bob Smith, Alice Jones."
+    for seed in (10, 11):  # seeds whose streams differed from generate before the fix
+        out = lm.generate(prompt, seed=seed, **EDITING[name])
+        updates = list(lm.stream(prompt, seed=seed, **EDITING[name]))
+        last = updates[-1]
+        assert (last.final_text, last.finish_reason) == (out.texts[0], out.finish_reasons[0]), seed
+        assert last.stats["nfe"] == out.stats[0]["nfe"], seed
+        assert "".join(u.text_delta for u in updates) == last.final_text

@@ -4,7 +4,8 @@ A diffusion row commits positions in any order; its *final prefix* is every posi
 its first mask. The text of that prefix (cut at end-of-text and stops, holding back a tail
 that could still become a stop string or an incomplete character) only grows, and ends as
 the text ``generate`` gives. The canvas drives the engine's own ``Decoding``, so the tokens
-are ``generate``'s.
+are ``generate``'s. Under token editing (``edit_threshold``) a committed token may change until
+its window ends, so only positions before the active window count as final.
 """
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ def stream_decoding(lm, decoding: Decoding, request: OutputRequest) -> Iterator[
     def text_of(ids: list[int]) -> str:
         return lm.tokenizer.decode(ids, skip_special_tokens=False)
 
+    # token editing may rewrite a committed token until its window ends: only what lies before the
+    # active window is final, and the row decodes to its end as generate's does (api/decided.py)
+    editing = decoding.config.edit_threshold is not None
     previous = decoding.answer()[0].tolist()
     sent, reason = "", None
     while not decoding.done and reason is None:
@@ -58,11 +62,14 @@ def stream_decoding(lm, decoding: Decoding, request: OutputRequest) -> Iterator[
         canvas = decoding.answer()[0].tolist()
         committed = {i: t for i, (t, was) in enumerate(zip(canvas, previous)) if was == mask_id and t != mask_id}
         previous = canvas
-        final_ids = canvas[: next((i for i, t in enumerate(canvas) if t == mask_id), len(canvas))]
+        end = next((i for i, t in enumerate(canvas) if t == mask_id), len(canvas))
+        if editing and not decoding.done:
+            end = min(end, _window_start(decoding))
+        final_ids = canvas[:end]
         cut = cut_answer(final_ids, text_of, eos, stops, request.max_tokens, complete=False)
         reason = cut.finish_reason
         text = cut.text if reason else cut.text[: safe_text_length(cut.text, stops)]
-        if reason in ("stop", "length"):  # the rest of the canvas cannot change the text: stop decoding
+        if reason in ("stop", "length") and not editing:  # the rest of the canvas cannot change the text
             decoding.stop_rows(torch.ones(1, dtype=torch.bool, device=decoding.state.tokens.device))
         delta, sent = (text[len(sent):], text) if len(text) > len(sent) else ("", sent)
         yield StreamUpdate(committed=committed, canvas=canvas, final_ids=final_ids, final_text=sent, text_delta=delta,
@@ -85,6 +92,13 @@ def blocks_in_flight(decoding: Decoding, row: int = 0) -> list[tuple[int, int]]:
         spans = [(state.bs - P, state.be - P)]
     lead = int(state.lead[row]) if state.lead is not None else 0
     return [(max(s - lead, 0), e - lead) for s, e in spans if e > lead]
+
+
+def _window_start(decoding: Decoding, row: int = 0) -> int:
+    """The active window's first position in ``row``'s answer (as ``answer()`` numbers it)."""
+    state = decoding.state
+    lead = int(state.lead[row]) if state.lead is not None else 0
+    return max(state.bs - state.canvas.prompt_width - lead, 0)
 
 
 def _last(lm, decoding: Decoding, request: OutputRequest, sent: str, text_of) -> StreamUpdate:
