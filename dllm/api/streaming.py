@@ -64,7 +64,7 @@ def stream_decoding(lm, decoding: Decoding, request: OutputRequest) -> Iterator[
         previous = canvas
         end = next((i for i, t in enumerate(canvas) if t == mask_id), len(canvas))
         if editing and not decoding.done:
-            end = min(end, _window_start(decoding))
+            end = min(end, decoding.window_start(0))
         final_ids = canvas[:end]
         cut = cut_answer(final_ids, text_of, eos, stops, request.max_tokens, complete=False)
         reason = cut.finish_reason
@@ -92,13 +92,6 @@ def blocks_in_flight(decoding: Decoding, row: int = 0) -> list[tuple[int, int]]:
         spans = [(state.bs - P, state.be - P)]
     lead = int(state.lead[row]) if state.lead is not None else 0
     return [(max(s - lead, 0), e - lead) for s, e in spans if e > lead]
-
-
-def _window_start(decoding: Decoding, row: int = 0) -> int:
-    """The active window's first position in ``row``'s answer (as ``answer()`` numbers it)."""
-    state = decoding.state
-    lead = int(state.lead[row]) if state.lead is not None else 0
-    return max(state.bs - state.canvas.prompt_width - lead, 0)
 
 
 def _last(lm, decoding: Decoding, request: OutputRequest, sent: str, text_of) -> StreamUpdate:

@@ -539,6 +539,13 @@ class Decoding:
         its own answer start (after a lead), cut at its requested length (end-of-text after it)."""
         return self._from_answer_start(self.state.tokens[:, self.state.canvas.prompt_width :], self.state.fill_id)
 
+    def window_start(self, row: int) -> int:
+        """The active window's first position in ``row``'s answer (as ``answer()`` numbers it):
+        under token editing what lies before it is final, what lies after may still change."""
+        state = self.state
+        lead = int(state.lead[row]) if state.lead is not None else 0
+        return max(state.bs - state.canvas.prompt_width - lead, 0)
+
     def _from_answer_start(self, region: Tensor, fill: int) -> Tensor:
         """(B, G) values of the answer region (B, G') read from each row's answer start, cut at
         ``answer_width`` and filled with ``fill`` past each row's own length."""

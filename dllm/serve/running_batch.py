@@ -168,6 +168,9 @@ class RunningBatch:
         decoding = self.decoding
         answer = decoding.answer().tolist()
         active = decoding.state.runner.active.tolist()
+        # token editing may rewrite a committed token until its window ends: a live row's text is
+        # final only before the active window, and its decode ends with the decoding's
+        editing = decoding.config.edit_threshold is not None and not decoding.done
         updates, stopping = [], []
         for i, row in enumerate(self.rows):
             if row.finished:
@@ -178,6 +181,9 @@ class RunningBatch:
             row.seen = segment
             full = row.done_answer + segment
             final = next((j for j, t in enumerate(full) if t == self.mask_id), len(full))
+            open_edits = editing and active[i]
+            if open_edits:
+                final = min(final, len(row.done_answer) + decoding.window_start(i))
             update = RowUpdate(request_id=row.request.request_id, final_ids=full[row.final : final],
                                committed=committed)
             if row.request.top_logprobs is not None and final > row.final:
@@ -185,7 +191,8 @@ class RunningBatch:
                 update.logprobs = decoding.state.logprobs.read(i, row.final - offset, final - offset,
                                                                row.request.top_logprobs)
             row.final = max(row.final, final)
-            if row.cancelled or not active[i] or self.mask_id not in segment or self._past_max_tokens(row, full):
+            ended = self.mask_id not in segment and not open_edits
+            if row.cancelled or not active[i] or ended or self._past_max_tokens(row, full):
                 self._finish(row, update, decoding, i, full)
                 if active[i]:
                     stopping.append(i)
