@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from dllm.cache import CACHES
 from dllm.engine.config import GenerationConfig
+from dllm.samplers.base import RULES, STOPPERS, STRATEGIES
 
 STRATEGY, CACHE, RULE = "uniform", "encoder", "eb_sampler"
 
@@ -23,6 +25,11 @@ def uniform_state_config(model, config: GenerationConfig) -> GenerationConfig:
             raise ValueError(f"strategy {STRATEGY!r} and cache {CACHE!r} decode uniform-state models (DiffusionGemma); "
                              "this model is mask-based: use another strategy and cache")
         return config
+    names = (("policy", config.policy, RULES), ("strategy", config.strategy, STRATEGIES),
+             ("stopper", config.stopper, STOPPERS), ("cache", config.cache, CACHES))
+    for kind, name, table in names:  # a misspelt name is that, not a mask-based option
+        if name not in table:
+            raise ValueError(f"unknown {kind} {name!r}; known: {sorted(table)}")
     default_rule = config.policy == "low_confidence" and not config.policy_args
     config = dataclasses.replace(config, strategy=STRATEGY if config.strategy == "plain" else config.strategy,
                                  cache=CACHE if config.cache == "none" else config.cache,
