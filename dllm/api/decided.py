@@ -25,18 +25,17 @@ def decided_rows(lm, request: OutputRequest, config: GenerationConfig) -> Callab
     decides them (no stop, and max_tokens fills the canvas; token editing, which may rewrite a
     committed token until its window ends)."""
     stops, max_tokens = request.stops, request.max_tokens
+    has_stops = bool(stops.strings or stops.token_ids)
     if config.edit_threshold is not None:
         return None
-    if not (stops.strings or stops.token_ids) and (max_tokens is None or max_tokens >= config.gen_length):
+    if not has_stops and (max_tokens is None or max_tokens >= config.gen_length):
         return None
     mask_id, eos = lm.model.mask_token_id, lm.model.eos_token_ids
+    if not has_stops:
+        return _past_max_tokens(mask_id, eos, max_tokens)
 
     def text_of(ids: list[int]) -> str:
         return lm.tokenizer.decode(ids, skip_special_tokens=False)
-
-    has_stops = bool(stops.strings or stops.token_ids)
-    if not has_stops:
-        return _past_max_tokens(mask_id, eos, max_tokens)
 
     def decided(decoding) -> Tensor:
         active = decoding.state.runner.active

@@ -626,7 +626,7 @@ class Decoding:
 def decode(model, prompts: list[list[int]], config: GenerationConfig,
            seeds: list[int] | None = None,
            constraints: list[RowConstraint | None] | None = None,
-           decided: Callable[[Decoding], Tensor | None] | None = None) -> DecodeResult:
+           decided: Callable[[Decoding], Tensor] | None = None) -> DecodeResult:
     """Decode a batch of token-id prompts (ragged lengths allowed) with ``config``.
 
     ``seeds``: one seed per prompt (default ``config.seed`` for every row). A row's random
