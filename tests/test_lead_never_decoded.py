@@ -145,3 +145,29 @@ def test_the_stoppers_answer_span_leaves_the_lead_out(tmp_path, kind):
     state.end[1] -= 3  # an EoTP cut keeps its meaning: the answer ends there
     expected[1] = [2 <= j < G - 3 for j in range(G)]
     assert answer_region(state).tolist() == expected
+
+
+def test_the_window_start_counts_a_rows_answer_after_its_lead(tmp_path):
+    """``Decoding.window_start`` is the active window's first position as ``answer()`` numbers a
+    row (after its lead): window w of 4 starts at max(4 w - lead, 0). Under token editing what
+    lies before it is final: the end of the decode keeps it (the stream and the server send it)."""
+    model = tiny_block_causal(tmp_path / "fast_dllm_v2", "fast_dllm_v2")
+    prompts = ragged_prompts(model.mask_token_id)
+    config = GenerationConfig(gen_length=12, block_length=4, stop_at_eos=False, edit_threshold=0.0)
+    decoding = Decoding(model, [RowStart(prefix=p, gen_length=12, seed=i) for i, p in enumerate(prompts)], config)
+    leads = decoding.state.lead.tolist()
+    assert leads == [2, 2, 0, 3]
+    seen, finals = set(), []
+    while not decoding.done:
+        answer = decoding.answer().tolist()
+        for row, lead in enumerate(leads):
+            start = decoding.window_start(row)
+            assert start == max(4 * decoding.window - lead, 0), (decoding.window, row)
+            finals.append((row, answer[row][:start]))
+        seen.add(decoding.window)
+        decoding.step()
+    assert seen == {0, 1, 2, 3}  # windows that start before, at and after each lead's end
+    answer = decoding.answer().tolist()
+    assert int(decoding.state.edits.sum()) > 0  # editing rewrote committed tokens
+    for row, prefix in finals:
+        assert answer[row][: len(prefix)] == prefix
