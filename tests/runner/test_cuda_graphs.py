@@ -181,6 +181,19 @@ def test_uncached_block_causal_forwards_replay_a_graph_per_captured_length(block
     assert graphs.graph_stats(block_causal)["captures"] == 3  # canvas 1 + 128 -> 192: ends 64, 128, 192
 
 
+
+def test_a_widened_forward_stops_at_a_context_that_caps_the_canvas(tmp_path, emulated, test_device):
+    """A model context of 40 caps the captured canvas (1 + 24 answer columns -> 40, not 64), and
+    an uncached block-causal forward is widened to a captured length within it, never past the
+    canvas: the eager tokens and forwards, 40 columns computed a forward."""
+    path = write_tiny_checkpoint(tmp_path / "ctx40", "fast_dllm_v2", seed=5, block_size=8, max_len=40)
+    model = dllm.load(path, device=test_device, dtype="float32").model
+    config = dict(BASE, cache="none")
+    eager = decode(model, RAGGED, GenerationConfig(**config))
+    replayed = decode(model, RAGGED, GenerationConfig(**config, cuda_graphs=True))
+    assert torch.equal(eager.answer, replayed.answer) and torch.equal(eager.nfe, replayed.nfe)
+    assert torch.equal(replayed.token_forwards, eager.nfe * 40)
+
 def test_block_causal_spans_replay_as_data(block_causal, emulated):
     """A block-causal query sees the keys up to its block's end, which moves with the block: the
     graphs take each query's key end as data (a dense-masked attention over the canvas), so a
