@@ -50,9 +50,9 @@ def _decode_share(model, ids: list[list[int]], prompts: list, indices: list[int]
 def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
-    from dllm.cli.options import generation_config, load_from_args
+    from dllm.cli.options import generation_config, length_flag, load_from_args
     from dllm.cli.output import check_output_dir, progress_bar
-    from dllm.cli.prompts import check_prompt_lengths, read_prompts
+    from dllm.cli.prompts import check_prompt_lengths, read_prompts, refuse_messages_under_raw
     from dllm.parallel.dist import leave_together
     from dllm.parallel.groups import join_groups  # refuses a process count the size does not fit
 
@@ -62,13 +62,15 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts == "-" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError("--prompts-file - (stdin) cannot be shared by torchrun's processes; pass a prompts file")
     prompts = read_prompts(args.prompts)
+    if args.raw:
+        refuse_messages_under_raw(prompts)
     layout, ctx = join_groups(args.tensor_parallel, args.device, timeout_s=args.timeout)
     try:
         if os.environ.get("DLLM_FAIL_RANK") == str(ctx.rank):  # fault injection for the failure test
             raise RuntimeError(f"injected failure on rank {ctx.rank}")
         model = load_from_args(args, device=str(ctx.device))
         chat = False if args.raw else None
-        ids = check_prompt_lengths(model, prompts, config, chat)  # all of them: errors name the file's line
+        ids = check_prompt_lengths(model, prompts, config, chat, length_flag(args))  # all of them: errors name the file's line
         evaluator = None
         if args.branch_parallel:
             from dllm.parallel.branch_parallel import enable_branch_parallel

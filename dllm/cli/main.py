@@ -18,12 +18,13 @@ import dllm
 from dllm.cli.options import (
     HelpFormatter, add_generation_options, add_model_options, add_request_options, add_tensor_parallel_option,
     add_verbosity_options,
-    generation_config, load_from_args, model_block, output_request, positive_int,
+    generation_config, length_flag, load_from_args, model_block, output_request, positive_int,
+    refuse_idle_pipeline_options,
 )
 from dllm.cli.parser import EXIT_USAGE, CommandParser, name_command_parsers
 from dllm.cli.output import LOGGER_NAME, configure_logging
 from dllm.cli.progress import answer_bar, describe, generate_batch
-from dllm.cli.prompts import PromptLine, check_prompt_lengths, echo_text, read_prompts
+from dllm.cli.prompts import PromptLine, check_prompt_lengths, echo_text, read_prompts, refuse_messages_under_raw
 from dllm.cli.structured import add_structured_options, constraint_spec, row_constraint_of
 
 log = logging.getLogger(LOGGER_NAME)
@@ -34,6 +35,7 @@ EXIT_BROKEN_PIPE = 128 + 13  # the reader went away (``dllm generate | head``), 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     config = generation_config(args)  # validate before loading anything
+    refuse_idle_pipeline_options(args)
     request = output_request(args)
     constraint_spec(args, config)
     prompts = _generate_prompts(args)
@@ -62,7 +64,7 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
     request = output_request(args, model.model.config.vocab_size)
     config = model_block(args, model, config, request.max_tokens)
     chat = False if args.raw else None
-    ids = check_prompt_lengths(model, prompts, config, chat)
+    ids = check_prompt_lengths(model, prompts, config, chat, length_flag(args))
     constraint = row_constraint_of(args, model, request, config)
     log.debug("%s", describe(model, config))
     log.debug("decoding %d prompt(s) in batches of %d", len(ids), args.batch_size)
@@ -116,8 +118,14 @@ def _generate_prompts(args: argparse.Namespace) -> list[PromptLine]:
     if args.prompt and args.prompts_file:
         raise ValueError("give prompts as arguments or with --prompts-file, not both")
     if args.prompts_file:
-        return read_prompts(args.prompts_file)
+        prompts = read_prompts(args.prompts_file)
+        if args.raw:
+            refuse_messages_under_raw(prompts)
+        return prompts
     if not args.prompt:
+        if args.choice and len(args.choice) > 1:  # nargs="+": a prompt written after the choices joined them
+            raise ValueError(f"no prompt given: --choice took every word after it ({', '.join(map(repr, args.choice))}); "
+                             "put the prompt before --choice, or end the choices with -- (--choice yes no -- \"PROMPT\")")
         raise ValueError('no prompt given; pass "PROMPT" arguments or --prompts-file FILE (- for stdin)')
     return [PromptLine("argument", i, text) for i, text in enumerate(args.prompt, start=1)]
 

@@ -100,26 +100,26 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stopper-arg", action="append", metavar="K=V", help="stopper option, repeatable")
     g.add_argument("--cache", default="none", choices=names["cache"], metavar="CACHE",
                    help=f"KV cache, {_one_of(names['cache'])}")
-    g.add_argument("--sub-block-length", type=int, default=None, help="sub-block cache size (default: off)")
+    g.add_argument("--sub-block-length", type=positive_int, default=None, help="sub-block cache size (default: off)")
     g.add_argument("--cache-arg", action="append", metavar="K=V",
                    help="cache option, repeatable (e.g. refresh_every=4)")
     g.add_argument("--max-tokens", type=positive_int, default=None, action=_MaxTokens, metavar="N",
                    help="answer tokens kept; the canvas is the smallest whole number of blocks that holds them "
                         "(instead of --gen-length; default: --gen-length's)")
-    g.add_argument("--gen-length", type=int, default=128, action=_RecordGiven, help="answer canvas in tokens")
-    g.add_argument("--block-length", type=int, default=None,
+    g.add_argument("--gen-length", type=positive_int, default=128, action=_RecordGiven, help="answer canvas in tokens")
+    g.add_argument("--block-length", type=positive_int, default=None,
                    help="block size (default: gen-length; a uniform-state model's canvas_length)")
-    g.add_argument("--steps", type=int, default=None, help="step budget (default: gen-length)")
+    g.add_argument("--steps", type=positive_int, default=None, help="step budget (default: gen-length)")
     g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
     g.add_argument("--top-p", type=float, default=None, help="nucleus filter (default: off)")
-    g.add_argument("--top-k", type=int, default=None, help="top-k filter (default: off)")
+    g.add_argument("--top-k", type=positive_int, default=None, help="top-k filter (default: off)")
     g.add_argument("--cfg-scale", type=float, default=0.0, help="classifier-free guidance")
     g.add_argument("--no-stop-at-eos", action="store_true", help="decode every position even after end-of-text")
     g.add_argument("--seed", type=int, default=0, help="sampling seed")
     g.add_argument("--block-add-threshold", type=float, default=None,
                    help="pipelined decoding of block-causal models (D2F): add a block once the last one has "
                         "decoded this share; needs a rule with a threshold (default: one block at a time)")
-    g.add_argument("--decoded-token-threshold", type=float, default=0.95,
+    g.add_argument("--decoded-token-threshold", type=float, default=0.95, action=_RecordGiven,
                    help="pipelined decoding: a block is fully active once its predecessor decoded this share")
     g.add_argument("--cuda-graphs", action="store_true",
                    help="CUDA: replay the forwards from CUDA graphs captured once per shape (batch padded to "
@@ -156,6 +156,15 @@ def generation_config(args: argparse.Namespace):
         if reason is not None:
             raise ValueError(f"--cuda-graphs: {reason}; drop --cuda-graphs or run on a GPU (--device cuda)")
     return config
+
+
+def refuse_idle_pipeline_options(args: argparse.Namespace) -> None:
+    """A command that decodes with one config (generate) refuses --decoded-token-threshold without
+    --block-add-threshold: it only tunes the pipelined mode, so it would be ignored. (A server or a
+    chat keeps it: a request or a later /set may turn the pipelined mode on.)"""
+    if "decoded_token_threshold" in getattr(args, "given_options", ()) and args.block_add_threshold is None:
+        raise ValueError(f"--decoded-token-threshold {args.decoded_token_threshold} only tunes the pipelined mode; "
+                         "add --block-add-threshold (e.g. 0.1) to turn it on, or drop --decoded-token-threshold")
 
 
 def add_tensor_parallel_option(p: argparse.ArgumentParser, *, copies: bool = False) -> None:
@@ -263,6 +272,12 @@ def answer_length(args: argparse.Namespace) -> int:
     return block_aligned_gen_length(max_tokens, args.block_length)
 
 
+def length_flag(args: argparse.Namespace) -> str:
+    """The flag that set the answer canvas' length (``--max-tokens``, else ``--gen-length``), for
+    an error to name as its fix."""
+    return "--max-tokens" if getattr(args, "max_tokens", None) is not None else "--gen-length"
+
+
 def add_request_options(p: argparse.ArgumentParser) -> None:
     """What a request asks beyond decoding: stops, answer length, samples, echo."""
     g = p.add_argument_group("request")
@@ -282,6 +297,8 @@ def output_request(args: argparse.Namespace, vocab_size: int | None = None):
     """The OutputRequest of the request options (checked again against the model's vocabulary)."""
     from dllm.api.request import OutputRequest
 
+    if args.echo and args.echo_template:
+        raise ValueError("pass --echo (each prompt as written) or --echo-template (as the model saw it), not both")
     stops = None if args.stop is None else [unescape(text) for text in args.stop]
     return OutputRequest.parse(stop=stops, stop_token_ids=args.stop_token_id, max_tokens=args.max_tokens,
                                n=args.n, echo=args.echo_template, vocab_size=vocab_size)

@@ -77,14 +77,29 @@ def echo_text(prompt: Any, *, raw: bool) -> str:
     return text if raw else text + "\n"
 
 
-def check_prompt_lengths(model, prompts: list[PromptLine], config, chat: bool | None) -> list[list[int]]:
+def refuse_messages_under_raw(prompts: list[PromptLine]) -> None:
+    """``--raw`` sends text without the chat template, which a chat list of messages needs."""
+    for p in prompts:
+        if not isinstance(p.prompt, str):
+            raise ValueError(f'{p.where} holds "messages", which need the chat template that --raw turns off; '
+                             'write that line as {"prompt": TEXT} or drop --raw')
+
+
+def check_prompt_lengths(model, prompts: list[PromptLine], config, chat: bool | None,
+                         length_flag: str = "--gen-length") -> list[list[int]]:
     """Token ids of every prompt, each checked against the model's context before any decoding;
-    an error names the prompt's line in its file."""
+    an error names the prompt's line in its file and ``length_flag``, the option that set the
+    answer canvas' length."""
     from dllm.engine.decoding import check_prompts
 
+    context = model.model.config.max_sequence_length
     ids = []
     for p in prompts:
         row = model.encode(p.prompt, chat)
+        if len(row) + config.gen_length > context:
+            raise ValueError(f"{p.where}: the prompt has {len(row)} tokens + an answer canvas of {config.gen_length} "
+                             f"= {len(row) + config.gen_length} > the model's context of {context}; "
+                             f"shorten the prompt or lower {length_flag}")
         try:
             check_prompts([row], config, model.model.config.max_sequence_length)
         except ValueError as err:
