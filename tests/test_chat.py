@@ -76,13 +76,13 @@ def test_live_display_redraws_the_filling_canvas_then_prints_the_final_text(lm):
 
 def test_bad_set_and_failed_turns_leave_the_session_as_it_was(lm, monkeypatch, capsys):
     expected = _conversation_answers(lm, [("Copy: Ann Lee", {}), ("again", {})])
-    stdin = ("Copy: Ann Lee\n/set block_length=5\n/set bogus=1\n/set temperature\n/set gen_length=4096\n" + "again\n"
+    stdin = ("Copy: Ann Lee\n/set block_length=5\n/set bogus=1\n/set temperature\n/set gen_length=488\n" + "again\n"
              "/set gen_length=16\n/nope\nagain\n")
     monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
     assert main(["chat", "--no-live", *ARGS]) == 0
     captured = capsys.readouterr()
-    # block_length=5 and bogus are refused at /set; gen_length=4096 is valid alone but the
-    # conversation does not fit the context: that turn fails and is forgotten
+    # block_length=5 and bogus are refused at /set; gen_length=488 leaves room for a message in
+    # the context of 512, but not for this conversation: that turn fails and is forgotten
     assert "not a multiple of block_length" in captured.err and "unknown generation option" in captured.err
     assert "expected key=value, got 'temperature' (e.g. /set temperature=0.7, " in captured.err
     assert "context" in captured.err and "unknown command '/nope'" in captured.err

@@ -17,6 +17,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
+from dllm.cli.chat_context import check_answer_room, check_conversation_fits
 from dllm.cli.chat_settings import ChatSettings, SET_EXAMPLES, setting_name, split_settings
 from dllm.cli.output import LOGGER_NAME
 from dllm.cli.parser import did_you_mean
@@ -85,7 +86,9 @@ class ChatSession:
     def _set(self, text: str) -> None:
         """Apply key=value options if the config they make is valid; otherwise keep the old ones."""
         try:
-            self.settings = self.settings.updated(text)
+            settings = self.settings.updated(text)
+            check_answer_room(self.model, settings.config(), settings.length_setting(), "/set max-tokens=")
+            self.settings = settings
         except (ValueError, TypeError) as err:
             _error(f"{err}; options unchanged")
             return
@@ -94,6 +97,7 @@ class ChatSession:
 
     def _answer(self) -> str:
         config = self.settings.config()
+        check_conversation_fits(self.model, self.history, config)
         show = _LiveLine(self.out, self._token_text, self.model.model.mask_token_id,
                          set(self.model.model.eos_token_ids)) if self.live else None
         final = None

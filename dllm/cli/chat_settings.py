@@ -109,6 +109,12 @@ class ChatSettings:
             check_model_fit(self.model, new.config())
         return new
 
+    def length_setting(self) -> str:
+        """What sets the answer's length, as typed at ``/set``: ``max-tokens=N`` or ``gen-length=N``."""
+        if self.max_tokens is not None:
+            return f"max-tokens={self.max_tokens}"
+        return f"gen-length={self.config().gen_length}"
+
     def show(self, width: int = 100) -> str:
         """Every setting of the next turn, ``name=value``, wrapped at ``width``."""
         config = self.config()

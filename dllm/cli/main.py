@@ -89,12 +89,17 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
 def cmd_chat(args: argparse.Namespace) -> int:
     from dllm.api.request import merge_config
     from dllm.cli.chat import HELP, banner, run_chat
+    from dllm.cli.chat_context import check_answer_room
     from dllm.engine.model_fit import check_model_fit
 
     config = generation_config(args)  # validate before loading anything
     model = load_from_args(args)
     config = model_block(args, model, config, args.max_tokens)
-    check_model_fit(model.model, merge_config(config, {}, args.max_tokens, model=model.model))  # not at each turn
+    merged = merge_config(config, {}, args.max_tokens, model=model.model)
+    check_model_fit(model.model, merged)  # not at each turn
+    flag = length_flag(args)
+    check_answer_room(model, merged, f"{flag} {merged.gen_length if args.max_tokens is None else args.max_tokens}",
+                      f"{flag} ")
     interactive = sys.stdin.isatty()
     live = sys.stdout.isatty() if args.live is None else args.live
     log.debug("%s", describe(model, config))
