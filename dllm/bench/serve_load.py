@@ -74,6 +74,16 @@ def invariant_args(args: argparse.Namespace) -> list[str]:
     return ["--batch-invariant"] if getattr(args, "batch_invariant", False) else []
 
 
+def server_model_args(args: argparse.Namespace) -> list[str]:
+    """The model options given to the benchmark that ``ServerProcess`` does not take itself
+    (``--batch-invariant``, ``--adapter``, ``--helper``), for the server's command line: the
+    server decodes the model that was asked for, the one the soak's single runs load."""
+    extra = invariant_args(args)
+    for flag, value in (("--adapter", getattr(args, "adapter", None)), ("--helper", getattr(args, "helper", None))):
+        extra += [flag, value] if value else []
+    return extra
+
+
 class ServerProcess:
     """``dllm serve`` in a subprocess on 127.0.0.1 (a free port), stopped on exit."""
 
@@ -307,7 +317,7 @@ def run_rates(args: argparse.Namespace, out_dir: Path) -> dict:
                                max_queue=args.max_queue, log_path=out_dir / log_name,
                                device=args.device, dtype=args.dtype,
                                prepack=args.prepack, forward_overhead_tokens=args.forward_overhead_tokens,
-                               revision=args.revision, extra_args=extra + invariant_args(args),
+                               revision=args.revision, extra_args=extra + server_model_args(args),
                                quantize=args.quantize) as server:
                 before = prompt_cache_counters(server.url)
                 if args.behind:
@@ -340,7 +350,7 @@ def run_soak(args: argparse.Namespace, out_dir: Path) -> dict:
     with ServerProcess(args.model, continuous=True, max_batch=args.max_batch, max_queue=args.max_queue,
                        log_path=out_dir / "server_soak.log", device=args.device, dtype=args.dtype,
                        prepack=args.prepack, revision=args.revision, quantize=args.quantize,
-                       extra_args=invariant_args(args)) as server:
+                       extra_args=server_model_args(args)) as server:
         start = time.perf_counter()
         last = [0.0]
 
@@ -473,7 +483,7 @@ def run(args: argparse.Namespace) -> int:
     out_dir = check_output_dir(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model or "bundled", "device": args.device, "dtype": args.dtype, "prepack": args.prepack,
-            "quantize": args.quantize,
+            "quantize": args.quantize, "adapter": args.adapter, "helper": args.helper,
             "max_batch": args.max_batch, "max_queue": args.max_queue,
             "max_tokens": args.max_tokens, "block_length": args.block_length, "policy": args.policy, "cache": args.cache,
             "policy_args": args.policy_arg or [], "seed": args.seed, "cpu_threads": os.environ.get("OMP_NUM_THREADS"),
