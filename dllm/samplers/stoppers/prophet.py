@@ -45,9 +45,13 @@ class Prophet(MarginExit):
             raise ValueError(f"prophet start={self.start} is past gen_length={config.gen_length}")
 
     def region(self, state, view: AnswerStats) -> Tensor:
-        idx = torch.arange(view.seen.shape[1], device=view.seen.device)
+        """``length`` positions from ``start`` counted from each row's answer start: after a
+        block-causal row's lead (its prompt tail), which ``answer_region`` leaves out."""
+        idx = torch.arange(view.seen.shape[1], device=view.seen.device)[None, :]
+        if state.lead is not None:
+            idx = idx - state.lead[:, None]
         stop = view.seen.shape[1] if self.length is None else self.start + self.length
-        return ((idx >= self.start) & (idx < stop))[None, :].expand_as(view.seen)
+        return ((idx >= self.start) & (idx < stop)).expand_as(view.seen)
 
     def threshold(self, state) -> Tensor:
         return prophet_threshold(progress(state), self.thresholds)
