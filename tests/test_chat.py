@@ -9,6 +9,7 @@ import pytest
 import dllm
 from dllm.cli.chat import MASK_GLYPH, run_chat
 from dllm.cli import main
+from tests.chat_helpers import line_reader
 
 GEN = dict(gen_length=16, block_length=8)
 ARGS = ["--gen-length", "16", "--block-length", "8"]
@@ -33,18 +34,6 @@ def _conversation_answers(lm, turns: list[tuple[str, dict]]) -> list[str]:
     return answers
 
 
-def _reader(lines: list[str]):
-    feed = iter(lines)
-
-    def read_line() -> str:
-        try:
-            return next(feed)
-        except StopIteration:
-            raise EOFError from None
-
-    return read_line
-
-
 def test_turns_answer_the_whole_conversation_with_reset_set_and_exit(lm, monkeypatch, capsys):
     expected = _conversation_answers(lm, [("Copy: Ann Lee", {}), ("Reverse: Bo Kim, Cy Dunn", {}),
                                           ("again", {"steps": 8}), (None, {}), ("Copy: Ann Lee", {"steps": 8})])
@@ -59,13 +48,13 @@ def test_turns_answer_the_whole_conversation_with_reset_set_and_exit(lm, monkeyp
 
 def test_end_of_input_ends_the_session(lm):
     out = io.StringIO()
-    assert run_chat(lm, dllm.GenerationConfig(**GEN), live=False, read_line=_reader(["Copy: Ann Lee"]), out=out) == 0
+    assert run_chat(lm, dllm.GenerationConfig(**GEN), live=False, read_line=line_reader(["Copy: Ann Lee"]), out=out) == 0
     assert out.getvalue() == _conversation_answers(lm, [("Copy: Ann Lee", {})])[0] + "\n"
 
 
 def test_live_display_redraws_the_filling_canvas_then_prints_the_final_text(lm):
     out = io.StringIO()
-    run_chat(lm, dllm.GenerationConfig(**GEN), live=True, read_line=_reader(["Copy: Ann Lee"]), out=out)
+    run_chat(lm, dllm.GenerationConfig(**GEN), live=True, read_line=line_reader(["Copy: Ann Lee"]), out=out)
     frames = out.getvalue().split("\r\x1b[K")
     answer = _conversation_answers(lm, [("Copy: Ann Lee", {})])[0]
     assert frames[-1] == answer + "\n"
@@ -92,7 +81,7 @@ def test_bad_set_and_failed_turns_leave_the_session_as_it_was(lm, monkeypatch, c
 def test_a_tokenizer_without_chat_template_is_refused(lm, monkeypatch):
     monkeypatch.setattr(lm.tokenizer, "chat_template", None)
     with pytest.raises(ValueError, match="no chat template"):
-        run_chat(lm, dllm.GenerationConfig(**GEN), live=False, read_line=_reader([]), out=io.StringIO())
+        run_chat(lm, dllm.GenerationConfig(**GEN), live=False, read_line=line_reader([]), out=io.StringIO())
 
 
 def test_live_is_the_default_on_a_terminal_and_no_live_on_a_pipe(lm, monkeypatch, capsys):

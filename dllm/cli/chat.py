@@ -5,8 +5,9 @@ a terminal) redraws one line as the canvas fills: the final text so far, then th
 answer with masked positions shown as ``MASK_GLYPH`` (pipelined decodes: up to the last block
 in flight, each block's start marked with ``BLOCK_GLYPH``); the turn ends with its final text. Without
 it (pipes, ``--no-live``) the final text is printed left to right as it becomes final.
-Commands: ``/reset`` (forget the conversation), ``/set key=value`` (a generation option for the
-next turns, ``cli.chat_settings``), ``/show`` (the settings), ``/exit`` (or end of input), ``/help``.
+A message of several lines goes between triple double quotes (``QUOTE``, as in ollama), so a
+pasted prompt is one turn. Commands: ``/reset`` (forget the conversation), ``/set key=value`` (a
+generation option for the next turns, ``cli.chat_settings``), ``/show`` (the settings), ``/exit`` (or end of input), ``/help``.
 Ctrl-C cancels the answer in progress (or the line being typed) and keeps the conversation; a
 second Ctrl-C in a row, or Ctrl-D, ends the session.
 """
@@ -28,9 +29,11 @@ log = logging.getLogger(LOGGER_NAME)
 PROG = "dllm chat"
 MASK_GLYPH = "_"
 BLOCK_GLYPH = "|"  # where a block in flight begins (pipelined decodes)
+QUOTE = '"""'  # opens and closes a message of several lines, as in ollama
 COMMANDS = ("/reset", "/set", "/show", "/exit", "/quit", "/help")
 HELP = (f"commands: /reset (forget the conversation), /set key=value (a generation option, {SET_EXAMPLES}), "
-        "/show (the settings), /exit (or Ctrl-D), /help; Ctrl-C cancels an answer")
+        f"/show (the settings), /exit (or Ctrl-D), /help; {QUOTE} opens and closes a message of several lines; "
+        "Ctrl-C cancels an answer")
 
 
 @dataclass
@@ -46,10 +49,14 @@ class ChatSession:
     def handle(self, line: str) -> bool:
         """One input line (a command or a user message); False ends the session."""
         text = line.strip()
-        if not text:
-            return True
         if text.startswith("/"):
             return self._command(text)
+        return self.say(text)
+
+    def say(self, text: str) -> bool:
+        """One user message (a blank one is skipped): its turn answered, or its error shown."""
+        if not text.strip():
+            return True
         self.history.append({"role": "user", "content": text})
         try:
             answer = self._answer()
@@ -165,10 +172,26 @@ def banner(model) -> str:
     return f"dllm chat: {model.path.name} on {weights.device} ({dtype}); /help for commands, Ctrl-D to exit"
 
 
+def read_quoted(first: str, read_more: Callable[[], str]) -> str:
+    """The message that ``first`` opens with ``QUOTE``: its lines up to the one that ends with
+    ``QUOTE``, joined by newlines (the end of input ends it too)."""
+    lines = [first.lstrip()[len(QUOTE):]]
+    while not lines[-1].rstrip().endswith(QUOTE):
+        try:
+            lines.append(read_more())
+        except EOFError:
+            return "\n".join(lines).strip()
+    lines[-1] = lines[-1].rstrip()[: -len(QUOTE)]
+    return "\n".join(lines).strip()
+
+
 def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable[[], str], out: TextIO,
-             max_tokens: int | None = None, interactive: bool = False) -> int:
+             max_tokens: int | None = None, interactive: bool = False,
+             read_more: Callable[[], str] | None = None) -> int:
     """The REPL: read lines until /exit, end of input or a second Ctrl-C in a row. ``interactive``:
-    a person types at a prompt, so leaving ends the prompt's line."""
+    a person types at a prompt, so leaving ends the prompt's line. A line that starts with
+    ``QUOTE`` opens a message of several lines, read with ``read_more`` (default: ``read_line``;
+    a continuation prompt) up to the line that ends with ``QUOTE``: one turn, never a command."""
     if model.tokenizer.chat_template is None:
         raise ValueError(f"the tokenizer in {model.path} has no chat template; dllm chat needs one "
                          "(use dllm generate --raw for plain text)")
@@ -179,6 +202,7 @@ def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable
         try:  # a Ctrl-C anywhere in the loop lands here, between two lines as well
             try:
                 line = read_line()
+                quoted = read_quoted(line, read_more or read_line) if line.lstrip().startswith(QUOTE) else None
             except KeyboardInterrupt:
                 out.write("\n")  # the prompt's line ends where ^C was typed
                 out.flush()
@@ -186,7 +210,7 @@ def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable
                     log.info("(line cancelled; Ctrl-C again or Ctrl-D to exit)")
                 raise
             interrupted = False
-            if not session.handle(line):
+            if not (session.say(quoted) if quoted is not None else session.handle(line)):
                 return 0
         except EOFError:  # Ctrl-D, or the end of piped input
             break

@@ -107,7 +107,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         _line_editing()
         log.info("%s\n%s", banner(model), HELP)
     return run_chat(model, config, live=live, out=sys.stdout, max_tokens=args.max_tokens, interactive=interactive,
-                    read_line=lambda: input("> " if interactive else ""))
+                    read_line=lambda: input("> " if interactive else ""),
+                    read_more=lambda: input("... " if interactive else ""))
 
 
 def _line_editing() -> None:
