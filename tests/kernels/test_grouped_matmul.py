@@ -211,6 +211,34 @@ def test_triton_kernel_matches_reference_on_gpu():
     run_kernel_check(__file__, "cuda", interpret=False)
 
 
+def test_the_row_tile_is_pinned_or_follows_the_rows_per_expert(monkeypatch):
+    """The Triton launch's row tile: ``block_m`` pins it whatever the batch (batch-invariant mode);
+    by default it follows the mean rows per expert, 16 up to 16 rows, 64 past 32 (Hopper's
+    warpgroup MMA from 64 rows). The pinned tile of the batch-invariant option is the default
+    one at decode sizes, so a batch-1 decode keeps its tiles. The launch is recorded, not run."""
+    pytest.importorskip("triton")
+    from dllm.models.batch_invariant import INVARIANT_ROW_TILE
+
+    launched = []
+
+    class Launch:
+        def __getitem__(self, grid):
+            return lambda *args, **meta: launched.append(meta["BLOCK_M"])
+
+    monkeypatch.setattr(gm, "_grouped_matmul_kernel", Launch())
+    monkeypatch.setattr(gm, "triton_interpreted", lambda: True)
+    g = torch.Generator().manual_seed(0)
+
+    def tile(rows_per_expert: int, block_m: int | None = None) -> int:
+        x, w, offsets = _case([rows_per_expert] * 4, 8, 8, torch.float32, "cpu", g)
+        gm.grouped_matmul_triton(x, w, offsets, block_m=block_m)
+        return launched[-1]
+
+    assert [tile(n) for n in (1, 16, 17, 32, 33, 200)] == [16, 16, 32, 32, 64, 64]
+    assert [tile(n, block_m=16) for n in (1, 33, 200)] == [16, 16, 16]
+    assert INVARIANT_ROW_TILE == tile(1) == tile(16) < 64
+
+
 if __name__ == "__main__":
     _kernel_check(sys.argv[1])
     print("KERNEL-OK")

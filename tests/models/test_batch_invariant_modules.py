@@ -146,6 +146,10 @@ def test_moe_grouped_products_take_a_pinned_row_tile_under_the_option(monkeypatc
     for rows in (1, 40):
         holder.mlp(torch.randn(rows, 32))
     assert tiles == [INVARIANT_ROW_TILE] * 6
+    tiles.clear()
+    x = torch.randn(40, 32)
+    holder.mlp._routed_here(x, x)  # the expert-parallel share (this rank: every expert)
+    assert tiles == [INVARIANT_ROW_TILE] * 3
     # the dispatch point hands the tile to the Triton kernel as its block_m
     seen = {}
     monkeypatch.setattr(kernels_mod, "kernel_backend", lambda device=None: "triton")
