@@ -70,3 +70,16 @@ def test_a_prompt_past_the_context_names_the_length_flag_given(capsys, length, f
     assert err.startswith("dllm generate: error: prompt argument 1: the prompt has ") and err.count("\n") == 1, err
     assert f"context of {context}" in err and err.rstrip().endswith(f"lower {flag}"), err
     assert "gen_length" not in err
+
+
+def test_stray_words_are_explained_by_what_the_command_takes(capsys):
+    """A command without a prompt says it takes options only; generate, whose prompts were split
+    by an option, says where prompts go (the words were quoted: quoting is not the fix)."""
+    for argv, expected in ((["models", "extra"], "dllm models takes options only"),
+                           (["serve", "extra"], "dllm serve takes options only"),
+                           (["generate", "one", "--json", "two"], "before or after the options")):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.count("\n") == 1 and expected in err, err
+        assert ("quotes" in err) == (argv[0] == "generate")

@@ -70,7 +70,7 @@ def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str
     meant (a near miss, an underscore spelling, another tool's name), or the stray values."""
     flags = [e for e in extras if e.startswith("-") and len(e) > 1]
     if not flags:
-        return f"unexpected argument(s) {' '.join(extras)} (a prompt with spaces needs quotes)"
+        return f"unexpected argument(s) {' '.join(extras)}{_stray_words_hint(parser)}"
     flag = flags[0].split("=", 1)[0]
     known = option_strings(parser)
     dashed = flag.replace("_", "-")
@@ -83,6 +83,16 @@ def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str
     else:
         hint = did_you_mean(dashed, known)
     return f"unknown option {flag!r}{hint}"
+
+
+def _stray_words_hint(parser: argparse.ArgumentParser) -> str:
+    """Why words were left over: a command without positional arguments takes options only; one
+    with a list (generate's prompts) takes it in one piece, so an option inside split it."""
+    lists = [a for a in parser._actions if not a.option_strings and a.nargs in ("*", "+")]
+    if not lists:
+        return f": {parser.prog} takes options only"
+    name = lists[0].dest
+    return f": give every {name} together, before or after the options (a {name} with spaces needs quotes)"
 
 
 def name_command_parsers(parser: argparse.ArgumentParser) -> None:
