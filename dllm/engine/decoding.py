@@ -114,6 +114,9 @@ class DecodeState:
         self.lead: Tensor | None = None  # (B,) their count per row
         self.window_mask: Tensor | None = None  # (B, W) window positions a row may decide (pipeline)
         self.constraints: CanvasConstraints | None = None  # structured output: None when no row is constrained
+        # the canvas's eligible positions and what they were computed from: (bs, be, window_mask,
+        # lead_mask, mask); the methods below that write canvas tokens drop it (``_wrote``)
+        self._eligible: tuple | None = None
 
     def _cache_options(self) -> dict:
         options = {**self.config.cache_args, "block_length": self.config.block_length}
@@ -200,7 +203,25 @@ class DecodeState:
         return RowNoise(seed=self.row_seed[rows], clock=self.steps_before[rows] + steps, positions=positions)
 
     def eligible(self, tokens: Tensor | None = None) -> Tensor:
-        tokens = self.tokens if tokens is None else tokens
+        """(N, W) bool: the window positions of ``tokens`` (default: the canvas) a step may decide,
+        masks outside a prompt tail (and, pipelined, inside the row's blocks in flight). The
+        canvas's is computed once until its tokens or the window change (a round reads it from
+        the forward's charge to the commit), so callers must not write into it."""
+        if tokens is None or tokens is self.tokens:
+            held = self._eligible
+            if (held is not None and held[0] == self.bs and held[1] == self.be and held[2] is self.window_mask
+                    and held[3] is self.lead_mask):
+                return held[4]
+            eligible = self._eligible_in(self.tokens)
+            self._eligible = (self.bs, self.be, self.window_mask, self.lead_mask, eligible)
+            return eligible
+        return self._eligible_in(tokens)
+
+    def _wrote(self) -> None:
+        """Canvas tokens changed: the canvas's eligible positions are computed again when read."""
+        self._eligible = None
+
+    def _eligible_in(self, tokens: Tensor) -> Tensor:
         eligible = tokens[:, self.bs : self.be] == self.mask_id
         if self.window_mask is not None:  # pipelined mode: each row's own blocks in flight
             eligible &= self.window_mask.repeat_interleave(eligible.shape[0] // self.window_mask.shape[0], 0)
@@ -254,6 +275,7 @@ class DecodeState:
             mask = self.constraints.filter_commit(self, mask, token, scores=scores)
         block = self.tokens[:, self.bs : self.be]
         block.copy_(torch.where(mask, token, block))  # no boolean indexing: no host sync on a GPU
+        self._wrote()
         offset = self.bs - self.canvas.prompt_width
         self.order[:, offset : offset + mask.shape[1]].masked_fill_(mask, self.forwards)
         if self.logprobs is not None:
@@ -277,6 +299,7 @@ class DecodeState:
         if self.constraints is not None:  # a constrained row rewrites only what keeps a word in reach
             edit = self.constraints.filter_commit(self, edit, stats.token, scores=stats.prob)
         window.copy_(torch.where(edit, stats.token, window))
+        self._wrote()
         self.order[:, offset : offset + edit.shape[1]].masked_fill_(edit, self.forwards)
         if self.logprobs is not None:
             self.logprobs.committed(edit, stats.token, offset, self.lead)
@@ -303,6 +326,7 @@ class DecodeState:
         if self.constraints is not None:
             mask = self.constraints.filter_commit(self, mask, token, scores=scores, offset=self.canvas.prompt_width)
         answer.copy_(torch.where(mask, token, answer))
+        self._wrote()
         self.order.masked_fill_(mask, self.forwards)
 
     def truncate(self, end: Tensor) -> None:
@@ -318,6 +342,7 @@ class DecodeState:
         after = idx[None, :] >= end[:, None]  # (B, L)
         after[:, : self.canvas.prompt_width] = False
         self.tokens.masked_fill_(after, self.fill_id)
+        self._wrote()
         self.canvas.hide(after)
         self.order.masked_fill_(after[:, self.canvas.prompt_width :], -1)
         self.end = end
@@ -350,7 +375,7 @@ class DecodeState:
 
     def advance(self, steps: Tensor) -> None:
         """Count one round: each row took ``steps`` (B,) base-rule steps."""
-        self.row_step += steps.long()
+        self.row_step += steps  # bool (one step per moving row) or long: no cast of its own
         self.step += 1
 
     def place_leads(self, tails: list[list[int]]) -> None:
@@ -363,33 +388,41 @@ class DecodeState:
             if tail:
                 self.tokens[row, P : P + len(tail)] = torch.tensor(tail, device=device)
                 self.lead_mask[row, : len(tail)] = True
+        self._wrote()
         self.lead = self.lead_mask.sum(-1)
 
     def text_final(self, tokens: Tensor | None = None) -> Tensor:
         """(N,) whether each canvas in ``tokens`` (default: the canvas) has final text: an
         end-of-text with no mask before it. Always False without ``stop_at_eos``."""
-        answer = (self.tokens if tokens is None else tokens)[:, self.canvas.prompt_width :]
         if not self.config.stop_at_eos:
+            answer = (self.tokens if tokens is None else tokens)[:, self.canvas.prompt_width :]
             return torch.zeros(answer.shape[0], dtype=torch.bool, device=answer.device)
+        return self._final_text(tokens)[0]
+
+    def _final_text(self, tokens: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``text_final`` (N,) under ``stop_at_eos``, and the answer masks (N, G) it was read from."""
+        answer = (self.tokens if tokens is None else tokens)[:, self.canvas.prompt_width :]
         is_eos = torch.isin(answer, self.eos)
         if self.lead_mask is not None:  # a prompt tail's end-of-text ends nothing
             lead = self.lead_mask  # candidate states come row-major: K per canvas row
             is_eos &= ~lead.repeat_interleave(answer.shape[0] // lead.shape[0], 0)
-        G = answer.shape[1]
-        first = torch.where(is_eos.any(-1), is_eos.int().argmax(-1), G)  # (N,)
-        idx = torch.arange(G, device=answer.device)
-        return is_eos.any(-1) & ~(self.answer_masks(tokens) & (idx < first[:, None])).any(-1)
+        masked = self.answer_masks(tokens)
+        # final: the first position holding a mask or an end-of-text holds an end-of-text (a row
+        # with neither has argmax 0, no end-of-text there: not final)
+        first = (is_eos | masked).view(torch.uint8).argmax(-1, keepdim=True)  # (N, 1); the view: no cast
+        return is_eos.gather(-1, first).squeeze(-1), masked
 
     def finish_rows(self) -> None:
         """Rows whose text is final (no mask before the first end-of-text) stop here."""
         if not self.config.stop_at_eos:
             return
-        done = self.text_final()
+        done, masked = self._final_text()
         if self.editing:  # a window still editing may rewrite text before the end-of-text
             done &= ~self.moving_rows()
         answer = self.tokens[:, self.canvas.prompt_width :]
-        answer.masked_fill_(done[:, None] & self.answer_masks(), self.fill_id)
-        self.runner.active &= ~done
+        answer.masked_fill_(done[:, None] & masked, self.fill_id)
+        self._wrote()
+        self.runner.active.masked_fill_(done, False)
 
 
 def _filter_logits(logits: Tensor, top_k: int | None, top_p: float | None) -> Tensor:
