@@ -206,14 +206,19 @@ class ModelRunner:
 
     def _count(self, T: int | Tensor, N: int, rows: Tensor | None, count: Tensor | None) -> Tensor:
         charged = self.active if count is None else count & self.active
-        self.nfe += charged.long()
-        width = torch.ones_like(self.nfe)  # inputs per canvas row (bincount would read the device)
-        if rows is not None:
-            width = torch.zeros_like(self.nfe).index_add_(0, rows, torch.ones_like(rows))
+        self.nfe += charged  # bool into long counts: no cast of their own
+        if rows is None:  # one input per canvas row: the common round, three in-place adds
+            self.draft_rows += charged
+            if isinstance(T, Tensor):
+                self.token_forwards += charged * T
+            else:
+                self.token_forwards.add_(charged, alpha=T)
+            return charged
+        # inputs per canvas row (bincount would read the device)
+        width = torch.zeros_like(self.nfe).index_add_(0, rows, torch.ones_like(rows))
         self.draft_rows += charged.long() * width
         if isinstance(T, Tensor):  # tokens per input, summed into their rows
-            T = T if rows is None else torch.zeros_like(self.nfe).index_add_(0, rows, T.long())
-            self.token_forwards += charged.long() * T
+            self.token_forwards += charged.long() * torch.zeros_like(self.nfe).index_add_(0, rows, T.long())
         else:
             self.token_forwards += charged.long() * width * T
         return charged
