@@ -54,7 +54,7 @@ def topk_mask(scores: Tensor, k: Tensor, eligible: Tensor) -> Tensor:
     """
     scores = scores.masked_fill(~eligible, float("-inf"))
     order = scores.argsort(dim=-1, descending=True, stable=True)  # (B, W)
-    ranks = torch.empty_like(order).scatter_(-1, order, torch.arange(order.shape[-1], device=order.device).expand_as(order))
+    ranks = order.argsort(dim=-1)  # each position's place in that order (the inverse permutation)
     return (ranks < k[:, None]) & eligible
 
 

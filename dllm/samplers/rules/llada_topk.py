@@ -34,7 +34,7 @@ RANKS = ("prob", "neg_entropy")
 def transfer_count(block_masks: Tensor, num_steps: int, step: int | Tensor) -> Tensor:
     """(B,) tokens to commit at ``step`` of a block that started with ``block_masks`` masks."""
     base = block_masks // num_steps
-    return base + (step < block_masks % num_steps).long()
+    return base + (step < block_masks % num_steps)  # the bool adds as 0 / 1: no cast of its own
 
 
 def scheduled_count(inp: RuleInput, schedule: str) -> Tensor:
