@@ -161,6 +161,13 @@ class StatsScratch:
 
     def __init__(self) -> None:
         self._flat: Tensor | None = None
+        self._weight: Tensor | None = None
+
+    def weight(self, V: int, device: torch.device) -> Tensor:
+        """``_first_max_index``'s (V,) column weights, made once per vocabulary size."""
+        if self._weight is None or self._weight.shape[0] != V or self._weight.device != device:
+            self._weight = _column_weight(V, device)
+        return self._weight
 
     def buffers(self, R: int, V: int, device: torch.device) -> tuple[Tensor, Tensor]:
         n = R * V
@@ -219,7 +226,8 @@ def confidence_stats_torch(logits: Tensor, *, temperature: float = 0.0, seed: in
     finite_min = torch.finfo(torch.float32).min
     y.clamp_(min=finite_min)
     entropy = s.log() - e.mul_(y).sum(-1) / s
-    top1 = _first_max_index(y, scratch=e)  # e is spent: its buffer holds the weights
+    weight = _column_weight(V, device) if scratch is None else scratch.weight(V, device)
+    top1 = _first_max_index(y, scratch=e, weight=weight)  # e is spent: its buffer holds the weights
     if temperature == 0:
         token = top1
     prob = y.gather(-1, token[:, None])[:, 0].exp() / s
@@ -229,12 +237,17 @@ def confidence_stats_torch(logits: Tensor, *, temperature: float = 0.0, seed: in
     return TokenStats(token, prob, (1.0 - second.exp()) / s, -second, entropy)
 
 
-def _first_max_index(y: Tensor, scratch: Tensor) -> Tensor:
+def _column_weight(V: int, device: torch.device) -> Tensor:
+    """(V,) float32 V - col: V, V - 1, ..., 1."""
+    return torch.arange(V, 0, -1, device=device, dtype=torch.float32)
+
+
+def _first_max_index(y: Tensor, scratch: Tensor, weight: Tensor) -> Tensor:
     """(R,) first column where each row of ``y`` (entries <= 0, max 0) is 0, without argmax:
-    1 + sign(y) is 1 exactly at the maxima and 0 elsewhere; weighted by V - col, the row's max
-    names the first one (V < 2**24: exact in float32). ``scratch``: an (R, V) float32 buffer."""
+    1 + sign(y) is 1 exactly at the maxima and 0 elsewhere; weighted by ``weight`` (V - col,
+    ``_column_weight``), the row's max names the first one (V < 2**24: exact in float32).
+    ``scratch``: an (R, V) float32 buffer."""
     V = y.shape[-1]
-    weight = torch.arange(V, 0, -1, device=y.device, dtype=torch.float32)
     at_max = torch.sign(y, out=scratch).add_(1.0).mul_(weight)
     return (V - at_max.amax(-1)).long()
 
