@@ -45,6 +45,11 @@ class ChatSession:
     out: TextIO
     live: bool
     history: list[dict[str, str]] = field(default_factory=list)
+    system: str | None = None  # a system message before the conversation, kept across /reset
+
+    def messages(self) -> list[dict[str, str]]:
+        """What a turn sends: the system message, if any, then the conversation."""
+        return ([{"role": "system", "content": self.system}] if self.system else []) + self.history
 
     def handle(self, line: str) -> bool:
         """One input line (a command or a user message); False ends the session."""
@@ -94,7 +99,7 @@ class ChatSession:
         """Apply key=value options if the config they make is valid; otherwise keep the old ones."""
         try:
             settings = self.settings.updated(text)
-            check_answer_room(self.model, settings.config(), settings.length_setting(), "/set max-tokens=")
+            check_answer_room(self.model, settings.config(), settings.length_setting(), "/set max-tokens=", self.system)
             self.settings = settings
         except (ValueError, TypeError) as err:
             _error(f"{err}; options unchanged")
@@ -104,11 +109,11 @@ class ChatSession:
 
     def _answer(self) -> str:
         config = self.settings.config()
-        check_conversation_fits(self.model, self.history, config)
+        check_conversation_fits(self.model, self.messages(), config)
         show = _LiveLine(self.out, self._token_text, self.model.model.mask_token_id,
                          set(self.model.model.eos_token_ids)) if self.live else None
         final = None
-        for update in self.model.stream(self.history, config, chat=True, max_tokens=self.settings.max_tokens):
+        for update in self.model.stream(self.messages(), config, chat=True, max_tokens=self.settings.max_tokens):
             if show is not None:
                 show.draw(update.final_text, update.canvas, len(update.final_ids),
                           update.in_flight if update.pipelined else None)
@@ -172,6 +177,13 @@ def banner(model) -> str:
     return f"dllm chat: {model.path.name} on {weights.device} ({dtype}); /help for commands, Ctrl-D to exit"
 
 
+def require_chat_template(model) -> None:
+    """Refuse a model whose tokenizer has no chat template: a chat's turns need one."""
+    if model.tokenizer.chat_template is None:
+        raise ValueError(f"the tokenizer in {model.path} has no chat template; dllm chat needs one "
+                         "(use dllm generate --raw for plain text)")
+
+
 def read_quoted(first: str, read_more: Callable[[], str]) -> str:
     """The message that ``first`` opens with ``QUOTE``: its lines up to the one that ends with
     ``QUOTE``, joined by newlines (the end of input ends it too)."""
@@ -187,16 +199,15 @@ def read_quoted(first: str, read_more: Callable[[], str]) -> str:
 
 def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable[[], str], out: TextIO,
              max_tokens: int | None = None, interactive: bool = False,
-             read_more: Callable[[], str] | None = None) -> int:
+             read_more: Callable[[], str] | None = None, system: str | None = None) -> int:
     """The REPL: read lines until /exit, end of input or a second Ctrl-C in a row. ``interactive``:
     a person types at a prompt, so leaving ends the prompt's line. A line that starts with
     ``QUOTE`` opens a message of several lines, read with ``read_more`` (default: ``read_line``;
-    a continuation prompt) up to the line that ends with ``QUOTE``: one turn, never a command."""
-    if model.tokenizer.chat_template is None:
-        raise ValueError(f"the tokenizer in {model.path} has no chat template; dllm chat needs one "
-                         "(use dllm generate --raw for plain text)")
+    a continuation prompt) up to the line that ends with ``QUOTE``: one turn, never a command.
+    ``system``: a system message sent before the conversation at every turn."""
+    require_chat_template(model)
     settings = ChatSettings(config, max_tokens=max_tokens, model=model.model)
-    session = ChatSession(model=model, settings=settings, out=out, live=live)
+    session = ChatSession(model=model, settings=settings, out=out, live=live, system=system)
     interrupted = False  # the last key was a Ctrl-C: another one ends the session
     while True:
         try:  # a Ctrl-C anywhere in the loop lands here, between two lines as well

@@ -19,27 +19,34 @@ def longest_answer(model, config: GenerationConfig, room: int) -> int:
     return max(room, 0) // config.block_length * config.block_length
 
 
-def template_tokens(model) -> int:
-    """Tokens the chat template takes around an empty message: the least a turn's prompt holds."""
-    return len(model.encode([{"role": "user", "content": ""}], chat=True))
+def template_tokens(model, system: str | None = None) -> int:
+    """Tokens the chat template (and the system message) take around an empty message: the least
+    a turn's prompt holds."""
+    lead = [{"role": "system", "content": system}] if system else []
+    return len(model.encode([*lead, {"role": "user", "content": ""}], chat=True))
 
 
-def check_answer_room(model, config: GenerationConfig, given: str, fix: str) -> None:
+def check_answer_room(model, config: GenerationConfig, given: str, fix: str, system: str | None = None) -> None:
     """Refuse ``config`` when its canvas leaves no room for a message in the model's context;
     ``given`` names what set it (``--max-tokens 600``), ``fix`` how to set a smaller one
     (``--max-tokens``, ``/set max-tokens=``)."""
     context = model.model.config.max_sequence_length
-    template = template_tokens(model)
+    template = template_tokens(model, system)
     if config.gen_length + template < context:
         return
+    if system and template + 2 > context:  # not even a one-token message and a one-token answer
+        raise ValueError(f"the system message takes {template} tokens with the chat template, and the model's "
+                         f"context is {context}; shorten --system")
     longest = longest_answer(model, config, context - template - 1)
     hint = f"; use {fix}{longest} or less" if longest > 0 else ""
     raise ValueError(f"{given} gives an answer canvas of {config.gen_length} tokens, which leaves no room for a "
-                     f"message in the model's context of {context} (the chat template alone takes {template}){hint}")
+                     f"message in the model's context of {context} (the chat template"
+                     f"{' and the system message' if system else ''}: {template} tokens){hint}")
 
 
 def check_conversation_fits(model, history: list[dict[str, str]], config: GenerationConfig) -> None:
-    """Refuse a turn whose conversation (``history``, ending with the new message) and answer
+    """Refuse a turn whose conversation (``history``, ending with the new message; a system
+    message first counts as the conversation's) and answer
     canvas exceed the model's context, naming what to do in a chat."""
     context = model.model.config.max_sequence_length
     prompt = len(model.encode(history, chat=True))
@@ -47,7 +54,7 @@ def check_conversation_fits(model, history: list[dict[str, str]], config: Genera
         return
     longest = longest_answer(model, config, context - prompt)
     shorter = f"/set max-tokens={longest}" if longest > 0 else None
-    if len(history) == 1:
+    if sum(m["role"] == "user" for m in history) == 1:
         what, fixes = "your message has", ["shorten the message", shorter]
     else:
         what, fixes = "the conversation has", ["/reset to start a new one", shorter]

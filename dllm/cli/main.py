@@ -88,18 +88,21 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from dllm.api.request import merge_config
-    from dllm.cli.chat import HELP, banner, run_chat
+    from dllm.cli.chat import HELP, banner, require_chat_template, run_chat
     from dllm.cli.chat_context import check_answer_room
     from dllm.engine.model_fit import check_model_fit
 
     config = generation_config(args)  # validate before loading anything
+    if args.system is not None and not args.system.strip():
+        raise ValueError("--system is empty; give the system message's text, or drop --system")
     model = load_from_args(args)
+    require_chat_template(model)
     config = model_block(args, model, config, args.max_tokens)
     merged = merge_config(config, {}, args.max_tokens, model=model.model)
     check_model_fit(model.model, merged)  # not at each turn
     flag = length_flag(args)
     check_answer_room(model, merged, f"{flag} {merged.gen_length if args.max_tokens is None else args.max_tokens}",
-                      f"{flag} ")
+                      f"{flag} ", args.system)
     interactive = sys.stdin.isatty()
     live = sys.stdout.isatty() if args.live is None else args.live
     log.debug("%s", describe(model, config))
@@ -108,7 +111,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         log.info("%s\n%s", banner(model), HELP)
     return run_chat(model, config, live=live, out=sys.stdout, max_tokens=args.max_tokens, interactive=interactive,
                     read_line=lambda: input("> " if interactive else ""),
-                    read_more=lambda: input("... " if interactive else ""))
+                    read_more=lambda: input("... " if interactive else ""), system=args.system)
 
 
 def _line_editing() -> None:
@@ -161,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
                       help="redraw the filling canvas in place (default: on when stdout is a terminal); "
                            "--no-live prints the final text as it becomes final")
+    chat.add_argument("--system", "--system-prompt", metavar="TEXT", default=None,
+                      help="a system message sent before the conversation at every turn, kept across /reset "
+                           "(default: none)")
     add_model_options(chat)
     add_generation_options(chat)
     chat.set_defaults(func=cmd_chat)
