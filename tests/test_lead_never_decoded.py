@@ -171,3 +171,19 @@ def test_the_window_start_counts_a_rows_answer_after_its_lead(tmp_path):
     assert int(decoding.state.edits.sum()) > 0  # editing rewrote committed tokens
     for row, prefix in finals:
         assert answer[row][: len(prefix)] == prefix
+
+
+def test_an_end_of_text_in_the_prompt_tail_does_not_end_the_pipeline(tmp_path):
+    """The pipelined mode adds no block after an end-of-text (stop_at_eos), but an end-of-text in
+    a row's prompt tail is prompt: the row's blocks keep being added, so one block at a time
+    (add = decoded = 1) is the block decode, tokens and forwards, and a real pipeline fills
+    every row's answer."""
+    model = tiny_with_eos(tmp_path, 123)
+    prompts = [[9, 10, 11, 12, 30, 123], [123, 21], [9, 10, 11, 12, 13, 123, 15]]  # tails of 2, 2, 3
+    opts = dict(gen_length=8, block_length=4, policy="threshold", policy_args={"tau": 0.3})
+    plain = decode(model, prompts, GenerationConfig(**opts))
+    one_at_a_time = decode(model, prompts, GenerationConfig(**opts, block_add_threshold=1.0,
+                                                            decoded_token_threshold=1.0))
+    assert torch.equal(one_at_a_time.answer, plain.answer) and torch.equal(one_at_a_time.nfe, plain.nfe)
+    piped = decode(model, prompts, GenerationConfig(**opts, block_add_threshold=0.5, decoded_token_threshold=0.75))
+    assert model.mask_token_id not in piped.answer.flatten().tolist()

@@ -154,6 +154,10 @@ def test_refused_combinations(students):
         GenerationConfig(gen_length=16, block_length=8, sub_block_length=4, block_add_threshold=0.5)
     with pytest.raises(ValueError, match=r"block_add_threshold must be a decoded share in \[0, 1\]"):
         GenerationConfig(gen_length=16, block_length=8, block_add_threshold=1.5)
+    with pytest.raises(ValueError, match=r"decoded_token_threshold must be a decoded share in \[0, 1\]"):
+        GenerationConfig(gen_length=16, block_length=8, block_add_threshold=0.5, decoded_token_threshold=-0.1)
+    with pytest.raises(ValueError, match=r"does not run with token editing \(edit_threshold\)"):
+        GenerationConfig(gen_length=16, block_length=8, block_add_threshold=0.5, edit_threshold=0.5)
 
 
 def test_stream_and_live_line_show_blocks_in_flight(students):
@@ -222,3 +226,19 @@ def test_prompt_tail_filling_blocks_below_the_model_block(tmp_path):
         alone = decode(model, [prompt], loose)
         assert torch.equal(batch.answer[i], alone.answer[0]), i
         assert int(batch.nfe[i]) == int(alone.nfe[0])
+
+
+def test_without_stop_at_eos_blocks_are_added_after_an_end_of_text(tmp_path):
+    """D2F adds no block after an end-of-text only when the text ends there (stop_at_eos): with
+    it off the pipeline decodes on past the end-of-text, one block at a time (add = decoded = 1)
+    as the block decode does, tokens and forwards."""
+    from tests.test_lead_never_decoded import tiny_with_eos
+
+    model = tiny_with_eos(tmp_path, 123)  # a token this random model often predicts
+    prompts = [[9, 10, 11, 12, 30], [20, 21], [9, 10, 11, 12]]
+    opts = dict(gen_length=12, block_length=4, policy="threshold", policy_args={"tau": 0.3}, stop_at_eos=False)
+    plain = decode(model, prompts, GenerationConfig(**opts))
+    assert any(123 in row[:-4] for row in plain.answer.tolist())  # an end-of-text before the last block
+    one_at_a_time = decode(model, prompts, GenerationConfig(**opts, block_add_threshold=1.0,
+                                                            decoded_token_threshold=1.0))
+    assert torch.equal(one_at_a_time.answer, plain.answer) and torch.equal(one_at_a_time.nfe, plain.nfe)
