@@ -24,7 +24,17 @@ class HelpFormatter(argparse.HelpFormatter):
         no_value = action.default is None or action.default is argparse.SUPPRESS or action.nargs == 0  # flags
         if "default" in help_text or no_value or not action.option_strings:
             return help_text
-        return f"{help_text} (default: %(default)s)".lstrip()
+        return f"{help_text} (default: {_typed_default(action)})".lstrip()
+
+
+def _typed_default(action: argparse.Action) -> str:
+    """The default as a person would type it: a list as the words of an option that takes several
+    (``1 2 4``), or as the one comma-separated word of one that reads a list (``0.5,1.0,2.0``);
+    anything else as argparse shows it (a help-format placeholder)."""
+    if not isinstance(action.default, (list, tuple)):
+        return "%(default)s"
+    separator = " " if action.nargs in ("+", "*") else ","
+    return separator.join(str(value) for value in action.default).replace("%", "%%")
 
 
 def positive_int(text: str) -> int:
