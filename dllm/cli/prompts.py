@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+BOM = "\ufeff"  # the byte-order mark some editors put before UTF-8 text
 JSONL_HELP = 'one JSON object per line with "prompt" (text) or "messages" (a chat list)'
 
 
@@ -33,14 +34,18 @@ class PromptLine:
 def read_prompts(path: str | Path) -> list[PromptLine]:
     """Every prompt of a prompts file (``-``: stdin), in order; a clear error on bad input."""
     if str(path) == "-":
-        source, text = "stdin", sys.stdin.read()
+        source, text = "stdin", sys.stdin.read().removeprefix(BOM)
     else:
         source = str(path)
         file = Path(path)
         if not file.is_file():
             raise FileNotFoundError(f"prompts file {source} does not exist (or is not a file); "
                                     "pass a text file with one prompt per line, or .jsonl")
-        text = file.read_text()
+        try:
+            text = file.read_text(encoding="utf-8-sig")  # UTF-8, its byte-order mark (if any) dropped
+        except UnicodeDecodeError as err:
+            raise ValueError(f"prompts file {source} is not UTF-8 (byte {err.start}: {err.reason}); "
+                             "save it as UTF-8") from None
     lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if not lines:
         raise ValueError(f"{source} holds no prompt; write one prompt per line (text), or {JSONL_HELP} (.jsonl)")
