@@ -73,17 +73,23 @@ def hub_snapshot(repo_id: str, revision: str | None = None) -> Path:
     try:
         path = Path(snapshot_download(**fetch))
     except LocalEntryNotFoundError as err:
-        reason = f"the Hub cannot be reached ({err})"
+        reason = f"the Hub cannot be reached ({_one_line(err)})"
         raise HubModelError(_not_cached(repo_id, revision, cache, missing, reason)) from err
     except OSError as err:  # repository or revision not found, gated, other HTTP errors
         login = "hf auth login" if _tool() == "hf" else "huggingface-cli login"
         raise HubModelError(f"cannot fetch {repo_id!r} (revision {revision or 'main'}) from the Hugging Face "
-                            f"Hub: {type(err).__name__}: {err}; check the id (and log in with `{login}` for a "
+                            f"Hub: {type(err).__name__}: {_one_line(err)}; check the id (and log in with `{login}` for a "
                             "gated model), or pass a checkpoint directory") from err
     if missing := missing_files(path):
         raise HubModelError(f"{repo_id!r} (revision {revision or 'main'}) has no {', '.join(missing)} at its top "
                             f"level ({path}); dllm needs config.json, tokenizer.json and safetensors weights")
     return path
+
+
+def _one_line(err: BaseException) -> str:
+    """huggingface_hub's message on one line (its errors run over several), for an error that is
+    one line."""
+    return " ".join(str(err).split())
 
 
 def missing_files(path: Path) -> list[str]:
