@@ -30,7 +30,7 @@ def constraint_spec(args: argparse.Namespace, config=None):
         if not path.is_file():
             raise FileNotFoundError(f"--json-schema {path}: no such file; give a file holding a JSON schema")
         try:
-            schema = json.loads(path.read_text())
+            schema = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark dropped
         except json.JSONDecodeError as err:
             raise ValueError(f"--json-schema {path} is not JSON ({err}); give a file holding a JSON schema") from err
     grammar = None
@@ -38,7 +38,7 @@ def constraint_spec(args: argparse.Namespace, config=None):
         path = Path(args.grammar)
         if not path.is_file():
             raise FileNotFoundError(f"--grammar {path}: no such file; give a file holding a Lark grammar")
-        grammar = path.read_text()
+        grammar = path.read_text(encoding="utf-8-sig")
     spec = ConstraintSpec.parse(regex=args.regex, choice=args.choice, json_schema=schema, grammar=grammar)
     if spec is not None and config is not None:
         check_supported(config)

@@ -1,5 +1,6 @@
-"""Prompts files are UTF-8, with or without the byte-order mark some Windows editors write (it is
-not part of the first prompt); a file in another encoding is one error line naming the file."""
+"""Files the CLI reads (prompts, a JSON schema, a grammar) are UTF-8, with or without the
+byte-order mark some Windows editors write (it is not part of the first prompt or of the schema);
+a prompts file in another encoding is one error line naming the file."""
 from __future__ import annotations
 
 import io
@@ -32,3 +33,15 @@ def test_a_file_that_is_not_utf8_is_one_error_line_naming_it(tmp_path, capsys):
     assert main(["generate", "--prompts-file", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"dllm generate: error: prompts file {path} is not UTF-8") and err.count("\n") == 1, err
+
+
+def test_a_schema_file_with_a_byte_order_mark_constrains_as_without(tmp_path, monkeypatch):
+    from dllm.cli import build_parser
+    from dllm.cli.structured import constraint_spec
+
+    schema = {"type": "array", "items": {"type": "string"}}
+    plain, marked = tmp_path / "plain.json", tmp_path / "marked.json"
+    plain.write_text(json.dumps(schema), encoding="utf-8")
+    marked.write_bytes((BOM + json.dumps(schema)).encode("utf-8"))
+    spec = [constraint_spec(build_parser().parse_args(["generate", "x", "--json-schema", str(p)])) for p in (plain, marked)]
+    assert spec[0] == spec[1]
