@@ -52,6 +52,19 @@ def _answer_canvas(args: argparse.Namespace) -> int | None:
     return block_aligned_gen_length(max_tokens, getattr(args, "block_length", None))
 
 
+def _policy_run_flags(args: argparse.Namespace) -> list[str]:
+    """The flags given that only --policy runs read (a --runs file would leave them unused)."""
+    lines = getattr(args, "lines", None) or []
+    given = [("--policy", any(line["policy"] for line in lines)),
+             ("--policy-arg", any(line["args"] for line in lines)),
+             ("--tokens-per-step", getattr(args, "tokens_per_step", None)),
+             ("--block-length", getattr(args, "block_length", None)),
+             ("--cache", getattr(args, "cache", "none") != "none"),
+             ("--strategy", getattr(args, "strategy", "plain") != "plain"),
+             ("--stopper", getattr(args, "stopper", "none") != "none")]
+    return [flag for flag, value in given if value]
+
+
 def build_runs(args: argparse.Namespace):
     from dllm.bench.parallelbench import Run
     from dllm.bench.results_store import _display_path
@@ -68,6 +81,12 @@ def build_runs(args: argparse.Namespace):
         if gen_length is not None:
             raise ValueError("--gen-length / --max-tokens apply to --policy runs; a --runs file sets each run's "
                              "gen_length")
+        if ignored := _policy_run_flags(args):
+            raise ValueError(f"{', '.join(ignored)} build --policy runs; a --runs file sets each run's options "
+                             f"itself: drop {'it' if len(ignored) == 1 else 'them'} or drop --runs")
+        if not runs:
+            raise ValueError(f"--runs {args.runs} holds no runs; it must be a non-empty JSON list of "
+                             "{name, line, options, tokens_per_step, gen_length}")
         if "{model}" in json.dumps(entries):
             model = resolve_model_path(getattr(args, "model", None), getattr(args, "revision", None))
             model_dir = _display_path(model)
