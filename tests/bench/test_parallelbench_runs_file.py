@@ -26,12 +26,7 @@ def test_policy_run_options_beside_a_runs_file_are_refused(tmp_path, flags):
     with pytest.raises(ValueError) as err:
         build_runs(_args("--runs", str(path), *flags))
     assert flags[0] in str(err.value) and "--runs" in str(err.value)
-
-
-def test_a_runs_file_alone_keeps_its_runs(tmp_path):
-    path = tmp_path / "runs.json"
-    path.write_text(json.dumps([RUN]))
-    (run,) = build_runs(_args("--runs", str(path)))
+    (run,) = build_runs(_args("--runs", str(path)))  # the file alone: its runs as written
     assert (run.name, run.options, run.tokens_per_step) == ("k4", {"policy": "low_confidence"}, 4)
 
 
