@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate text for one or more prompts")
     gen.add_argument("prompt", nargs="*", help="prompt text (chat template applied when the tokenizer has one)")
     gen.add_argument("--prompts-file", metavar="FILE", default=None,
-                     help="read prompts from FILE (- for stdin): one per text line, or .jsonl lines "
+                     help="read prompts from FILE (- for stdin): one per text line, or .jsonl (or .json) lines "
                           'with "prompt" or "messages"')
     gen.add_argument("--batch-size", type=positive_int, default=8,
                      help="prompts decoded together (each with its --n samples)")

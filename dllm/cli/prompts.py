@@ -1,8 +1,8 @@
 """Prompts files for the commands (``dllm generate --prompts-file``, ``dllm bench throughput
 --prompts-file``): one reader, one format, errors that name the file's line.
 
-Format: one prompt per line. A ``.jsonl`` file (or stdin, ``-``, whose first line is a JSON
-object) holds one object per line with ``"prompt"`` (text) or ``"messages"`` (a chat list of
+Format: one prompt per line. A ``.jsonl`` or ``.json`` file (or stdin, ``-``, whose first line is
+a JSON object) holds one object per line with ``"prompt"`` (text) or ``"messages"`` (a chat list of
 {"role", "content"}); any other file holds plain text lines. Blank lines are skipped but
 counted, so a line number in an error is the line in the editor.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 BOM = "\ufeff"  # the byte-order mark some editors put before UTF-8 text
+JSON_SUFFIXES = (".jsonl", ".json")  # a .json file holds JSON too: read as lines, never as raw text
 JSONL_HELP = 'one JSON object per line with "prompt" (text) or "messages" (a chat list)'
 
 
@@ -49,7 +50,7 @@ def read_prompts(path: str | Path) -> list[PromptLine]:
     lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if not lines:
         raise ValueError(f"{source} holds no prompt; write one prompt per line (text), or {JSONL_HELP} (.jsonl)")
-    jsonl = source.endswith(".jsonl") or (source == "stdin" and lines[0][1].lstrip().startswith("{"))
+    jsonl = source.endswith(JSON_SUFFIXES) or (source == "stdin" and lines[0][1].lstrip().startswith("{"))
     if not jsonl:
         return [PromptLine(source, n, line) for n, line in lines]
     return [PromptLine(source, n, _jsonl_prompt(source, n, line)) for n, line in lines]
