@@ -7,7 +7,8 @@ in flight, each block's start marked with ``BLOCK_GLYPH``); the turn ends with i
 it (pipes, ``--no-live``) the final text is printed left to right as it becomes final.
 A message of several lines goes between triple double quotes (``QUOTE``, as in ollama), so a
 pasted prompt is one turn. Commands: ``/reset`` (forget the conversation), ``/set key=value`` (a
-generation option for the next turns, ``cli.chat_settings``), ``/show`` (the settings), ``/exit`` (or end of input), ``/help``.
+generation option for the next turns, ``cli.chat_settings``), ``/show`` (the settings), ``/exit``
+(or end of input), ``/help``; ``--system`` sends a system message before every turn.
 Ctrl-C cancels the answer in progress (or the line being typed) and keeps the conversation; a
 second Ctrl-C in a row, or Ctrl-D, ends the session.
 """
@@ -99,7 +100,8 @@ class ChatSession:
         """Apply key=value options if the config they make is valid; otherwise keep the old ones."""
         try:
             settings = self.settings.updated(text)
-            check_answer_room(self.model, settings.config(), settings.length_setting(), "/set max-tokens=", self.system)
+            check_answer_room(self.model, settings.config(), settings.length_setting(), "/set max-tokens=",
+                              self.system)
             self.settings = settings
         except (ValueError, TypeError) as err:
             _error(f"{err}; options unchanged")

@@ -45,9 +45,8 @@ def check_answer_room(model, config: GenerationConfig, given: str, fix: str, sys
 
 
 def check_conversation_fits(model, history: list[dict[str, str]], config: GenerationConfig) -> None:
-    """Refuse a turn whose conversation (``history``, ending with the new message; a system
-    message first counts as the conversation's) and answer
-    canvas exceed the model's context, naming what to do in a chat."""
+    """Refuse a turn whose conversation (``history``: a system message, if any, the turns, the new
+    message) and answer canvas exceed the model's context, naming what to do in a chat."""
     context = model.model.config.max_sequence_length
     prompt = len(model.encode(history, chat=True))
     if prompt + config.gen_length <= context:

@@ -133,8 +133,9 @@ def _generate_prompts(args: argparse.Namespace) -> list[PromptLine]:
         return prompts
     if not args.prompt:
         if args.choice and len(args.choice) > 1:  # nargs="+": a prompt written after the choices joined them
-            raise ValueError(f"no prompt given: --choice took every word after it ({', '.join(map(repr, args.choice))}); "
-                             "put the prompt before --choice, or end the choices with -- (--choice yes no -- \"PROMPT\")")
+            taken = ", ".join(map(repr, args.choice))
+            raise ValueError(f"no prompt given: --choice took every word after it ({taken}); put the prompt before "
+                             '--choice, or end the choices with -- (--choice yes no -- "PROMPT")')
         raise ValueError('no prompt given; pass "PROMPT" arguments or --prompts-file FILE (- for stdin)')
     return [PromptLine("argument", i, text) for i, text in enumerate(args.prompt, start=1)]
 

@@ -107,7 +107,7 @@ def check_prompt_lengths(model, prompts: list[PromptLine], config, chat: bool | 
                              f"= {len(row) + config.gen_length} > the model's context of {context}; "
                              f"shorten the prompt or lower {length_flag}")
         try:
-            check_prompts([row], config, model.model.config.max_sequence_length)
+            check_prompts([row], config, context)  # the engine's other checks (an empty prompt)
         except ValueError as err:
             raise ValueError(f"{p.where}: {str(err).replace('prompt 0 ', 'the prompt ', 1)}") from None
         ids.append(row)
