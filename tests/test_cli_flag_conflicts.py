@@ -38,9 +38,16 @@ def test_a_prompt_taken_by_choice_is_named_with_the_fix(capsys, monkeypatch):
     assert "'Is it raining?'" in err and "--choice" in err and "--" in err.split("--choice", 1)[1]
 
 
-def test_decoded_token_threshold_without_the_pipelined_mode_is_refused(capsys, monkeypatch):
+def test_decoded_token_threshold_without_the_pipelined_mode_is_refused(capsys, monkeypatch, tmp_path):
     err = _refused_before_loading(capsys, monkeypatch, ["generate", "hi", "--decoded-token-threshold", "2"])
     assert "--decoded-token-threshold" in err and "--block-add-threshold" in err
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hi\n")
+    argv = ["bench", "throughput", "--prompts-file", str(prompts), "--out", str(tmp_path / "out"),
+            "--decoded-token-threshold", "0.5"]  # one config for every prompt too
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dllm bench throughput: error: --decoded-token-threshold") and "--block-add-threshold" in err
 
 
 @pytest.mark.parametrize("flag", ["--gen-length", "--block-length", "--steps", "--sub-block-length", "--top-k"])

@@ -50,7 +50,7 @@ def _decode_share(model, ids: list[list[int]], prompts: list, indices: list[int]
 def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
-    from dllm.cli.options import generation_config, length_flag, load_from_args
+    from dllm.cli.options import generation_config, length_flag, load_from_args, refuse_idle_pipeline_options
     from dllm.cli.output import check_output_dir, progress_bar
     from dllm.cli.prompts import check_prompt_lengths, read_prompts, refuse_messages_under_raw
     from dllm.parallel.dist import leave_together
@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     # every input check that needs no model, on every rank, before the process group forms
     config = generation_config(args)
+    refuse_idle_pipeline_options(args)
     out_dir = check_output_dir(args.out)
     if args.prompts == "-" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError("--prompts-file - (stdin) cannot be shared by torchrun's processes; pass a prompts file")
