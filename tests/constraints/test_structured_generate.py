@@ -129,6 +129,18 @@ def test_what_is_not_covered_is_refused_before_any_model_work(tiny_models, monke
     assert fix in str(err.value)
 
 
+
+def test_max_tokens_of_the_shortest_word_is_enough(tiny_models):
+    """A constraint whose shortest word takes k tokens fits max_tokens = k (the answer is then a
+    word of at most k tokens) and is refused, naming the fix, at k - 1."""
+    lm = tiny_models["llada"]
+    k = _dfa(lm, NAMES).shortest_word()
+    assert k is not None and k > 1
+    out = lm.generate(["hi"], chat=False, regex=NAMES, max_tokens=k, block_length=k)
+    assert re.fullmatch(NAMES, out.texts[0]) and len(out.token_ids[0]) <= k + 1, out.texts[0]
+    with pytest.raises(ValueError, match="raise max_tokens"):
+        lm.generate(["hi"], chat=False, regex=NAMES, max_tokens=k - 1)
+
 def test_what_composes_passes_the_check_and_the_rest_is_refused_by_name():
     from dllm.samplers.constraints import check_supported
 
