@@ -105,6 +105,9 @@ def test_float_fields_refuse_strings_and_accept_ints(name):
     ({"policy": None}, r"GenerationConfig.policy expects str, got None"),
     ({"policy_args": [("tau", 0.5)]}, r"GenerationConfig.policy_args expects a dict"),
     ({"cache_args": {1: 2}}, r"GenerationConfig.cache_args expects a dict"),
+    ({"block_length": 0}, r"block_length must be positive, got 0"),  # not "gen_length=8 is not a multiple of 0"
+    # meaningful only pipelined, yet a value no run can use is named with the pipeline off too
+    ({"decoded_token_threshold": 2.0}, r"decoded_token_threshold must be a decoded share in \[0, 1\], got 2.0"),
 ])
 def test_other_wrong_generation_values(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -79,7 +79,9 @@ class GenerationConfig:
             raise ValueError(f"gen_length must be positive, got {self.gen_length}")
         if self.block_length is None:
             self.block_length = self.gen_length
-        if self.block_length <= 0 or self.gen_length % self.block_length:
+        if self.block_length <= 0:
+            raise ValueError(f"block_length must be positive, got {self.block_length}; None means one block of gen_length")
+        if self.gen_length % self.block_length:
             raise ValueError(
                 f"gen_length={self.gen_length} is not a multiple of block_length="
                 f"{self.block_length}; choose a block_length that divides gen_length"
@@ -106,6 +108,8 @@ class GenerationConfig:
         if self.edit_threshold is not None and self.strategy != "plain":
             raise ValueError(f"token editing (edit_threshold) runs with strategy 'plain', not {self.strategy!r}: "
                              "candidate states of draft-and-verify or lookahead have no single forward to edit from")
+        if not 0 <= self.decoded_token_threshold <= 1:  # checked with the pipeline off too: a sweep's typo shows
+            raise ValueError(f"decoded_token_threshold must be a decoded share in [0, 1], got {self.decoded_token_threshold}")
         if self.block_add_threshold is not None:
             self._check_pipeline()
         if self.cfg_scale < 0:
@@ -128,9 +132,8 @@ class GenerationConfig:
             )
 
     def _check_pipeline(self) -> None:
-        for name in ("block_add_threshold", "decoded_token_threshold"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be a decoded share in [0, 1], got {getattr(self, name)}")
+        if not 0 <= self.block_add_threshold <= 1:
+            raise ValueError(f"block_add_threshold must be a decoded share in [0, 1], got {self.block_add_threshold}")
         refused = [(self.sub_block_length is not None, "sub_block_length (the pipeline's windows are whole blocks)"),
                    (self.edit_threshold is not None, "token editing (edit_threshold)"),
                    (self.strategy not in ("plain", "lopa"), f"strategy {self.strategy!r} (plain and lopa run pipelined)")]
