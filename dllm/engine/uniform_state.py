@@ -55,5 +55,6 @@ def uniform_state_config(model, config: GenerationConfig) -> GenerationConfig:
     canvas = model.config.canvas_length
     if config.block_length != canvas:
         raise ValueError(f"{model.config.family} denoises canvases of {canvas} tokens (canvas_length): set "
-                         f"block_length={canvas} and gen_length a multiple of it, got block_length={config.block_length}")
+                         f"block_length={canvas} and gen_length a multiple of it, got "
+                         f"gen_length={config.gen_length}, block_length={config.block_length}")
     return config

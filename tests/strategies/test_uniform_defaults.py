@@ -52,7 +52,7 @@ def test_cli_chat_on_the_bundled_uniform_state_model(capsys, monkeypatch):
     assert main(["chat", "--model", "dllm-waitingline-gemma", "--max-tokens", "16"]) == 0
     out, err = capsys.readouterr()
     assert err.count("| NFE ") == 3 and out.strip()  # three answers (some may be empty text)
-    assert err.count("error") == 1 and "set block_length=32" in err and "got block_length=16" in err
+    assert err.count("error") == 1 and "set block_length=32" in err and "block_length=16" in err
     assert "options unchanged" in err
 
 
