@@ -33,7 +33,7 @@ from dllm.serve.metrics import ServerMetrics
 from dllm.serve.prompt_logprobs import prompt_logprobs
 from dllm.serve.protocol import QueueFullError, Scheduler
 from dllm.serve.requests import ParsedRequest, RequestError, ServerDefaults, parse_request
-from dllm.serve.responses import DONE, ResponseWriter, error_body, error_response, sse
+from dllm.serve.responses import DONE, ResponseWriter, error_body, error_response, internal_error, sse
 from dllm.serve.session import RowSession
 
 log = logging.getLogger(__name__)
@@ -157,8 +157,7 @@ def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception) -> Response:
         log.exception("request %s %s failed", request.method, request.url.path)
-        return error_response(metrics, ENDPOINTS.get(request.url.path, "other"),
-                              f"internal error ({type(exc).__name__}: {exc}); please report it", 500)
+        return error_response(metrics, ENDPOINTS.get(request.url.path, "other"), internal_error(exc), 500)
 
 
 def _echo(parsed: ParsedRequest, index: int) -> str:
@@ -179,8 +178,9 @@ async def _stream(session: RowSession, parsed: ParsedRequest, writer: ResponseWr
     """SSE: a first chunk per choice (the chat role, or the echoed prompt with its logprobs when
     asked: ``echoed``, one per prompt), text as it becomes
     final (with its tokens' logprobs when asked), a finish chunk per choice, usage if asked, then
-    ``[DONE]``. Rows still running when the client leaves (or anything fails) are cancelled; at
-    shutdown the stream ends with an error event."""
+    ``[DONE]``. Rows still running when the client leaves (or anything fails) are cancelled. A
+    failed decode, an unexpected error and shutdown end the stream as vLLM does: an error event
+    (the ``openai`` client raises APIError with its message), then ``[DONE]``."""
     try:
         for index in range(len(session.rows)):
             if parsed.chat:
@@ -190,7 +190,7 @@ async def _stream(session: RowSession, parsed: ParsedRequest, writer: ResponseWr
         async for event in session.events(gone):
             row = session.rows[event.index]
             if row.reason == "error":
-                yield sse(error_body(row.error or "decoding failed", 500))
+                yield sse(error_body(row.error or "decoding failed", 500)) + DONE
                 return
             logprobs = writer.logprobs(row, len(_echo(parsed, event.index)))
             if event.text:
@@ -199,12 +199,15 @@ async def _stream(session: RowSession, parsed: ParsedRequest, writer: ResponseWr
             if event.finished:
                 yield writer.chunk(event.index, None if parsed.chat else "", row, logprobs=logprobs)
         if shutdown.closing:
-            yield sse(error_body(SHUTTING_DOWN, 503))
+            yield sse(error_body(SHUTTING_DOWN, 503)) + DONE
             return
         if session.disconnected:
             return
         if parsed.include_usage:
             yield writer.usage_chunk(session.rows, parsed.prompt_tokens)
         yield DONE
+    except Exception as error:  # never expected: the headers went out, so the error goes in the stream
+        log.exception("stream of request %s failed", session.id)
+        yield sse(error_body(internal_error(error), 500)) + DONE
     finally:
         session.cancel()

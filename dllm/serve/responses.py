@@ -25,6 +25,11 @@ def error_body(message: str, status: int, param: str | None = None) -> dict[str,
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
+def internal_error(error: Exception) -> str:
+    """The message of an error never expected (a bug): what it was, and to report it."""
+    return f"internal error ({type(error).__name__}: {error}); please report it"
+
+
 def error_response(metrics, endpoint: str, message: str, status: int, param: str | None = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
     """The JSON error response, counted in ``metrics`` (a ServerMetrics) under ``endpoint``."""
