@@ -42,7 +42,12 @@ IGNORED_FIELDS = {"store", "metadata", "service_tier", "user", "parallel_tool_ca
 COMMON_FIELDS = {"model", "max_tokens", "n", "seed", "temperature", "top_p", "stop", "stop_token_ids",
                  "stream", "stream_options", "logprobs", "response_format"} | IGNORED_FIELDS | CONSTRAINT_FIELDS
 COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo"}
-CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs"}
+CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs", "echo"}  # echo: false alone
+# vLLM's chat echo prepends a final assistant message that the answer continues (add_generation_prompt
+# off); dllm's chat template always opens a new assistant turn, so no message is ever continued
+CHAT_ECHO = ("echo on chat/completions (vLLM's extra) repeats a final assistant message that the answer "
+             "continues; dllm answers in a new assistant turn, so there is nothing to echo: leave echo out, "
+             "or use /v1/completions with echo=true for the prompt before its answer")
 # OpenAI fields that would change the answer and that dllm does not implement: accepted only at
 # their neutral value, never ignored
 UNSUPPORTED = {"best_of": (None, 1), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
@@ -204,6 +209,8 @@ def _constraint(body: dict, model, stops: StopConditions, max_tokens: int,
 
 
 def _check_fields(body: dict, allowed: set[str], chat: bool) -> None:
+    if chat and body.get("echo") not in (None, False):
+        raise RequestError(CHAT_ECHO, "echo")
     for key, neutral in UNSUPPORTED.items():
         if key in body and body[key] not in neutral:
             raise RequestError(f"{key} is not supported by dllm (it would change the answer, and dllm cannot "

@@ -83,3 +83,15 @@ def test_openai_client_with_the_ignored_fields_gets_the_same_answer(model):
                 client.completions.create(model="m", prompt="x", max_tokens=8, presence_penalty=1.0)
     finally:
         scheduler.close()
+
+
+def test_chat_echo_is_refused_naming_what_to_use(model):
+    """vLLM's chat ``echo`` prepends a final assistant message that the answer continues; dllm's
+    chat always opens a new assistant turn, so there is nothing to echo: the 400 says so and
+    names completions' echo; ``echo: false`` (vLLM's default, sent by some clients) passes."""
+    with pytest.raises(RequestError) as err:
+        parse(model, {"echo": True}, chat=True)
+    message = str(err.value)
+    assert err.value.param == "echo" and err.value.status == 400
+    assert "new assistant turn" in message and "/v1/completions" in message and "unknown field" not in message
+    assert parse(model, {"echo": False}, chat=True) == parse(model, {}, chat=True)
