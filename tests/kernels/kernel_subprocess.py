@@ -14,15 +14,40 @@ from pathlib import Path
 
 import pytest
 import torch
+from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
 NO_TRITON = "triton is not installed (it is in the test and gpu extras: pip install -e '.[test]')"
-# Where the native kernel checks run (a CUDA device, the suite on it), they cover the interpreted
-# ones, which fail there: triton 3.6's interpreter under numpy 2.5 (issue 38). On the CPU they stay.
-NATIVE_RUNS = torch.cuda.is_available() and os.environ.get("DLLM_TEST_DEVICE", "cpu").startswith("cuda")
-skip_where_native_runs = pytest.mark.skipif(
-    NATIVE_RUNS, reason="the native kernel check runs on this CUDA device; triton 3.6's interpreter fails under "
-                        "numpy 2.5 here ('only 0-dimensional arrays can be converted to Python scalars')")
+
+
+def interpreter_unusable(triton_version: str, numpy_version: str) -> str | None:
+    """Why Triton's interpreter cannot run the kernel checks with these versions, or None.
+
+    Before triton 3.7 the interpreter turns a kernel's integer argument into a Python index with
+    ``int()`` of a one-element array, which numpy 2.4 refuses, so every kernel that loops up to a
+    runtime bound fails under it (triton 3.6 with numpy 2.4 or 2.5, the GPU image of issue 38)."""
+    if Version(triton_version).release < (3, 7) and Version(numpy_version).release >= (2, 4):
+        return (f"triton {triton_version}'s interpreter fails under numpy {numpy_version} ('only 0-dimensional "
+                "arrays can be converted to Python scalars'; fixed in triton 3.7): install triton>=3.7 or numpy<2.4")
+    return None
+
+
+def _skip_interpreted_reason() -> str | None:
+    """Why this run skips the interpreted kernel checks, or None."""
+    reasons = []
+    if torch.cuda.is_available() and os.environ.get("DLLM_TEST_DEVICE", "cpu").startswith("cuda"):
+        reasons.append("the native kernel check runs on this CUDA device and covers the same kernels")
+    try:
+        import numpy
+        import triton
+    except ImportError:
+        return "; ".join(reasons) or None  # a missing triton is named by the test itself
+    broken = interpreter_unusable(triton.__version__, numpy.__version__)
+    return "; ".join(reasons + ([broken] if broken else [])) or None
+
+
+SKIP_INTERPRETED = _skip_interpreted_reason()
+skip_interpreted = pytest.mark.skipif(SKIP_INTERPRETED is not None, reason=SKIP_INTERPRETED or "")
 
 
 def run_kernel_check(script: str, device: str, interpret: bool) -> None:

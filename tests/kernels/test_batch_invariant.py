@@ -19,7 +19,7 @@ import torch
 
 import dllm.kernels as kernels
 from dllm.kernels import CALL_COUNTS, kernel_backend
-from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_where_native_runs
+from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_interpreted
 
 im = importlib.import_module("dllm.kernels.invariant_matmul")
 rn = importlib.import_module("dllm.kernels.rms_norm")
@@ -304,7 +304,7 @@ def test_kernel_check_fails_when_the_torch_path_runs(monkeypatch):
         _kernel_check("cpu")
 
 
-@skip_where_native_runs
+@skip_interpreted
 def test_triton_kernels_are_row_invariant_interpreted():
     pytest.importorskip("triton", reason=NO_TRITON)
     run_kernel_check(__file__, "cpu", interpret=True)

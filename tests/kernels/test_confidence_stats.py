@@ -18,7 +18,7 @@ import torch
 import dllm.kernels as kernels
 from dllm.kernels import CALL_COUNTS, TokenStats, confidence_stats, kernel_backend
 from dllm.kernels.confidence_stats import confidence_stats_torch, hash_uniform_torch
-from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_where_native_runs
+from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_interpreted
 
 # the module (the package attribute of that name is the dispatch function)
 cs = importlib.import_module("dllm.kernels.confidence_stats")
@@ -291,7 +291,7 @@ def _kernel_check(device: str, shapes) -> None:
         cs.confidence_stats_torch = reference
 
 
-@skip_where_native_runs
+@skip_interpreted
 def test_triton_kernel_matches_reference_interpreted():
     pytest.importorskip("triton", reason=NO_TRITON)
     run_kernel_check(__file__, "cpu", interpret=True)

@@ -15,7 +15,7 @@ import torch
 
 import dllm.kernels as kernels
 from dllm.kernels import CALL_COUNTS, kernel_backend
-from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_where_native_runs
+from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_interpreted
 
 # the module (the package attribute of that name is the dispatch function)
 gm = importlib.import_module("dllm.kernels.grouped_matmul")
@@ -199,7 +199,7 @@ def _row_bits_check() -> None:
                     assert torch.equal(y[7], alone), (dtype, offsets, bm)
 
 
-@skip_where_native_runs
+@skip_interpreted
 def test_triton_kernel_matches_reference_interpreted():
     pytest.importorskip("triton", reason=NO_TRITON)
     run_kernel_check(__file__, "cpu", interpret=True)

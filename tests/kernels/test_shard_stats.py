@@ -16,7 +16,7 @@ import torch
 import dllm.kernels as kernels
 from dllm.kernels import CALL_COUNTS, kernel_backend
 from dllm.kernels.confidence_stats import confidence_stats_torch
-from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_where_native_runs
+from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_interpreted
 
 # the module (the package attribute of that name is the dispatch function)
 ss = importlib.import_module("dllm.kernels.shard_stats")
@@ -130,7 +130,7 @@ def test_kernel_check_fails_when_the_torch_path_runs(monkeypatch):
         _kernel_check("cpu", [(1, 17, torch.float32)])
 
 
-@skip_where_native_runs
+@skip_interpreted
 def test_triton_kernel_matches_reference_interpreted():
     pytest.importorskip("triton", reason=NO_TRITON)
     run_kernel_check(__file__, "cpu", interpret=True)

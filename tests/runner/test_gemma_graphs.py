@@ -17,7 +17,7 @@ import torch
 from dllm import GenerationConfig
 from dllm.engine.decoding import decode
 from dllm.runner import graphs
-from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_where_native_runs
+from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_interpreted
 from tests.models.test_gemma_batch_invariant import CANVAS, PROMPTS, tiny_gemma
 
 STEPS = 3  # denoiser forwards a canvas at most
@@ -75,7 +75,7 @@ def test_the_memory_plan_counts_the_denoiser_graphs_buffers():
     assert replayed.logits_bytes - eager.logits_bytes == 2 * 4 * CANVAS * model.lm_head.out_features * 4
 
 
-@skip_where_native_runs
+@skip_interpreted
 def test_replayed_gemma_decode_equals_eager_through_the_interpreted_kernels():
     pytest.importorskip("triton", reason=NO_TRITON)
     run_kernel_check(__file__, "cpu", interpret=True)
