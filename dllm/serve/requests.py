@@ -178,7 +178,7 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
                                      vocab_size=model.model.config.vocab_size)
     except ValueError as err:
         raise RequestError(str(err), "stop") from None
-    _check_lengths(prompt_ids, config, max_tokens, length_field, context)
+    _check_lengths(prompt_ids, config, max_tokens, length_field, context, chat)
     _check_budget(model, max(len(ids) for ids in prompt_ids), config, length_field)
     constraint = _constraint(body, model, stops, max_tokens, config)
     return ParsedRequest(chat=chat, prompt_ids=prompt_ids, prompt_texts=prompt_texts, config=config,
@@ -471,10 +471,12 @@ def _check_prompt_logprobs(model) -> None:
 
 
 def _check_lengths(prompt_ids: list[list[int]], config: GenerationConfig, max_tokens: int, field: str,
-                   context: int) -> None:
+                   context: int, chat: bool = False) -> None:
     """Every prompt's tokens + the answer's positions (max_tokens rounded up to whole blocks)
-    within the model's context, said in the API's fields."""
+    within the model's context, said in the API's fields: the fault is ``field``'s when the
+    answer alone leaves no room for a prompt, else the prompt's (chat: the messages')."""
     answer = config.gen_length if max_tokens else 0  # max_tokens 0 (echo): no answer positions
+    source = "messages" if chat else "prompt"
     for i, ids in enumerate(prompt_ids):
         if not ids:
             raise RequestError(f"prompt {i} is empty; a request needs at least one token", "prompt")
@@ -483,8 +485,9 @@ def _check_lengths(prompt_ids: list[list[int]], config: GenerationConfig, max_to
             rounded = "" if answer == max_tokens else (
                 f" (rounded up to {answer}, whole blocks of {config.block_length})")
             lower = f" or lower {field}" if max_tokens else ""
-            raise RequestError(f"prompt {i} has {len(ids)} tokens + {field} {max_tokens}{rounded} = {total} > the "
-                               f"model's context of {context}; shorten the prompt{lower}", "prompt")
+            what = f"the messages have {len(ids)} tokens" if chat else f"prompt {i} has {len(ids)} tokens"
+            raise RequestError(f"{what} + {field} {max_tokens}{rounded} = {total} > the model's context of "
+                               f"{context}; shorten the {source}{lower}", field if answer >= context else source)
 
 
 def _check_budget(model, prompt_length: int, config: GenerationConfig, field: str) -> None:

@@ -95,3 +95,19 @@ def test_chat_echo_is_refused_naming_what_to_use(model):
     assert err.value.param == "echo" and err.value.status == 400
     assert "new assistant turn" in message and "/v1/completions" in message and "unknown field" not in message
     assert parse(model, {"echo": False}, chat=True) == parse(model, {}, chat=True)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_request_past_the_context_names_the_field_at_fault(model, chat):
+    """An answer longer than the whole context is max_tokens' fault whatever the prompt (it was
+    blamed on the prompt); a long prompt with a short answer is the prompt's (chat: messages)."""
+    context = model.model.config.max_sequence_length
+    length = "max_completion_tokens" if chat else "max_tokens"
+    with pytest.raises(RequestError) as err:
+        parse(model, {"max_tokens": None, length: context + 8}, chat)
+    assert err.value.param == length and f"lower {length}" in str(err.value)
+    long = {"messages": [{"role": "user", "content": "wait " * context}]} if chat else {"prompt": "wait " * context}
+    with pytest.raises(RequestError) as err:
+        parse(model, long, chat)
+    source = "messages" if chat else "prompt"
+    assert err.value.param == source and f"shorten the {source}" in str(err.value)
