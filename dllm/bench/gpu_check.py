@@ -323,7 +323,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     from dllm.models.placement import resolve_device
 
-    preflight = check_imports(tests=not args.no_tests, cuda=resolve_device(args.device).type == "cuda")
+    preflight = check_imports(tests=not args.no_tests, cuda=resolve_device(args.device).type == "cuda",
+                              whole_suite=args.full or args.pytest_args is not None)
     device, dtype, extra = _resolve(args)
     fastdllm = os.environ.get(FASTDLLM_ENV)
     if fastdllm:

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 CORE = {"torch": ("torch", "everything"), "transformers": ("transformers", "tokenizers (import dllm)"),
         "tokenizers": ("tokenizers", "tokenizers"), "safetensors": ("safetensors", "checkpoints (import dllm)")}
 SUITE = {"pytest": ("pytest", "the test suite"), "jinja2": ("jinja2", "chat templates in the suite"),
-         "tqdm": ("tqdm", "progress bars in the suite"), "yaml": ("pyyaml", "task files in the suite"),
-         # the suite's server and lm-eval tests import these; a GPU image may lack them or a
-         # dependency of theirs (fastapi 0.165 needs opentelemetry, openai 3.x needs httpx2), and
-         # pytest would stop at collection naming one at a time; here each one is named at once
-         "fastapi": ("fastapi", "the server tests"), "uvicorn": ("uvicorn", "the server tests"),
-         "openai": ("openai", "the server tests with the real client"),
-         "lm_eval": ("lm-eval", "the lm-eval tests")}
+         "tqdm": ("tqdm", "progress bars in the suite"), "yaml": ("pyyaml", "task files in the suite")}
+# only the whole suite (--full, or --pytest-args naming more than the GPU subset) imports these: its
+# server and lm-eval tests do. A GPU image may lack them or a dependency of theirs (the lent H100 had
+# no opentelemetry for fastapi 0.165, no httpx2 for openai 3.x, no lm-eval), and pytest would stop at
+# collection naming one at a time; here each one is named at once. The default GPU subset needs none.
+WHOLE_SUITE = {"fastapi": ("fastapi", "the server tests"), "uvicorn": ("uvicorn", "the server tests"),
+               "openai": ("openai", "the server tests with the real client"),
+               "lm_eval": ("lm-eval", "the lm-eval tests")}
 CUDA = {"triton": ("triton", "the confidence_stats kernel on CUDA (or set DLLM_KERNELS=torch)")}
 
 
@@ -37,9 +38,12 @@ class Preflight:
     versions: dict[str, str]  # module -> version ("?" when it has no __version__)
 
 
-def check_imports(*, tests: bool, cuda: bool) -> Preflight:
-    """Import every needed module; raise MissingModules naming each one that fails, and why."""
-    needed = {**CORE, **(SUITE if tests else {}), **(CUDA if cuda else {})}
+def check_imports(*, tests: bool, cuda: bool, whole_suite: bool = False) -> Preflight:
+    """Import every needed module; raise MissingModules naming each one that fails, and why.
+    ``whole_suite``: the test stage may run more than the GPU subset, so the server and lm-eval
+    tests' modules are needed too."""
+    needed = {**CORE, **(SUITE if tests else {}), **(WHOLE_SUITE if tests and whole_suite else {}),
+              **(CUDA if cuda else {})}
     versions, missing = {}, []
     for module, (package, purpose) in needed.items():
         try:
@@ -47,7 +51,9 @@ def check_imports(*, tests: bool, cuda: bool) -> Preflight:
         except Exception as err:  # an ImportError, or a broken install raising anything else
             missing.append(f"{module} (pip package {package!r}, for {purpose}): {type(err).__name__}: {err}")
     if missing:
-        hint = " (or skip the suite with --no-tests)" if tests and any(m.split()[0] in SUITE for m in missing) else ""
+        names = {m.split()[0] for m in missing}
+        hint = (" (or skip the suite with --no-tests)" if names & set(SUITE)
+                else " (or run the GPU subset: no --full, no --pytest-args)" if names & set(WHOLE_SUITE) else "")
         raise MissingModules("these modules do not import:\n  " + "\n  ".join(missing)
                              + "\nInstall them where a package registry is reachable (pip install -e "
                                f"'.[test]' from the checkout){hint}; this command never installs anything.")
@@ -67,10 +73,16 @@ def wants_cuda(device: str) -> bool:
     return torch.cuda.is_available()
 
 
+def whole_suite(argv: list[str]) -> bool:
+    """Whether gpu_check's test stage may run more than its GPU subset (``--full``, or any
+    ``--pytest-args``: what they select is not read here)."""
+    return any(a == "--full" or a == "--pytest-args" or a.startswith("--pytest-args=") for a in argv)
+
+
 def main(argv: list[str]) -> int:
     device = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--device"), "auto")
     try:
-        check_imports(tests="--no-tests" not in argv, cuda=wants_cuda(device))
+        check_imports(tests="--no-tests" not in argv, cuda=wants_cuda(device), whole_suite=whole_suite(argv))
     except MissingModules as err:
         print(f"gpu_check: error: {err}", file=sys.stderr)
         return 2

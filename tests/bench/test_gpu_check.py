@@ -352,9 +352,11 @@ def test_real_shapes_are_the_published_configs():
         (3584, 28, 28, 4, True)
 
 
-def test_preflight_names_the_suites_server_and_eval_modules(monkeypatch):
+def test_preflight_names_the_whole_suites_server_and_eval_modules_only_when_it_runs(monkeypatch):
     """A GPU image without a module the server or lm-eval tests import (or one of its own
-    dependencies) is named by the preflight, before the suite would stop at collection."""
+    dependencies) is named by the preflight, before the whole suite would stop at collection; the
+    default GPU subset imports none of them, so it runs on such an image (the lent H100 lacked
+    opentelemetry, httpx2 and lm-eval, and the whole default check would have stopped there)."""
     real_import = preflight.importlib.import_module
 
     def broken(name, *args):
@@ -364,7 +366,12 @@ def test_preflight_names_the_suites_server_and_eval_modules(monkeypatch):
 
     monkeypatch.setattr(preflight.importlib, "import_module", broken)
     with pytest.raises(preflight.MissingModules) as err:
-        preflight.check_imports(tests=True, cuda=False)
+        preflight.check_imports(tests=True, cuda=False, whole_suite=True)
     assert "fastapi (pip package 'fastapi'" in str(err.value) and "opentelemetry" in str(err.value)
-    assert "lm_eval (pip package 'lm-eval'" in str(err.value)
-    preflight.check_imports(tests=False, cuda=False)  # without the suite they are not needed
+    assert "lm_eval (pip package 'lm-eval'" in str(err.value) and "no --full, no --pytest-args" in str(err.value)
+    preflight.check_imports(tests=True, cuda=False)  # the GPU subset does not import them
+    assert preflight.main(["--device", "cpu"]) == 0
+    for argv in (["--full"], ["--pytest-args", "tests/serve"], ["--pytest-args=tests"]):
+        assert preflight.main(["--device", "cpu", *argv]) == 2
+    assert preflight.main(["--device", "cpu", "--full", "--no-tests"]) == 0
+    preflight.check_imports(tests=False, cuda=False, whole_suite=True)  # without the suite they are not needed
