@@ -36,7 +36,7 @@ from dllm.engine.block_alignment import block_causal_window
 from dllm.engine.config import GenerationConfig
 from dllm.engine.decoding import check_prompts, decode
 from dllm.eval.likelihood import check_likelihood_model, mc_loglikelihood
-from dllm.eval.model_args import parse_model_args
+from dllm.eval.model_args import merge_flags, parse_model_args
 from dllm.eval.records import RequestRecords, fingerprint
 from dllm.eval.text import block_aligned_length, cut_at_stop
 
@@ -63,7 +63,8 @@ class DllmLM(LM):
                               prepack=self.options.prepack, revision=self.options.revision,
                               quantize=self.options.quantize, tensor_parallel=tp, adapter=self.options.adapter)
         self.model, self.tokenizer = self.dllm.model, self.dllm.tokenizer
-        run = {"model": str(self.dllm.path), "dtype": self.options.dtype, "config": _config_dict(self.config),
+        dtype = str(self.model.dtype).removeprefix("torch.")  # as loaded: "auto" resolved
+        run = {"model": str(self.dllm.path), "dtype": dtype, "config": _config_dict(self.config),
                "mc_num": self.options.mc_num, "greedy_check": self.options.greedy_check,
                **({"prepack": True} if self.options.prepack else {}),  # default runs keep their records
                **({"quantize": self.options.quantize} if self.options.quantize else {}),
@@ -72,6 +73,18 @@ class DllmLM(LM):
         if tp > 1:  # every rank has read the records before any writes: a copy's ranks skip alike
             torch.distributed.barrier()
         self._warned: set[str] = set()
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "DllmLM":
+        """lm-eval's constructor from ``--model_args`` text and its flags (``model_args.merge_flags``)."""
+        from lm_eval.utils import simple_parse_args_string
+
+        return cls(**merge_flags(simple_parse_args_string(arg_string), additional_config))
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict[str, Any], additional_config: dict | None = None) -> "DllmLM":
+        """lm-eval's constructor from parsed ``--model_args`` and its flags (``model_args.merge_flags``)."""
+        return cls(**merge_flags(arg_dict, additional_config))
 
     # ------------------------------------------------------------------ chat template
 

@@ -27,7 +27,9 @@ class EvalOptions:
     """What the lm-eval model needs besides the decoding config.
 
     pretrained: checkpoint directory, bundled model's name or hub id (None: the bundled model);
-      revision, device, dtype, prepack, quantize: as dllm.load (device "auto": CUDA when present, else cpu).
+      revision, device, dtype, prepack, quantize: as dllm.load, with its defaults (device "auto":
+      CUDA when present, else cpu; dtype "auto": the checkpoint's torch_dtype, else bfloat16 on a
+      GPU and float32 on the CPU).
     batch_size: requests per decode, and rows per forward of the likelihood estimator.
     mc_num: Monte-Carlo samples per loglikelihood request (LLaDA's default 128).
     greedy_check: also decode each continuation greedily to answer lm-eval's is_greedy (one
@@ -46,7 +48,7 @@ class EvalOptions:
     pretrained: str | None = None
     revision: str | None = None
     device: str = "auto"
-    dtype: str = "float32"
+    dtype: str = "auto"
     prepack: bool = False
     quantize: str | None = None
     batch_size: int = 1
@@ -69,6 +71,22 @@ class EvalOptions:
             raise ValueError(f"mc_num must be >= 1 Monte-Carlo sample, got {self.mc_num}")
         if self.tensor_parallel < 1:
             raise ValueError(f"tensor_parallel must be >= 1 process, got {self.tensor_parallel}")
+
+
+def merge_flags(args: dict[str, Any], flags: dict[str, Any] | None) -> dict[str, Any]:
+    """``--model_args`` with what lm-eval passes from its own flags (``--batch_size``,
+    ``--max_batch_size``, ``--device``; None: not given) as keywords of the same names. A key
+    given both ways must agree (lm-eval's own merge is a Python "got multiple values" error),
+    except the unnamed device ("auto", as ``python -m dllm.eval`` sets it): the model arg names it."""
+    merged = dict(args)
+    for key, value in (flags or {}).items():
+        if value is None or (key == "device" and value == "auto" and key in merged):
+            continue
+        if key in merged and str(merged[key]) != str(value):
+            raise ValueError(f"{key}={merged[key]} in --model_args but --{key} {value}; "
+                             f"give it once: --{key} {merged[key]}")
+        merged[key] = merged.get(key, value)
+    return merged
 
 
 def _option_names(registry, name: str) -> set[str]:
