@@ -75,11 +75,13 @@ class RowSession:
 
     async def events(self, disconnected=None, poll: float = 0.25) -> AsyncIterator[RowEvent]:
         """Events until every row is settled (its answer decided and its stats in). A row a stop
-        or max_tokens decides is cancelled at once; its finish event waits for the scheduler's
-        last update, one round later, which brings its stats. ``disconnected``: an async callable
+        or max_tokens decides is cancelled at once (under token editing it decodes its whole canvas,
+        as ``generate`` does); its finish event waits for the scheduler's last update, one round
+        later, which brings its stats. ``disconnected``: an async callable
         polled every ``poll`` seconds; when it answers True the rows are cancelled and iteration
         stops."""
         checked = time.perf_counter()
+        editing = self.parsed.config.edit_threshold is not None
         if self.parsed.prompt_only:  # rows of no answer: each one's finish, and nothing decoded
             for index, row in enumerate(self.rows):
                 self.metrics.row_finished(row.reason, 0, row.answer_stats)
@@ -105,9 +107,10 @@ class RowSession:
             if self.first_token is None and row.ids:
                 self.first_token = time.perf_counter()
                 self.metrics.ttft.observe(self.first_token - self.started)
-            if row.done and not decided and not update.finished and row.reason != "eos":
+            if row.done and not decided and not update.finished and row.reason != "eos" and not editing:
                 # a stop or max_tokens: free the row now (as generate and stream stop it); an
-                # end-of-text is stop_at_eos's to end, or, off, the row decodes on as in generate
+                # end-of-text is stop_at_eos's to end, or, off, the row decodes on as in generate;
+                # under token editing generate decodes the whole canvas (api.decided), and so does the row
                 self.scheduler.cancel(self.requests[index].request_id)
             if row.settled:
                 self.metrics.row_finished(row.reason, len(row.token_ids), row.answer_stats)
