@@ -129,3 +129,22 @@ def test_load_names_what_a_path_must_be(tmp_path, monkeypatch):
         dllm.load("no/such/dir")
     with pytest.raises(TypeError, match="path must be a checkpoint directory, a bundled model.s name or a hub id .*got int"):
         dllm.load(8)
+
+
+def test_a_prompt_past_the_context_names_max_tokens_when_it_set_the_length(model):
+    """The fix offered is the option the caller gave: max_tokens (with its rounding to whole blocks
+    and the largest value that fits), not gen_length, which the caller never passed."""
+    context = model.model.config.max_sequence_length
+    prompt = [5] * 10
+    with pytest.raises(ValueError, match=rf"prompt 0 has 10 tokens \+ max_tokens {context} = {context + 10} > the "
+                                         rf"model's context of {context}; shorten the prompt or lower max_tokens to {context - 10}$"):
+        model.generate_ids([prompt], max_tokens=context)
+    asked = context - 13  # rounded up to whole blocks of 8: past the context by the rounding alone
+    rounded, fits = -(-asked // 8) * 8, (context - 10) // 8 * 8
+    with pytest.raises(ValueError, match=rf"max_tokens {asked} \(rounded up to {rounded}, whole blocks of 8\) = "
+                                         rf"{rounded + 10} > .* lower max_tokens to {fits}$"):
+        model.generate_ids([prompt], max_tokens=asked, block_length=8)
+    with pytest.raises(ValueError, match=r"lower max_tokens to"):
+        next(model.stream(model.tokenizer.decode(prompt), max_tokens=context, chat=False))
+    with pytest.raises(ValueError, match=rf"\+ gen_length {context} = .* shorten the prompt or lower gen_length$"):
+        model.generate_ids([prompt], gen_length=context)

@@ -118,7 +118,7 @@ class DiffusionLM:
             raise ValueError(f"stream takes one prompt (a string or chat messages), got {len(prompts)}; "
                              "call it once per prompt, or use generate for a batch")
         ids = check_token_ids([self.encode(prompts[0], chat)], self.model.config.vocab_size)
-        check_prompts(ids, config, self.model.config.max_sequence_length)
+        check_prompts(ids, config, self.model.config.max_sequence_length, request.max_tokens)
         seed = config.seed if seed is None else seed
         row = RowStart(prefix=ids[0], gen_length=config.gen_length, seed=seed, constraint=constraint)
         decoding = Decoding(self.model, [row], config)
@@ -131,6 +131,7 @@ class DiffusionLM:
     def _generate(self, ids: Any, config: GenerationConfig, seeds: Sequence[int] | None,
                   request: OutputRequest, constraint=None) -> GenerationOutput:
         ids = check_token_ids(ids, self.model.config.vocab_size)
+        check_prompts(ids, config, self.model.config.max_sequence_length, request.max_tokens)
         row_seed = row_seeds(config, seeds, len(ids), request.n)
         rows = [prompt for prompt in ids for _ in range(request.n)]
         constraints = None if constraint is None else [constraint] * len(rows)

@@ -451,19 +451,29 @@ def check_seeds(seeds: list[int] | None, batch_size: int) -> None:
             raise ValueError(f"seed {i} is {seed!r}; seeds must be ints in [0, 2**63), like config.seed")
 
 
-def check_prompts(prompts: list[list[int]], config: GenerationConfig, max_length: int) -> None:
-    """Reject bad input before any model work."""
+def check_prompts(prompts: list[list[int]], config: GenerationConfig, max_length: int,
+                  max_tokens: int | None = None, field: str = "max_tokens") -> None:
+    """Reject bad input before any model work. ``max_tokens``: the answer length the caller
+    asked for as ``field`` (``config.gen_length`` is it rounded up to whole blocks); a prompt
+    past the context then names that option, and the largest value of it that fits."""
     if not prompts:
         raise ValueError("no prompts given")
     for i, prompt in enumerate(prompts):
         if len(prompt) == 0:
             raise ValueError(f"prompt {i} is empty; every row needs at least one token")
-        if len(prompt) + config.gen_length > max_length:
-            raise ValueError(
-                f"prompt {i} has {len(prompt)} tokens + gen_length {config.gen_length} = "
-                f"{len(prompt) + config.gen_length} > the model's context of {max_length}; "
-                "shorten the prompt or lower gen_length"
-            )
+        total = len(prompt) + config.gen_length
+        if total <= max_length:
+            continue
+        if max_tokens is None:
+            raise ValueError(f"prompt {i} has {len(prompt)} tokens + gen_length {config.gen_length} = {total} > "
+                             f"the model's context of {max_length}; shorten the prompt or lower gen_length")
+        block = 1 if config.block_length == max_tokens else config.block_length  # one block of the answer's length
+        rounded = "" if config.gen_length == max_tokens else (
+            f" (rounded up to {config.gen_length}, whole blocks of {block})")
+        fits = (max_length - len(prompt)) // block * block
+        lower = f" or lower {field} to {fits}" if fits > 0 else ""
+        raise ValueError(f"prompt {i} has {len(prompt)} tokens + {field} {max_tokens}{rounded} = {total} > the "
+                         f"model's context of {max_length}; shorten the prompt{lower}")
 
 
 @dataclass(kw_only=True, slots=True)

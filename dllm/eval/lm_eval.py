@@ -163,7 +163,8 @@ class DllmLM(LM):
             config, max_tokens = self.request_config(gen_kwargs)
             ids = self.encode_context(context)
             try:
-                check_prompts([ids], config, self.model.config.max_sequence_length)
+                asked = (max_tokens, "max_gen_toks") if "max_gen_toks" in gen_kwargs else ()  # the task's length
+                check_prompts([ids], config, self.model.config.max_sequence_length, *asked)
             except ValueError as err:
                 raise ValueError(f"request {i} ({_where(request)}): {err}") from err
             # lm-eval repeats a request for several samples: the k-th copy samples with seed + k

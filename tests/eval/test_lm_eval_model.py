@@ -127,6 +127,19 @@ def test_unsupported_requests_are_refused_with_the_fix(tiny_dirs):
         lm.generate_until([_gen("a " * 5000, 0)])
 
 
+def test_a_context_past_the_model_names_the_tasks_max_gen_toks(tiny_dirs):
+    """The task's max_gen_toks set the answer's length, so the fix names it, not gen_length."""
+    lm = _lm(tiny_dirs["llada"])
+    context = lm.model.config.max_sequence_length
+    text = "a " * (context // 4)
+    length = len(lm.tok_encode(text))
+    asked = context - length + 3
+    with pytest.raises(ValueError, match=rf"request 0 \(task t, doc 0\): prompt 0 has {length} tokens \+ max_gen_toks "
+                                         rf"{asked} = {context + 3} > .*; shorten the prompt or lower max_gen_toks to "
+                                         rf"{context - length}$"):
+        lm.generate_until([_gen(text, 0, max_gen_toks=asked)])
+
+
 def test_a_rerun_answers_from_its_records_and_writes_speed(tiny_dirs, tmp_path, monkeypatch):
     args = {"save_dir": str(tmp_path), "mc_num": 4, "batch_size": 2, "greedy_check": False}
     gen = [_gen(p, i) for i, p in enumerate(PROMPTS)]
