@@ -46,6 +46,16 @@ def test_unknown_keyword_is_named_with_or_without_a_config(model, config):
         model.generate("hi", config, gen_lenght=8)
 
 
+@pytest.mark.parametrize("keyword, meant", [("gen_lenght", "gen_length"), ("temprature", "temperature"),
+                                            ("max_new_tokens", "max_tokens"), ("max_length", "max_tokens"),
+                                            ("num_return_sequences", "n"), ("stop_sequences", "stop")])
+def test_an_unknown_keyword_is_told_the_one_meant(model, keyword, meant):
+    """transformers' and vLLM's names, and typos, get the keyword generate takes (max_tokens, n
+    and stop are no GenerationConfig fields, so the list of known fields alone never named them)."""
+    with pytest.raises(ValueError, match=rf"\(did you mean {meant!r}\?\)$"):
+        model.generate("hi", **{keyword: 8})
+
+
 def test_config_of_the_wrong_type(model):
     with pytest.raises(TypeError, match="config must be a dllm.GenerationConfig, got int; pass generation options as keywords"):
         model.generate("hi", 32)

@@ -50,6 +50,23 @@ class OutputRequest:
         return cls(stops=stops, max_tokens=None if max_tokens is None else int(max_tokens), n=int(n), echo=echo)
 
 
+# keywords of a generate call beside GenerationConfig's fields, and other libraries' names for them
+CALL_KEYWORDS = ("chat", "seeds", "stop", "stop_token_ids", "max_tokens", "n", "echo", "regex", "choice",
+                 "json_schema", "grammar")
+FOREIGN_KEYWORDS = {"max_new_tokens": "max_tokens", "max_length": "max_tokens", "num_return_sequences": "n",
+                    "stop_sequences": "stop", "stop_strings": "stop", "eos_token_id": "stop_token_ids"}
+
+
+def meant_keyword(name: str, fields: set[str]) -> str:
+    """``" (did you mean 'x'?)"`` for an unknown keyword: another library's name for one of
+    ours, or the closest field or call keyword; ``""`` when nothing is close."""
+    import difflib
+
+    close = [FOREIGN_KEYWORDS[name]] if name in FOREIGN_KEYWORDS else difflib.get_close_matches(
+        name, [*fields, *CALL_KEYWORDS], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def merge_config(config: GenerationConfig | None, options: dict[str, Any],
                  max_tokens: int | None = None, *, model=None) -> GenerationConfig:
     """``config`` (default: GenerationConfig()) with ``options`` applied on top.
@@ -68,7 +85,8 @@ def merge_config(config: GenerationConfig | None, options: dict[str, Any],
     known = {f.name for f in dataclasses.fields(GenerationConfig)}
     unknown = sorted(set(options) - known)
     if unknown:
-        raise ValueError(f"unknown generation option(s) {unknown}; known: {sorted(known)}")
+        raise ValueError(f"unknown generation option(s) {unknown}; known: {sorted(known)}"
+                         f"{meant_keyword(unknown[0], known)}")
     values = {} if config is None else {f.name: getattr(config, f.name) for f in dataclasses.fields(GenerationConfig)}
     if max_tokens is not None and "gen_length" in options:
         raise ValueError(f"pass max_tokens={max_tokens} or gen_length={options['gen_length']}, not both: "
