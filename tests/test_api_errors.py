@@ -68,7 +68,9 @@ def test_config_of_the_wrong_type(model):
     ([[1], [2, -1]], r"prompt 1, token 1 is id -1, outside the model's vocabulary"),
     ([[1.7, 2]], r"prompt 0, token 0 is 1.7 \(float\); token ids are ints"),
     ([[True, 2]], r"prompt 0, token 0 is True \(bool\)"),
-    ([1, 2, 3], r"token ids must be a list of prompts, each a list of int ids"),
+    ([1, 2, 3], r"token ids must be a list of prompts, each a list of int ids.* prompt 0 is int"),
+    # a row of another type is named (the list around it was blamed: "... got list")
+    ([[1, 2], __import__("torch").tensor([1, 2])], r"ids\.tolist\(\)\); prompt 1 is Tensor$"),
 ])
 def test_bad_token_ids(model, ids, match):
     with pytest.raises((TypeError, ValueError), match=match):

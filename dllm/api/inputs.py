@@ -63,9 +63,12 @@ def check_messages(messages: Sequence[Any], prompt: int) -> list[dict[str, str]]
 
 def check_token_ids(ids: Any, vocab_size: int) -> list[list[int]]:
     """A list of prompts, each a non-empty list of integer ids in [0, vocab_size)."""
-    if not isinstance(ids, (list, tuple)) or not all(isinstance(row, (list, tuple)) for row in ids):
-        raise OptionTypeError("token ids must be a list of prompts, each a list of int ids "
-                              f"(e.g. [[1, 2, 3]]); got {type(ids).__name__}")
+    shape = "token ids must be a list of prompts, each a list of int ids (e.g. [[1, 2, 3]]; a tensor or array: ids.tolist())"
+    if not isinstance(ids, (list, tuple)):
+        raise OptionTypeError(f"{shape}; got {type(ids).__name__}")
+    for i, row in enumerate(ids):
+        if not isinstance(row, (list, tuple)):
+            raise OptionTypeError(f"{shape}; prompt {i} is {type(row).__name__}")
     for i, row in enumerate(ids):
         for j, token in enumerate(row):
             if not isinstance(token, numbers.Integral) or isinstance(token, bool):
