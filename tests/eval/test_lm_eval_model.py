@@ -127,6 +127,20 @@ def test_unsupported_requests_are_refused_with_the_fix(tiny_dirs):
         lm.generate_until([_gen("a " * 5000, 0)])
 
 
+def test_do_sample_samples_as_transformers_does(tiny_dirs):
+    """A task asking do_sample without a temperature samples at transformers' default of 1 (it
+    decoded greedily: the model args' temperature 0); a temperature from the task or the model
+    args is kept, and do_sample false stays greedy."""
+    config, _ = _lm(tiny_dirs["llada"]).request_config({"do_sample": True})
+    assert config.temperature == 1.0
+    config, _ = _lm(tiny_dirs["llada"], temperature=0.7).request_config({"do_sample": True})
+    assert config.temperature == 0.7
+    config, _ = _lm(tiny_dirs["llada"]).request_config({"do_sample": True, "temperature": 0.2})
+    assert config.temperature == 0.2
+    config, _ = _lm(tiny_dirs["llada"], temperature=0.7).request_config({"do_sample": False})
+    assert config.temperature == 0.0
+
+
 def test_a_context_past_the_model_names_the_tasks_max_gen_toks(tiny_dirs):
     """The task's max_gen_toks set the answer's length, so the fix names it, not gen_length."""
     lm = _lm(tiny_dirs["llada"])
