@@ -17,6 +17,7 @@ from torch import Tensor
 
 from dllm.api.outputs import cut_answer
 from dllm.api.request import OutputRequest
+from dllm.api.stops import StopConditions
 from dllm.engine.config import GenerationConfig
 
 
@@ -37,14 +38,27 @@ def decided_rows(lm, request: OutputRequest, config: GenerationConfig) -> Callab
     def text_of(ids: list[int]) -> str:
         return lm.tokenizer.decode(ids, skip_special_tokens=False)
 
+    text_decided = final_prefix_decided(text_of, eos, stops, max_tokens)
+
     def decided(decoding) -> Tensor:
         active = decoding.state.runner.active
         out = []
         for row, live in zip(decoding.answer().tolist(), active.tolist()):
-            final = row[: row.index(mask_id)] if mask_id in row else row
-            out.append(live and cut_answer(final, text_of, eos, stops, max_tokens,
-                                           complete=False).finish_reason in ("stop", "length"))
+            out.append(live and text_decided(row[: row.index(mask_id)] if mask_id in row else row))
         return torch.tensor(out, dtype=torch.bool, device=active.device)
+
+    return decided
+
+
+def final_prefix_decided(text_of: Callable[[list[int]], str], eos: list[int], stops: StopConditions,
+                         max_tokens: int | None) -> Callable[[list[int]], bool]:
+    """Whether a final prefix (a row's answer ids before its first mask) decides the row's text:
+    a stop in it, or more than ``max_tokens`` tokens before any end (``cut_answer``'s "stop" or
+    "length"). ``generate`` reads it here each round; the server's scheduler on the answer it
+    already reads back each round, so neither adds a host read."""
+
+    def decided(final: list[int]) -> bool:
+        return cut_answer(final, text_of, eos, stops, max_tokens, complete=False).finish_reason in ("stop", "length")
 
     return decided
 

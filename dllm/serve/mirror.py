@@ -10,9 +10,9 @@ it broadcasts each decision (a ``BatchOp``) right before acting on it. The other
 running batch is deterministic given them, so every rank's canvas, caches and collectives stay in
 step without broadcasting tokens.
 
-Cancellation is the one input that arrives between decisions (a client goes away, a stop string
-ends a row): rank 0 records it and marks the row at the top of the next loop pass, and the step
-operation carries the batch's marked rows, so every rank stops them at the same round.
+Cancellation is the one input that arrives between decisions (a client goes away): rank 0 records it and marks the row at the top of the next loop pass, and the step
+operation carries the batch's marked rows, so every rank stops them at the same round. A stop
+is no input: every rank reads it in its own canvas (``answer_decoder``) in the same round.
 
 Operations travel on a gloo group of their own (CPU objects, whatever the model's backend),
 created with a long timeout: the other ranks wait in it while the server is idle.
@@ -22,12 +22,13 @@ from __future__ import annotations
 import datetime
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import torch.distributed as dist
 
 from dllm.cache.prompt_store import PromptKVStore
 from dllm.serve.protocol import SchedulerLimits, ServeRequest
-from dllm.serve.running_batch import RowProgress, RunningBatch, batch_key
+from dllm.serve.running_batch import RowProgress, RunningBatch, answer_decoder, batch_key
 from dllm.serve.scheduler import BatchScheduler
 
 log = logging.getLogger(__name__)
@@ -125,23 +126,24 @@ class LeaderScheduler(BatchScheduler):
 def follow(lm, limits: SchedulerLimits | None, channel: OpChannel) -> None:
     """A rank other than 0: apply rank 0's operations to its own batches until it stops. A batch
     whose operation raises is dropped, as rank 0 drops it (the same code fails the same way)."""
-    model = getattr(lm, "model", lm)
+    model, text_of = getattr(lm, "model", lm), answer_decoder(lm)
     limits = limits or SchedulerLimits()
     store = PromptKVStore(limits.prompt_cache_bytes) if limits.prompt_cache_bytes else None
     batches: dict[int, RunningBatch] = {}
     while (op := channel.receive()).kind != STOP:
         try:
-            _apply(op, model, batches, store)
+            _apply(op, model, batches, store, text_of)
         except Exception:  # noqa: BLE001  rank 0 ends these rows with the error; this rank goes on
             log.debug("batch %d failed on this rank", op.batch, exc_info=True)
             batches.pop(op.batch, None)
 
 
-def _apply(op: BatchOp, model, batches: dict[int, RunningBatch], store: PromptKVStore | None) -> None:
+def _apply(op: BatchOp, model, batches: dict[int, RunningBatch], store: PromptKVStore | None,
+           text_of: Callable[[list[int]], str] | None = None) -> None:
     if op.kind == LAUNCH:
         config = op.requests[0].config
         batches[op.batch] = RunningBatch(model, _rows(op.requests), config, op.key, batch_key(config, model)[1],
-                                         prompt_store=store)
+                                         prompt_store=store, text_of=text_of)
     elif op.kind == STEP:
         batch = batches[op.batch]
         for row in batch.rows:

@@ -2,8 +2,10 @@
 
 The scheduler owns the model and runs the decode loop in its own thread; callers submit
 requests and receive ``RowUpdate``s through a callback (called from the scheduler's thread:
-bridge to asyncio with ``loop.call_soon_threadsafe``). Stop strings are not the scheduler's
-business: a caller reads the final prefix, applies ``dllm.api.stops`` and cancels the row.
+bridge to asyncio with ``loop.call_soon_threadsafe``). A caller cuts each row's text at its
+stops (``dllm.api.stops``); the scheduler stops a row in the round a stop decides its text
+(``ServeRequest.stops``), as ``generate`` and ``stream`` stop theirs: a cancel from the
+caller would land a round or two late.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from dllm.api.stops import StopConditions
 from dllm.engine.config import GenerationConfig
 from dllm.engine.logprobs import TokenLogprob
 from dllm.samplers.constraints import RowConstraint
@@ -31,6 +34,10 @@ class ServeRequest:
     # the answer's token limit: the row stops in the round its final prefix runs past it with no
     # end-of-text (its text is decided), as generate and stream stop it (dllm.api.decided)
     max_tokens: int | None = None
+    # the request's stops: the row stops in the round its final prefix holds one (or runs past
+    # max_tokens), as generate and stream stop theirs (dllm.api.decided). Data, not a reader: a
+    # tensor-parallel server sends requests to every rank, each reading with its own tokenizer
+    stops: StopConditions | None = None
 
 
 @dataclass(kw_only=True, slots=True)

@@ -25,6 +25,7 @@ from typing import Callable
 
 import torch
 
+from dllm.api.decided import final_prefix_decided
 from dllm.engine.block_alignment import model_block_windows
 from dllm.cache.prompt_store import PromptKVStore, attach as attach_prompt_store
 from dllm.engine.config import GenerationConfig
@@ -79,11 +80,23 @@ class RowProgress:
                         constraint=self.request.constraint)
 
 
+def answer_decoder(lm) -> Callable[[list[int]], str] | None:
+    """``lm``'s answer ids to text as ``generate`` reads them (special tokens kept), or None for a
+    bare model without a tokenizer (its rows' stops are then the caller's cancel to end)."""
+    tokenizer = getattr(lm, "tokenizer", None)
+    if tokenizer is None:
+        return None
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+
+
 class RunningBatch:
     """A ``Decoding`` over some rows, with the bookkeeping to report, drop and add rows."""
 
     def __init__(self, model, rows: list[RowProgress], config: GenerationConfig, key: str, joinable: bool,
-                 prompt_store: PromptKVStore | None = None) -> None:
+                 prompt_store: PromptKVStore | None = None,
+                 text_of: Callable[[list[int]], str] | None = None) -> None:
+        # text_of: answer ids to text (``answer_decoder``), to stop a row at its stop strings
+        self.text_of = text_of
         # the blocks its Decoding runs (a block-causal model's own), which _carry counts in
         self.model, self.config, self.key, self.joinable = model, model_block_windows(model, config), key, joinable
         self.prompt_store = prompt_store  # prompt blocks shared across requests (block-causal models)
@@ -192,7 +205,7 @@ class RunningBatch:
                                                                row.request.top_logprobs)
             row.final = max(row.final, final)
             ended = self.mask_id not in segment and not open_edits
-            if row.cancelled or not active[i] or ended or self._past_max_tokens(row, full):
+            if row.cancelled or not active[i] or ended or self._decided(row, full, final):
                 self._finish(row, update, decoding, i, full)
                 if active[i]:
                     stopping.append(i)
@@ -204,14 +217,19 @@ class RunningBatch:
             decoding.stop_rows(stop)
         return updates
 
-    def _past_max_tokens(self, row: RowProgress, full: list[int]) -> bool:
-        """The row's final prefix runs past its max_tokens with no end-of-text in reach: its text is
-        decided, the rest of its canvas would be forwards for nothing (an end-of-text is
-        ``stop_at_eos``'s to end)."""
+    def _decided(self, row: RowProgress, full: list[int], final: int) -> bool:
+        """The row's final prefix ``full[:final]`` decides its text: it holds a stop, or runs past
+        max_tokens with no end-of-text in reach (an end-of-text is ``stop_at_eos``'s to end). The
+        rest of its canvas would be forwards for nothing. Read from the answer this round already
+        read back; never under token editing, which may still rewrite a committed token."""
+        if row.request.config.edit_threshold is not None:
+            return False
+        stops = row.request.stops
+        if stops is not None and (stops.strings or stops.token_ids) and self.text_of is not None:
+            # api.decided's reading of the final prefix (max_tokens included), as generate reads it
+            return final_prefix_decided(self.text_of, list(self.eos), stops, row.request.max_tokens)(full[:final])
         limit = row.request.max_tokens
-        editing = row.request.config.edit_threshold is not None  # a committed token may still be rewritten
-        return (limit is not None and not editing and row.final > limit
-                and not any(t in self.eos for t in full[: limit + 1]))
+        return limit is not None and row.final > limit and not any(t in self.eos for t in full[: limit + 1])
 
     def _finish(self, row: RowProgress, update: RowUpdate, decoding: Decoding, i: int, full: list[int]) -> None:
         row.finished = True

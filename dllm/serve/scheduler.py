@@ -28,7 +28,7 @@ from dllm.serve.budget import CanvasSize, fits, rows_that_fit
 from dllm.serve.drain_rate import DrainRate
 from dllm.serve.protocol import QueueFullError, RowUpdate, Scheduler, SchedulerLimits, ServeRequest
 from dllm.serve.round_cost import RoundCost, join_pays, round_tokens
-from dllm.serve.running_batch import RowProgress, RunningBatch, batch_key
+from dllm.serve.running_batch import RowProgress, RunningBatch, answer_decoder, batch_key
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class BatchScheduler(Scheduler):
 
     def __init__(self, lm, limits: SchedulerLimits | None = None) -> None:
         self.model = getattr(lm, "model", lm)
+        self.text_of = answer_decoder(lm)  # to stop rows at their stop strings
         self.limits = limits or SchedulerLimits()
         if self.limits.max_batch <= 0 or self.limits.max_queue < 0:
             raise ValueError(f"max_batch must be positive and max_queue >= 0, got {self.limits}")
@@ -175,7 +176,7 @@ class BatchScheduler(Scheduler):
         config = rows[0].request.config
         try:
             self._batches.append(RunningBatch(self.model, rows, config, key, batch_key(config, self.model)[1],
-                                              prompt_store=self.prompt_store))
+                                              prompt_store=self.prompt_store, text_of=self.text_of))
         except Exception as error:  # e.g. over the memory budget: these rows end, others go on
             self._end(rows, "error", str(error))
 

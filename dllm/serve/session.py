@@ -11,6 +11,7 @@ from typing import AsyncIterator
 from dllm.serve.metrics import ServerMetrics
 from dllm.serve.protocol import QueueFullError, RowUpdate, Scheduler, ServeRequest
 from dllm.serve.requests import ParsedRequest
+from dllm.serve.running_batch import answer_decoder
 from dllm.serve.rows import RowText
 
 
@@ -31,7 +32,8 @@ class RowSession:
         self.id = uuid.uuid4().hex
         self.started = time.perf_counter()
         self.first_token: float | None = None
-        decode = lambda ids: model.tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+        decode = answer_decoder(model)
+        eos, stops = list(model.model.eos_token_ids), parsed.stops
         self.requests: list[ServeRequest] = []
         self.rows: list[RowText] = []
         for p, ids in enumerate(parsed.prompt_ids):
@@ -40,8 +42,9 @@ class RowSession:
                 self.requests.append(ServeRequest(request_id=f"{self.id}-{index}", prompt_ids=ids,
                                                   config=parsed.config, seed=seed,
                                                   top_logprobs=parsed.top_logprobs,
-                                                  constraint=parsed.constraint, max_tokens=parsed.max_tokens))
-                self.rows.append(RowText(decode, list(model.model.eos_token_ids), parsed.stops, parsed.max_tokens))
+                                                  constraint=parsed.constraint, max_tokens=parsed.max_tokens,
+                                                  stops=stops))
+                self.rows.append(RowText(decode, eos, stops, parsed.max_tokens))
                 if parsed.prompt_only:
                     self.rows[-1].end_undecoded()
         self._queue: asyncio.Queue[tuple[int, RowUpdate]] = asyncio.Queue()
@@ -75,9 +78,10 @@ class RowSession:
 
     async def events(self, disconnected=None, poll: float = 0.25) -> AsyncIterator[RowEvent]:
         """Events until every row is settled (its answer decided and its stats in). A row a stop
-        or max_tokens decides is cancelled at once (under token editing it decodes its whole canvas,
-        as ``generate`` does); its finish event waits for the scheduler's last update, one round
-        later, which brings its stats. ``disconnected``: an async callable
+        or max_tokens decides stops in the scheduler in that round (``ServeRequest.stops``;
+        the cancel sent here is a backstop; under token editing it decodes its whole canvas, as
+        ``generate`` does); its finish event waits for the scheduler's last update, which brings
+        its stats. ``disconnected``: an async callable
         polled every ``poll`` seconds; when it answers True the rows are cancelled and iteration
         stops."""
         checked = time.perf_counter()
