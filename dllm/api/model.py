@@ -66,14 +66,17 @@ class DiffusionLM:
                  echo: bool = False, regex: str | None = None, choice: Sequence[str] | None = None,
                  json_schema: dict | str | None = None, grammar: str | None = None,
                  **options: Any) -> GenerationOutput:
-        """Generate for one prompt or many (ragged lengths are fine).
+        """Generate for one prompt or many (ragged lengths are fine): a string, chat messages
+        (``[{"role": "user", "content": ...}]``) or a list of those; token ids go to ``generate_ids``.
 
-        ``options`` are GenerationConfig fields, applied on top of ``config``. ``seeds``: one
+        ``chat``: put plain strings through the tokenizer's chat template (None: when it has one;
+        messages always are). ``options`` are GenerationConfig fields, applied on top of ``config``. ``seeds``: one
         sampling seed per prompt (default: ``config.seed`` for each); a row samples the same
         tokens alone or in any batch, at any position. ``stop`` / ``stop_token_ids`` end a
         row's text before the first one; ``max_tokens`` sets the answer length (instead of
         ``gen_length``); ``n`` samples per prompt (seeds ``seed, seed + 1, ...``; rows grouped
-        by prompt); ``echo`` puts the prompt's text before each answer. Every row says why it
+        by prompt); ``echo`` puts the prompt's text before each answer, as the model read it (chat
+        template included). Every row says why it
         ended in ``finish_reasons``. ``regex`` / ``choice`` / ``json_schema`` / ``grammar`` (Lark EBNF; one of them) keep
         every answer a word of that language, ending within ``max_tokens`` (structured output,
         ``dllm.samplers.constraints``). All of it is checked before any model work.
