@@ -20,7 +20,7 @@ def _with_save_dir(argv: list[str]) -> list[str]:
             output = argv[i + 1]
         elif arg.startswith("--output_path="):
             output = arg.split("=", 1)[1]
-    if output is None or any("save_dir=" in arg for arg in argv):
+    if output is None or any("save_dir=" in arg or '"save_dir"' in arg for arg in argv):  # key=value or JSON
         return argv
     return [*argv, "--model_args", f"save_dir={output}"]
 

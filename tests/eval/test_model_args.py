@@ -80,3 +80,5 @@ def test_output_path_becomes_the_records_folder_unless_one_is_given():
     given = ["--model_args", "save_dir=MINE", "--output_path", "OUT"]
     assert _with_save_dir(given) == given
     assert _with_save_dir(["--tasks", "gsm8k"]) == ["--tasks", "gsm8k"]
+    as_json = ["--model_args", '{"pretrained": "m", "save_dir": "MINE"}', "--output_path", "OUT"]  # lm-eval reads JSON too
+    assert _with_save_dir(as_json) == as_json
