@@ -299,10 +299,14 @@ class DllmLM(LM):
         self.cache_hook.add_partial(kind, request.args, result)
 
     def _write_speed(self) -> None:
+        """The speed of this run's requests, every rank's (records.write_speed)."""
+        keys = self.records.used
         if self._world_size > 1:
             self.barrier()  # every rank's records are written
+            gathered = self.gather_object(sorted(keys))
+            keys = set().union(*gathered) if gathered is not None else keys
         if self._rank == 0:
-            self.records.write_speed()
+            self.records.write_speed(keys)
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         if self._world_size == 1:

@@ -5,8 +5,9 @@ Each rank appends one JSON line per finished request to ``SAVE_DIR/dllm_requests
 tokens, token-forwards, seconds) under a fingerprint of everything that decides the answer
 (model, dtype, GenerationConfig, Monte-Carlo settings). A rerun with the same save folder and
 fingerprint answers those requests from the records, whichever rank wrote them; records of
-another fingerprint are left alone. ``dllm_speed.json`` sums the records per task and request
-type, so a score always comes with its NFE, TPF and tokens/s.
+another fingerprint are left alone. ``dllm_speed.json`` sums the records of the run's own
+requests (answered now or from the records) per task and request type, so a score always comes
+with its NFE, TPF and tokens/s, and not with those of an earlier run into the same folder.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class RequestRecords:
         self.dir = None if save_dir is None else Path(save_dir)
         self.fingerprint, self.writes = run_fingerprint, writes
         self.done: dict[str, dict[str, Any]] = {}
+        self.used: set[str] = set()  # keys of this run's requests: what the speed file sums
         if self.dir is None:
             return
         if self.dir.exists() and not self.dir.is_dir():
@@ -60,20 +62,26 @@ class RequestRecords:
         return records
 
     def get(self, kind: str, args: Any) -> dict[str, Any] | None:
-        return self.done.get(request_key(kind, args))
+        key = request_key(kind, args)
+        if key in self.done:
+            self.used.add(key)
+        return self.done.get(key)
 
     def add(self, kind: str, args: Any, record: dict[str, Any]) -> None:
         record = {"key": request_key(kind, args), "fingerprint": self.fingerprint, "kind": kind, **record}
         self.done[record["key"]] = record
+        self.used.add(record["key"])
         if self.dir is not None and self.writes:
             with self.path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
 
-    def write_speed(self) -> dict[str, Any] | None:
-        """``dllm_speed.json``: per (task, request type) means over every rank's records."""
+    def write_speed(self, keys: set[str] | None = None) -> dict[str, Any] | None:
+        """``dllm_speed.json``: per (task, request type) means over the records of ``keys``
+        (default: this process's requests; rank 0 passes every rank's), from any rank's file."""
         if self.dir is None or not self.writes:
             return None
-        summary = speed_summary(self._all_records())
+        keys = self.used if keys is None else keys
+        summary = speed_summary([r for r in self._all_records() if r["key"] in keys])
         atomic_write_text(self.dir / SPEED_FILE, json.dumps(summary, indent=2) + "\n")
         return summary
 
