@@ -24,7 +24,7 @@ from dllm.models.batch_invariant import make_batch_invariant
 from dllm.models.config import MoEConfig
 from dllm.models.gemma import DiffusionGemma, GemmaRMSNorm
 from dllm.models.gemma_config import GemmaConfig
-from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check
+from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_interpreted
 
 CANVAS, WINDOW = 4, 5
 # ragged, one past WINDOW; lengths a multiple of 4 (and head sizes of 16) so that torch's CPU
@@ -130,6 +130,7 @@ def _bitwise_check(device: str) -> None:
         torch.testing.assert_close(b, w, rtol=0, atol=1e-4)
 
 
+@skip_interpreted
 def test_gemma_rows_are_batch_invariant_through_the_interpreted_kernels():
     pytest.importorskip("triton", reason=NO_TRITON)
     run_kernel_check(__file__, "cpu", interpret=True)
