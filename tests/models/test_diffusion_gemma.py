@@ -3,6 +3,7 @@ denoiser equal transformers' classes (the oracle) within float tolerance; load e
 tensor. Skipped with the reason when the installed transformers has no ``diffusion_gemma``."""
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 
@@ -30,6 +31,13 @@ def _reference_cache(ref):
     return DynamicCache(config=ref.config.get_text_config())
 
 
+def _with_cache(module, cache) -> dict:
+    """The reference's cache keyword for ``module``: ``past_key_values`` in transformers 5.17 (the
+    release that brought DiffusionGemma), ``cache`` in later ones."""
+    names = inspect.signature(module.forward).parameters
+    return {"cache" if "cache" in names else "past_key_values": cache}
+
+
 def _positions(lo: int, n: int, batch: int) -> torch.Tensor:
     return torch.arange(lo, lo + n)[None].expand(batch, n)
 
@@ -42,8 +50,8 @@ def _denoiser_logits(ref, model, seed: int):
     canvas = torch.randint(0, model.config.vocab_size, (2, CANVAS), generator=gen)
     with torch.no_grad():
         cache = _reference_cache(ref)
-        ref.model.encoder(input_ids=prompt, cache=cache)
-        expected = ref(decoder_input_ids=canvas, cache=cache).logits
+        ref.model.encoder(input_ids=prompt, **_with_cache(ref.model.encoder, cache))
+        expected = ref(decoder_input_ids=canvas, **_with_cache(ref, cache)).logits
         store = PrefixKV()
         model.encode(prompt, _positions(0, 13, 2), torch.ones(2, 13, dtype=torch.bool), store)
         logits = model.denoise(canvas, _positions(13, CANVAS, 2), store)
@@ -61,9 +69,9 @@ def test_encoder_and_denoiser_logits_match_transformers(checkpoint):
     canvas = torch.randint(0, ref.config.text_config.vocab_size, (B, CANVAS), generator=gen)
     with torch.no_grad():
         cache = _reference_cache(ref)
-        ref_hidden = ref.model.encoder(input_ids=prompt, cache=cache).last_hidden_state
-        ref_first = ref(decoder_input_ids=canvas, cache=cache).logits
-        ref_second = ref(decoder_input_ids=canvas, cache=cache, self_conditioning_logits=ref_first).logits
+        ref_hidden = ref.model.encoder(input_ids=prompt, **_with_cache(ref.model.encoder, cache)).last_hidden_state
+        ref_first = ref(decoder_input_ids=canvas, **_with_cache(ref, cache)).logits
+        ref_second = ref(decoder_input_ids=canvas, self_conditioning_logits=ref_first, **_with_cache(ref, cache)).logits
 
         store = PrefixKV()
         hidden = model.encode(prompt, _positions(0, P, B), torch.ones(B, P, dtype=torch.bool), store)
@@ -79,8 +87,9 @@ def test_encoder_and_denoiser_logits_match_transformers(checkpoint):
     at = _positions(P, CANVAS, B)
     nxt = torch.randint(0, ref.config.text_config.vocab_size, (B, CANVAS), generator=gen)
     with torch.no_grad():
-        ref_hidden = ref.model.encoder(input_ids=canvas, cache=cache, position_ids=at).last_hidden_state
-        ref_next = ref(decoder_input_ids=nxt, cache=cache, decoder_position_ids=at + CANVAS).logits
+        ref_hidden = ref.model.encoder(input_ids=canvas, position_ids=at,
+                                       **_with_cache(ref.model.encoder, cache)).last_hidden_state
+        ref_next = ref(decoder_input_ids=nxt, decoder_position_ids=at + CANVAS, **_with_cache(ref, cache)).logits
         hidden = model.encode(canvas, at, torch.ones(B, CANVAS, dtype=torch.bool), store)
         logits = model.denoise(nxt, at + CANVAS, store)
     torch.testing.assert_close(hidden, ref_hidden, atol=ATOL, rtol=0)
