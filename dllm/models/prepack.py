@@ -62,8 +62,13 @@ class PrepackedLinear(nn.Module):
                                f"{x.device}; load the model again (with the dtype and device wanted) to move "
                                "or cast it")
         bias = None if self.bias is None else self.bias.detach()
-        out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, self.in_features), self.packed, bias, "none", [], "")
-        return out.view(*x.shape[:-1], self.out_features)
+        rows = x.reshape(-1, self.in_features)
+        # one row goes in twice: oneDNN may pick another kernel for a single row whatever the hint
+        # (torch 2.11's did for a 512x128 float32 weight), and that row's bits would then differ
+        single = rows.shape[0] == 1
+        out = torch.ops.mkldnn._linear_pointwise(rows.repeat(2, 1) if single else rows, self.packed, bias,
+                                                 "none", [], "")
+        return out[: rows.shape[0]].view(*x.shape[:-1], self.out_features)
 
     @property
     def packed_bytes(self) -> int:
