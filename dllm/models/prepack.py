@@ -22,8 +22,9 @@ import torch
 from torch import Tensor, nn
 
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
-# Rows oneDNN is told to expect. Measured: with a hint of 8 or more every row count from 1 up
-# gives each row the same bits (a hint of 1 picks another kernel for single rows).
+# Rows oneDNN is told to expect. Measured: with a hint of 8 or more every row count from 2 up
+# gives each row the same bits (a hint of 1 picks another kernel for single rows, and so does
+# torch 2.11's oneDNN at any hint for some shapes: forward runs a single row as two).
 ROWS_HINT = 32
 
 
