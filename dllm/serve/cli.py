@@ -12,6 +12,7 @@ from dllm.cli.options import (
     positive_int,
 )
 from dllm.cli.output import LOGGER_NAME
+from dllm.serve.listen import listening_socket, port_number
 from dllm.serve.serve_options import add_server_options
 
 if TYPE_CHECKING:
@@ -60,9 +61,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     threads = torch_threads(args)
     if args.tensor_parallel > 1:
         return _serve_tensor_parallel(args, ServeSetup(defaults, limits, server, access, threads))
-    model = load_from_args(args)
-    check_server_defaults(model, defaults)  # before serving requests that could never decode
-    _run_server(args, model, make_scheduler(model, limits), ServeSetup(defaults, limits, server, access, threads))
+    with listening_socket(args.host, args.port) as sock:  # a port in use is told before the model loads
+        model = load_from_args(args)
+        check_server_defaults(model, defaults)  # before serving requests that could never decode
+        _run_server(args, model, make_scheduler(model, limits), ServeSetup(defaults, limits, server, access, threads),
+                    sock)
     return 0
 
 
@@ -77,7 +80,8 @@ class ServeSetup:
     threads: int
 
 
-def _run_server(args: argparse.Namespace, model, scheduler, setup: ServeSetup) -> None:
+def _run_server(args: argparse.Namespace, model, scheduler, setup: ServeSetup, sock) -> None:
+    """Serve on ``sock`` (``listen.listening_socket``, bound before the model loaded) until shut down."""
     from dllm.serve.app import create_app
     from dllm.serve.serve_options import serve_forever
 
@@ -85,10 +89,10 @@ def _run_server(args: argparse.Namespace, model, scheduler, setup: ServeSetup) -
         app = create_app(model, scheduler, defaults=setup.defaults, served_name=args.served_model_name,
                          limits=setup.server, access=setup.access)
         log.info("serving %s on http://%s:%d/v1 (%s batching, max batch %d, max queue %d, %d threads%s%s)",
-                 model.path.name, args.host, args.port, "static" if args.static else "continuous", args.max_batch,
+                 model.path.name, args.host, sock.getsockname()[1], "static" if args.static else "continuous", args.max_batch,
                  args.max_queue, setup.threads, ", API key required" if setup.access.api_key else "",
                  f", tensor parallel {args.tensor_parallel}" if args.tensor_parallel > 1 else "")
-        serve_forever(app, args, setup.server)
+        serve_forever(app, args, setup.server, sock)
     finally:
         scheduler.close()
 
@@ -102,7 +106,12 @@ def _serve_tensor_parallel(args: argparse.Namespace, setup: ServeSetup) -> int:
     from dllm.serve.mirror import LeaderScheduler, OpChannel, follow
     from dllm.serve.requests import check_server_defaults
 
+    sock = None
+
     def body(rank: int) -> None:
+        nonlocal sock
+        if rank == 0:  # the HTTP rank: a port in use is told before the model loads
+            sock = listening_socket(args.host, args.port)
         model = load_from_args(args)
         check_server_defaults(model, setup.defaults)  # every rank alike: the job ends with the reason, exit 2
         channel = OpChannel()
@@ -112,11 +121,15 @@ def _serve_tensor_parallel(args: argparse.Namespace, setup: ServeSetup) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
         if rank == 0:
-            _run_server(args, model, LeaderScheduler(model, setup.limits, channel), setup)
+            _run_server(args, model, LeaderScheduler(model, setup.limits, channel), setup, sock)
         else:
             follow(model, setup.limits, channel)
 
-    run_rank(body)
+    try:
+        run_rank(body)
+    finally:
+        if sock is not None:
+            sock.close()
     leave_together()
     return 0
 
@@ -124,7 +137,7 @@ def _serve_tensor_parallel(args: argparse.Namespace, setup: ServeSetup) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (completions, chat, streaming)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--port", type=positive_int, default=8000, help="port to listen on")
+    p.add_argument("--port", type=port_number, default=8000, help="port to listen on (0: any free port, logged)")
     p.add_argument("--served-model-name", default=None, help="model name clients use (default: the directory's name)")
     p.add_argument("--max-batch", type=positive_int, default=8, help="rows decoded together")
     p.add_argument("--max-queue", type=positive_int, default=64,

@@ -4,9 +4,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 
 from dllm.cli.options import positive_float, positive_int
 from dllm.serve.limits import AccessSettings, ServerLimits, default_allowed_hosts
+from dllm.serve.listen import origin
 
 API_KEY_ENV = "DLLM_API_KEY"
 log = logging.getLogger(__name__)
@@ -20,7 +22,7 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
                         "an empty key is refused, never taken as 'no key')")
     g.add_argument("--protect-health-metrics", action="store_true",
                    help="/health, /metrics and /version need the API key too (default: open)")
-    g.add_argument("--allowed-origins", type=_names, default=(), metavar="ORIGIN,...",
+    g.add_argument("--allowed-origins", type=_origins, default=(), metavar="ORIGIN,...",
                    help="browser origins allowed to call the server (CORS), e.g. https://app.example.com "
                         "(default: none)")
     g.add_argument("--allowed-hosts", type=_names, default=(), metavar="NAME,...",
@@ -78,8 +80,8 @@ def torch_threads(args: argparse.Namespace) -> int:
     return threads
 
 
-def serve_forever(app, args: argparse.Namespace, limits: ServerLimits) -> None:
-    """uvicorn on ``app`` with the header deadline (and JSON refusals) and the shutdown deadline;
+def serve_forever(app, args: argparse.Namespace, limits: ServerLimits, sock: socket.socket) -> None:
+    """uvicorn on ``app``, listening on ``sock`` (bound before the model loaded), with the header deadline (and JSON refusals) and the shutdown deadline;
     no WebSocket upgrades (the server has no WebSocket route: an upgrade request is plain HTTP, so
     the app answers it, never a WebSocket library's plain-text refusal)."""
     import uvicorn
@@ -89,8 +91,15 @@ def serve_forever(app, args: argparse.Namespace, limits: ServerLimits) -> None:
 
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="off",
                             http=header_deadline_protocol(limits.header_timeout_s), ws="none")
-    DeadlineServer(config, app.state.shutdown, limits.shutdown_timeout_s).run()
+    DeadlineServer(config, app.state.shutdown, limits.shutdown_timeout_s).run(sockets=[sock])
 
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _origins(text: str) -> tuple[str, ...]:
+    try:
+        return tuple(origin(name) for name in _names(text))
+    except ValueError as err:  # argparse names the option before the message
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--allowed-origins: ")) from None
