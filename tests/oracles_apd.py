@@ -27,6 +27,7 @@ from types import SimpleNamespace
 import torch
 
 from dllm.models.visibility import KeyVisibility
+from dllm.samplers.strategies.apd_helper_cache import cache_argument
 
 
 @torch.no_grad()
@@ -68,10 +69,10 @@ def apd_generate(model, helper, prompt: list[int], *, gen_length: int, mixture_w
         else:
             draft = x0.clone().unsqueeze(0)
             cache_position = torch.arange(curr, right)
-            out = helper(draft, cache=past, cache_position=cache_position,
-                         position_ids=cache_position.unsqueeze(0), use_cache=True)
+            out = helper(draft, cache_position=cache_position, position_ids=cache_position.unsqueeze(0),
+                         use_cache=True, **{cache_argument(helper): past})  # transformers 5.17: past_key_values
             verifier_logits = torch.cat([prev_logits, out.logits[:, :-1].double()], dim=1)
-        past = out.past_key_values
+        past = out["cache"] if "cache" in out else out.past_key_values
         if max_lookahead is not None:
             verifier_logits = verifier_logits[:, :max_lookahead]
         prefilling = False
