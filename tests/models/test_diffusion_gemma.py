@@ -3,7 +3,6 @@ denoiser equal transformers' classes (the oracle) within float tolerance; load e
 tensor. Skipped with the reason when the installed transformers has no ``diffusion_gemma``."""
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 
@@ -14,6 +13,7 @@ from safetensors.torch import load_file, save_file
 import dllm
 from dllm.models import CheckpointError, load_model
 from dllm.models.gemma import PrefixKV
+from dllm.samplers.strategies.apd_helper_cache import cache_argument
 from tests.models.gemma_tiny import CANVAS, SLIDING_WINDOW, reference_classes, write_reference
 
 ATOL = 1e-4  # logits reach the soft-cap (30): float32 rounding of several matmuls
@@ -34,8 +34,7 @@ def _reference_cache(ref):
 def _with_cache(module, cache) -> dict:
     """The reference's cache keyword for ``module``: ``past_key_values`` in transformers 5.17 (the
     release that brought DiffusionGemma), ``cache`` in later ones."""
-    names = inspect.signature(module.forward).parameters
-    return {"cache" if "cache" in names else "past_key_values": cache}
+    return {cache_argument(module): cache}
 
 
 def _positions(lo: int, n: int, batch: int) -> torch.Tensor:
