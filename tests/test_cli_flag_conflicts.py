@@ -39,7 +39,7 @@ def test_a_prompt_taken_by_choice_is_named_with_the_fix(capsys, monkeypatch):
 
 
 def test_decoded_token_threshold_without_the_pipelined_mode_is_refused(capsys, monkeypatch, tmp_path):
-    err = _refused_before_loading(capsys, monkeypatch, ["generate", "hi", "--decoded-token-threshold", "2"])
+    err = _refused_before_loading(capsys, monkeypatch, ["generate", "hi", "--decoded-token-threshold", "0.5"])
     assert "--decoded-token-threshold" in err and "--block-add-threshold" in err
     prompts = tmp_path / "p.txt"
     prompts.write_text("hi\n")
