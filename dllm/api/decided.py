@@ -35,32 +35,35 @@ def decided_rows(lm, request: OutputRequest, config: GenerationConfig) -> Callab
     if not has_stops:
         return _past_max_tokens(mask_id, eos, max_tokens)
 
-    def text_of(ids: list[int]) -> str:
-        return lm.tokenizer.decode(ids, skip_special_tokens=False)
-
-    text_decided = final_prefix_decided(text_of, eos, stops, max_tokens)
+    text_of = answer_decoder(lm)
 
     def decided(decoding) -> Tensor:
         active = decoding.state.runner.active
         out = []
         for row, live in zip(decoding.answer().tolist(), active.tolist()):
-            out.append(live and text_decided(row[: row.index(mask_id)] if mask_id in row else row))
+            out.append(live and final_prefix_decided(row[: row.index(mask_id)] if mask_id in row else row,
+                                                   text_of, eos, stops, max_tokens))
         return torch.tensor(out, dtype=torch.bool, device=active.device)
 
     return decided
 
 
-def final_prefix_decided(text_of: Callable[[list[int]], str], eos: list[int], stops: StopConditions,
-                         max_tokens: int | None) -> Callable[[list[int]], bool]:
+def answer_decoder(lm) -> Callable[[list[int]], str] | None:
+    """``lm``'s answer ids to text as ``generate`` reads them (special tokens kept), or None for a
+    bare model without a tokenizer (its rows' stops are then the caller's cancel to end)."""
+    tokenizer = getattr(lm, "tokenizer", None)
+    if tokenizer is None:
+        return None
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def final_prefix_decided(final: list[int], text_of: Callable[[list[int]], str], eos: list[int],
+                         stops: StopConditions, max_tokens: int | None) -> bool:
     """Whether a final prefix (a row's answer ids before its first mask) decides the row's text:
     a stop in it, or more than ``max_tokens`` tokens before any end (``cut_answer``'s "stop" or
     "length"). ``generate`` reads it here each round; the server's scheduler on the answer it
     already reads back each round, so neither adds a host read."""
-
-    def decided(final: list[int]) -> bool:
-        return cut_answer(final, text_of, eos, stops, max_tokens, complete=False).finish_reason in ("stop", "length")
-
-    return decided
+    return cut_answer(final, text_of, eos, stops, max_tokens, complete=False).finish_reason in ("stop", "length")
 
 
 def _past_max_tokens(mask_id: int, eos: list[int], max_tokens: int) -> Callable:

@@ -28,7 +28,8 @@ import torch.distributed as dist
 
 from dllm.cache.prompt_store import PromptKVStore
 from dllm.serve.protocol import SchedulerLimits, ServeRequest
-from dllm.serve.running_batch import RowProgress, RunningBatch, answer_decoder, batch_key
+from dllm.api.decided import answer_decoder
+from dllm.serve.running_batch import RowProgress, RunningBatch, batch_key
 from dllm.serve.scheduler import BatchScheduler
 
 log = logging.getLogger(__name__)

@@ -80,22 +80,13 @@ class RowProgress:
                         constraint=self.request.constraint)
 
 
-def answer_decoder(lm) -> Callable[[list[int]], str] | None:
-    """``lm``'s answer ids to text as ``generate`` reads them (special tokens kept), or None for a
-    bare model without a tokenizer (its rows' stops are then the caller's cancel to end)."""
-    tokenizer = getattr(lm, "tokenizer", None)
-    if tokenizer is None:
-        return None
-    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
-
-
 class RunningBatch:
     """A ``Decoding`` over some rows, with the bookkeeping to report, drop and add rows."""
 
     def __init__(self, model, rows: list[RowProgress], config: GenerationConfig, key: str, joinable: bool,
                  prompt_store: PromptKVStore | None = None,
                  text_of: Callable[[list[int]], str] | None = None) -> None:
-        # text_of: answer ids to text (``answer_decoder``), to stop a row at its stop strings
+        # text_of: answer ids to text (``api.decided.answer_decoder``), to stop a row at its stop strings
         self.text_of = text_of
         # the blocks its Decoding runs (a block-causal model's own), which _carry counts in
         self.model, self.config, self.key, self.joinable = model, model_block_windows(model, config), key, joinable
@@ -227,7 +218,7 @@ class RunningBatch:
         stops = row.request.stops
         if stops is not None and (stops.strings or stops.token_ids) and self.text_of is not None:
             # api.decided's reading of the final prefix (max_tokens included), as generate reads it
-            return final_prefix_decided(self.text_of, list(self.eos), stops, row.request.max_tokens)(full[:final])
+            return final_prefix_decided(full[:final], self.text_of, list(self.eos), stops, row.request.max_tokens)
         limit = row.request.max_tokens
         return limit is not None and row.final > limit and not any(t in self.eos for t in full[: limit + 1])
 

@@ -28,7 +28,8 @@ from dllm.serve.budget import CanvasSize, fits, rows_that_fit
 from dllm.serve.drain_rate import DrainRate
 from dllm.serve.protocol import QueueFullError, RowUpdate, Scheduler, SchedulerLimits, ServeRequest
 from dllm.serve.round_cost import RoundCost, join_pays, round_tokens
-from dllm.serve.running_batch import RowProgress, RunningBatch, answer_decoder, batch_key
+from dllm.api.decided import answer_decoder
+from dllm.serve.running_batch import RowProgress, RunningBatch, batch_key
 
 log = logging.getLogger(__name__)
 

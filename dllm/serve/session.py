@@ -11,7 +11,7 @@ from typing import AsyncIterator
 from dllm.serve.metrics import ServerMetrics
 from dllm.serve.protocol import QueueFullError, RowUpdate, Scheduler, ServeRequest
 from dllm.serve.requests import ParsedRequest
-from dllm.serve.running_batch import answer_decoder
+from dllm.api.decided import answer_decoder
 from dllm.serve.rows import RowText
 
 
