@@ -15,8 +15,11 @@ from pathlib import Path
 
 # What dllm reads (``dllm.models.loading``, ``dllm.models.tokenizer``), plus generation_config.json
 # (small; it keeps the snapshot one that transformers can open as well).
+# vocab.json / merges.txt / added_tokens.json / special_tokens_map.json: the tokenizer of checkpoints that
+# publish no tokenizer.json (Dream-v0, Fast-dLLM v2).
 HUB_FILES = ["config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
-             "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"]
+             "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "vocab.json", "merges.txt",
+             "added_tokens.json", "special_tokens_map.json"]
 SUBFOLDERS = ["*/*"]  # dllm reads the top level only; other variants live in subfolders
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -82,7 +85,8 @@ def hub_snapshot(repo_id: str, revision: str | None = None) -> Path:
                             "gated model), or pass a checkpoint directory") from err
     if missing := missing_files(path):
         raise HubModelError(f"{repo_id!r} (revision {revision or 'main'}) has no {', '.join(missing)} at its top "
-                            f"level ({path}); dllm needs config.json, tokenizer.json and safetensors weights")
+                            f"level ({path}); dllm needs config.json, tokenizer.json (or vocab.json + merges.txt) and "
+                            "safetensors weights")
     return path
 
 
@@ -93,10 +97,13 @@ def _one_line(err: BaseException) -> str:
 
 
 def missing_files(path: Path) -> list[str]:
-    """What a snapshot lacks of config.json, tokenizer.json and its weights (every indexed shard)."""
+    """What a snapshot lacks of config.json, its tokenizer (tokenizer.json, or vocab.json + merges.txt)
+    and its weights (every indexed shard)."""
     import json
 
-    missing = [name for name in ("config.json", "tokenizer.json") if not (path / name).is_file()]
+    missing = [] if (path / "config.json").is_file() else ["config.json"]
+    if not (path / "tokenizer.json").is_file() and not all((path / n).is_file() for n in ("vocab.json", "merges.txt")):
+        missing.append("tokenizer.json")
     index = path / "model.safetensors.index.json"
     if index.is_file():
         try:

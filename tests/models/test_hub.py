@@ -128,11 +128,13 @@ def test_only_the_top_level_files_dllm_reads_are_fetched():
     repo = ["config.json", "generation_config.json", "model-00001-of-00002.safetensors",
             "model-00002-of-00002.safetensors", "model.safetensors.index.json", "tokenizer.json",
             "tokenizer_config.json", "chat_template.jinja", "modeling_llada.py", "configuration_llada.py",
-            "pytorch_model.bin", "README.md", "original/consolidated.safetensors", "onnx/config.json"]
+            "pytorch_model.bin", "README.md", "original/consolidated.safetensors", "onnx/config.json",
+            "vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json", "tokenization_dream.py"]
     fetched = set(filter_repo_objects(repo, allow_patterns=HUB_FILES, ignore_patterns=SUBFOLDERS))
     assert fetched == {"config.json", "generation_config.json", "model-00001-of-00002.safetensors",
                        "model-00002-of-00002.safetensors", "model.safetensors.index.json", "tokenizer.json",
-                       "tokenizer_config.json", "chat_template.jinja"}
+                       "tokenizer_config.json", "chat_template.jinja", "vocab.json", "merges.txt", "added_tokens.json",
+                       "special_tokens_map.json"}
 
 
 def test_lm_eval_pretrained_takes_a_hub_id_and_revision(hub):
