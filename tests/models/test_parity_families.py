@@ -55,6 +55,15 @@ def _swiglu(h, W, p):
     return (F.silu(h @ W[p + "gate_proj.weight"].T) * (h @ W[p + "up_proj.weight"].T)) @ W[p + "down_proj.weight"].T
 
 
+def _experts(flat, W, p, w, idx):
+    """Each token's chosen experts ``{p}experts.{e}.`` (SwiGLU) weighted by ``w``, summed; flat (N, d)."""
+    out = torch.zeros_like(flat)
+    for t in range(flat.shape[0]):
+        for j in range(idx.shape[1]):
+            out[t] += w[t, j] * _swiglu(flat[t], W, p + f"experts.{int(idx[t, j])}.")
+    return out
+
+
 def _allowed(valid, block):
     """Key validity (B, T) and, with ``block``, block-causal visibility over canvas columns."""
     T = valid.shape[1]
@@ -78,19 +87,27 @@ def _self_attention(h, W, p, heads, pos, theta, eps, allowed):
     return a @ W[p + "self_attn.o_proj.weight"].T
 
 
-def reference_sdar(path, ids, pos, valid, block):
+def qwen_decoder(path, ids, pos, valid, block, dims, mlp):
+    """Logits of a Qwen3-named decoder (``model.embed_tokens``, ``model.layers.{i}.self_attn``):
+    pre-norm attention (``_self_attention``; ``dims(cfg)``: head_dim and the dims RoPE rotates), then
+    ``mlp(h, W, prefix, cfg, i)`` on the post-attention norm, the final norm and ``lm_head``."""
     cfg = json.loads((path / "config.json").read_text())
     W = _weights(path)
-    H, Hkv, D, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["rms_norm_eps"]
+    H, Hkv, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["rms_norm_eps"]
+    D, rot = dims(cfg)
     x = W["model.embed_tokens.weight"][ids]
-    B, T, _ = x.shape
     allowed = _allowed(valid, block)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = _rms(x, W[p + "input_layernorm.weight"], eps)
-        x = x + _self_attention(h, W, p, (H, Hkv, D, D), pos, cfg["rope_theta"], eps, allowed)
-        x = x + _swiglu(_rms(x, W[p + "post_attention_layernorm.weight"], eps), W, p + "mlp.")
+        x = x + _self_attention(h, W, p, (H, Hkv, D, rot), pos, cfg["rope_theta"], eps, allowed)
+        x = x + mlp(_rms(x, W[p + "post_attention_layernorm.weight"], eps), W, p, cfg, i)
     return _rms(x, W["model.norm.weight"], eps) @ W["lm_head.weight"].T
+
+
+def reference_sdar(path, ids, pos, valid, block):
+    return qwen_decoder(path, ids, pos, valid, block, lambda cfg: (cfg["head_dim"], cfg["head_dim"]),
+                        lambda h, W, p, cfg, i: _swiglu(h, W, p + "mlp."))
 
 
 def _llada2_moe(h, W, p, cfg):
@@ -108,11 +125,7 @@ def _llada2_moe(h, W, p, cfg):
     idx = choice.masked_fill(~keep, float("-inf")).topk(K, dim=-1).indices
     w = scores.gather(1, idx)
     w = w / (w.sum(-1, keepdim=True) + 1e-20) * cfg["routed_scaling_factor"]
-    out = torch.zeros_like(flat)
-    for t in range(flat.shape[0]):
-        for j in range(K):
-            out[t] += w[t, j] * _swiglu(flat[t], W, p + f"experts.{int(idx[t, j])}.")
-    return out.view_as(h) + _swiglu(h, W, p + "shared_experts.")
+    return _experts(flat, W, p, w, idx).view_as(h) + _swiglu(h, W, p + "shared_experts.")
 
 
 def reference_llada2(path, ids, pos, valid, block):
@@ -145,29 +158,19 @@ def _llada_moe_mlp(h, W, p, cfg):
     flat = h.reshape(-1, h.shape[-1])
     probs = (flat @ W[p + "mlp.gate.weight"].T).softmax(-1)
     w, idx = probs.topk(K, dim=-1)
-    out = torch.zeros_like(flat)
-    for t in range(flat.shape[0]):
-        for j in range(K):
-            out[t] += w[t, j] * _swiglu(flat[t], W, p + f"mlp.experts.{int(idx[t, j])}.")
-    return out.view_as(h) + _swiglu(h, W, p + "shared_expert.")
+    return _experts(flat, W, p + "mlp.", w, idx).view_as(h) + _swiglu(h, W, p + "shared_expert.")
 
 
 def reference_llada_moe(path, ids, pos, valid, block):
-    cfg = json.loads((path / "config.json").read_text())
-    W = _weights(path)
-    H, Hkv, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["rms_norm_eps"]
-    D = cfg["hidden_size"] // H
-    rot = int(D * cfg["partial_rotary_factor"])
-    x = W["model.embed_tokens.weight"][ids]
-    B, T, _ = x.shape
-    allowed = _allowed(valid, block)
-    for i in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        h = _rms(x, W[p + "input_layernorm.weight"], eps)
-        x = x + _self_attention(h, W, p, (H, Hkv, D, rot), pos, cfg["rope_theta"], eps, allowed)
-        h = _rms(x, W[p + "post_attention_layernorm.weight"], eps)
-        x = x + (_llada_moe_mlp(h, W, p, cfg) if cfg["moe_layer_freq"][i] else _swiglu(h, W, p + "mlp."))
-    return _rms(x, W["model.norm.weight"], eps) @ W["lm_head.weight"].T
+    """head_dim is hidden / heads (the config's head_dim, if any, is not read by LLaDA-MoE)."""
+    def dims(cfg):
+        D = cfg["hidden_size"] // cfg["num_attention_heads"]
+        return D, int(D * cfg["partial_rotary_factor"])
+
+    def mlp(h, W, p, cfg, i):
+        return _llada_moe_mlp(h, W, p, cfg) if cfg["moe_layer_freq"][i] else _swiglu(h, W, p + "mlp.")
+
+    return qwen_decoder(path, ids, pos, valid, block, dims, mlp)
 
 
 # family -> (reference, block size of its tiny checkpoint or 0 for bidirectional)
