@@ -9,6 +9,7 @@ import torch
 
 from dllm.engine.config import GenerationConfig
 from dllm.engine.decoding import DecodeResult, Decoding, RowStart, check_prompts, decode
+from dllm.engine.logprobs import check_logprobs
 from dllm.api.decided import decided_rows
 from dllm.api.inputs import check_token_ids, prompt_batch
 from dllm.models import load_model, load_tokenizer
@@ -63,8 +64,8 @@ class DiffusionLM:
     def generate(self, prompts: Prompt | Sequence[Prompt], config: GenerationConfig | None = None,
                  *, chat: bool | None = None, seeds: Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
                  stop_token_ids: Sequence[int] | None = None, max_tokens: int | None = None, n: int = 1,
-                 echo: bool = False, regex: str | None = None, choice: Sequence[str] | None = None,
-                 json_schema: dict | str | None = None, grammar: str | None = None,
+                 echo: bool = False, logprobs: int | None = None, regex: str | None = None,
+                 choice: Sequence[str] | None = None, json_schema: dict | str | None = None, grammar: str | None = None,
                  **options: Any) -> GenerationOutput:
         """Generate for one prompt or many (ragged lengths are fine): a string, chat messages
         (``[{"role": "user", "content": ...}]``) or a list of those; token ids go to ``generate_ids``.
@@ -76,12 +77,14 @@ class DiffusionLM:
         row's text before the first one; ``max_tokens`` sets the answer length (instead of
         ``gen_length``); ``n`` samples per prompt (seeds ``seed, seed + 1, ...``; rows grouped
         by prompt); ``echo`` puts the prompt's text before each answer, as the model read it (chat
-        template included). Every row says why it
+        template included). ``logprobs``: each kept answer token's log-probability under the
+        forward that committed it, with this many most likely alternatives (``output.logprobs``;
+        the plain strategy only, as the server's). Every row says why it
         ended in ``finish_reasons``. ``regex`` / ``choice`` / ``json_schema`` / ``grammar`` (Lark EBNF; one of them) keep
         every answer a word of that language, ending within ``max_tokens`` (structured output,
         ``dllm.samplers.constraints``). All of it is checked before any model work.
         """
-        request = self._request(stop, stop_token_ids, max_tokens, n, echo)
+        request = self._request(stop, stop_token_ids, max_tokens, n, echo, logprobs)
         spec = parse_constraint(regex, choice, json_schema, grammar)
         config = merge_config(config, options, request.max_tokens, model=self.model)
         ids = [self.encode(p, chat) for p in prompt_batch(prompts)]
@@ -90,29 +93,29 @@ class DiffusionLM:
     def generate_ids(self, ids: list[list[int]], config: GenerationConfig | None = None, *,
                      seeds: Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
                      stop_token_ids: Sequence[int] | None = None, max_tokens: int | None = None, n: int = 1,
-                     echo: bool = False, regex: str | None = None, choice: Sequence[str] | None = None,
-                     json_schema: dict | str | None = None, grammar: str | None = None,
-                     **options: Any) -> GenerationOutput:
+                     echo: bool = False, logprobs: int | None = None, regex: str | None = None,
+                     choice: Sequence[str] | None = None, json_schema: dict | str | None = None,
+                     grammar: str | None = None, **options: Any) -> GenerationOutput:
         """``generate`` from token ids (a list of prompts, each a list of ids of this model)."""
-        request = self._request(stop, stop_token_ids, max_tokens, n, echo)
+        request = self._request(stop, stop_token_ids, max_tokens, n, echo, logprobs)
         spec = parse_constraint(regex, choice, json_schema, grammar)
         config = merge_config(config, options, request.max_tokens, model=self.model)
         return self._generate(ids, config, seeds, request, row_constraint(self, spec, request.stops, request.max_tokens, config))
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None,
                seed: int | None = None, stop: Any = None, stop_token_ids: Any = None,
-               max_tokens: int | None = None, regex: str | None = None, choice: Sequence[str] | None = None,
-               json_schema: dict | str | None = None, grammar: str | None = None,
+               max_tokens: int | None = None, logprobs: int | None = None, regex: str | None = None,
+               choice: Sequence[str] | None = None, json_schema: dict | str | None = None, grammar: str | None = None,
                **options: Any) -> Iterator[StreamUpdate]:
         """Decode one prompt, yielding a ``StreamUpdate`` after each forward (newly committed
         positions, the canvas, the final prefix and its new text), then a last one with
         ``finished=True``. Same tokens as ``generate``; ``stop`` / ``stop_token_ids`` end the
         text (and the decode) at the first stop, ``max_tokens`` sets the answer length as in
         ``generate``, and so do ``regex`` / ``choice`` / ``json_schema`` / ``grammar`` (the final
-        prefix of a constrained answer is a prefix of a word). Bad input raises here, before any
-        model work."""
+        prefix of a constrained answer is a prefix of a word); ``logprobs`` as ``generate``'s, on the
+        last update (one per ``final_ids``). Bad input raises here, before any model work."""
         request = OutputRequest.parse(stop=stop, stop_token_ids=stop_token_ids, max_tokens=max_tokens,
-                                      vocab_size=self.model.config.vocab_size)
+                                      logprobs=logprobs, vocab_size=self.model.config.vocab_size)
         spec = parse_constraint(regex, choice, json_schema, grammar)
         config = merge_config(config, options, request.max_tokens, model=self.model)
         constraint = row_constraint(self, spec, request.stops, request.max_tokens, config)
@@ -122,14 +125,18 @@ class DiffusionLM:
                              "call it once per prompt, or use generate for a batch")
         ids = check_token_ids([self.encode(prompts[0], chat)], self.model.config.vocab_size)
         check_prompts(ids, config, self.model.config.max_sequence_length, request.max_tokens)
+        if request.logprobs is not None:
+            check_logprobs(request.logprobs, config)
         seed = config.seed if seed is None else seed
         row = RowStart(prefix=ids[0], gen_length=config.gen_length, seed=seed, constraint=constraint)
         decoding = Decoding(self.model, [row], config)
+        if request.logprobs is not None:
+            decoding.record_logprobs(request.logprobs)
         return stream_decoding(self, decoding, request)
 
-    def _request(self, stop, stop_token_ids, max_tokens, n, echo) -> OutputRequest:
+    def _request(self, stop, stop_token_ids, max_tokens, n, echo, logprobs) -> OutputRequest:
         return OutputRequest.parse(stop=stop, stop_token_ids=stop_token_ids, max_tokens=max_tokens, n=n,
-                                   echo=echo, vocab_size=self.model.config.vocab_size)
+                                   echo=echo, logprobs=logprobs, vocab_size=self.model.config.vocab_size)
 
     def _generate(self, ids: Any, config: GenerationConfig, seeds: Sequence[int] | None,
                   request: OutputRequest, constraint=None) -> GenerationOutput:
@@ -139,7 +146,7 @@ class DiffusionLM:
         rows = [prompt for prompt in ids for _ in range(request.n)]
         constraints = None if constraint is None else [constraint] * len(rows)
         result = decode(self.model, rows, config, seeds=row_seed, constraints=constraints,
-                        decided=decided_rows(self, request, config))
+                        decided=decided_rows(self, request, config), logprobs=request.logprobs)
         return self.to_output(result, rows, request)
 
     def decode_text(self, ids: list[int]) -> str:
@@ -151,7 +158,8 @@ class DiffusionLM:
                   request: OutputRequest | None = None) -> GenerationOutput:
         """Each row of a decode cut at its end (``outputs.end_row``), with its own statistics."""
         request = request or OutputRequest()
-        out = GenerationOutput(texts=[], token_ids=[], memory=result.memory)
+        out = GenerationOutput(texts=[], token_ids=[], memory=result.memory,
+                               logprobs=None if request.logprobs is None else [])
         for row, answer in enumerate(result.answer.tolist()):
             stopped, kept = end_row(answer, self.decode_text, self.model.eos_token_ids, request)
             check_decodable(kept, self.tokenizer, self.model.config.vocab_size, self.path)
@@ -160,6 +168,8 @@ class DiffusionLM:
             out.token_ids.append(kept)
             out.finish_reasons.append(stopped.finish_reason)
             out.decode_order.append(result.order[row, : len(kept)].tolist())
+            if out.logprobs is not None:
+                out.logprobs.append(result.logprobs.read(row, 0, len(kept), request.logprobs))
             nfe = int(result.nfe[row])
             out.stats.append({
                 "nfe": nfe, "tokens": len(kept), "tpf": len(kept) / max(nfe, 1),

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from dllm.api.request import OutputRequest
+from dllm.engine.logprobs import TokenLogprob
 from dllm.api.stops import StopConditions, StoppedText, cut_at_stop
 
 
@@ -20,6 +21,7 @@ class GenerationOutput:
     # draft_rows, tokens, seconds (the row's own time, from the decode's start to its last commit)
     decode_order: list[list[int]] = field(default_factory=list)  # forward index per answer token
     memory: dict[str, int] = field(default_factory=dict)  # dllm.engine.memory plan + kv_cache_peak_bytes
+    logprobs: list[list[TokenLogprob]] | None = None  # per row, one per id of token_ids (logprobs=k asked)
 
 
 def cut_answer(ids: Sequence[int], decode: Callable[[list[int]], str], eos_ids: Sequence[int],

@@ -25,16 +25,19 @@ class OutputRequest:
     n: samples per prompt, seeded ``sample_seeds(seed, n)``; output rows are grouped by prompt
       (prompt 0's n samples, then prompt 1's, ...).
     echo: each text starts with its prompt's text (as the model saw it, chat template included).
+    logprobs: report each kept answer token's logprob with this many alternatives
+      (``engine.logprobs``; None: not recorded).
     """
 
     stops: StopConditions = field(default_factory=StopConditions)
     max_tokens: int | None = None
     n: int = 1
     echo: bool = False
+    logprobs: int | None = None
 
     @classmethod
     def parse(cls, *, stop: Any = None, stop_token_ids: Any = None, max_tokens: Any = None, n: Any = 1,
-              echo: Any = False, vocab_size: int | None = None) -> "OutputRequest":
+              echo: Any = False, logprobs: Any = None, vocab_size: int | None = None) -> "OutputRequest":
         """Check each value and name the fix; nothing is rounded or clipped."""
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral)):
             raise OptionTypeError(f"max_tokens must be a positive int, got {max_tokens!r}")
@@ -46,14 +49,18 @@ class OutputRequest:
             raise ValueError(f"n (samples per prompt) must be a positive int, got {n}")
         if not isinstance(echo, bool):
             raise OptionTypeError(f"echo must be True or False, got {echo!r}")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, numbers.Integral)):
+            raise OptionTypeError(f"logprobs must be an int (alternatives per token, 0: the token alone) or None, "
+                                  f"got {logprobs!r}")
         stops = StopConditions.parse(stop, stop_token_ids, vocab_size=vocab_size)
-        return cls(stops=stops, max_tokens=None if max_tokens is None else int(max_tokens), n=int(n), echo=echo)
+        return cls(stops=stops, max_tokens=None if max_tokens is None else int(max_tokens), n=int(n), echo=echo,
+                   logprobs=None if logprobs is None else int(logprobs))
 
 
 # keywords of a generate call beside GenerationConfig's fields, and other libraries' names for them
-CALL_KEYWORDS = ("chat", "seeds", "stop", "stop_token_ids", "max_tokens", "n", "echo", "regex", "choice",
+CALL_KEYWORDS = ("chat", "seeds", "stop", "stop_token_ids", "max_tokens", "n", "echo", "logprobs", "regex", "choice",
                  "json_schema", "grammar")
-FOREIGN_KEYWORDS = {"max_new_tokens": "max_tokens", "max_length": "max_tokens", "num_return_sequences": "n",
+FOREIGN_KEYWORDS = {"top_logprobs": "logprobs", "max_new_tokens": "max_tokens", "max_length": "max_tokens", "num_return_sequences": "n",
                     "stop_sequences": "stop", "stop_strings": "stop", "eos_token_id": "stop_token_ids"}
 
 

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import torch
 
 from dllm.engine.decoding import Decoding
+from dllm.engine.logprobs import TokenLogprob
 from dllm.api.outputs import cut_answer, end_row
 from dllm.api.request import OutputRequest
 from dllm.api.stops import safe_text_length
@@ -29,7 +30,8 @@ class StreamUpdate:
     ``finished=True``, a ``finish_reason`` ("eos", "stop", "length") and ``stats`` (as
     ``generate``'s: nfe, tpf, token_forwards, draft_rows, tokens, seconds). ``in_flight``: the
     answer spans [start, end) being decoded after the round: the active block, or in the
-    pipelined mode (``block_add_threshold``) every block in flight; ``pipelined`` says which."""
+    pipelined mode (``block_add_threshold``) every block in flight; ``pipelined`` says which.
+    ``logprobs`` (the last update, when asked): one ``TokenLogprob`` per id of ``final_ids``."""
 
     committed: dict[int, int]
     canvas: list[int]
@@ -41,6 +43,7 @@ class StreamUpdate:
     stats: dict[str, Any] | None = None
     in_flight: list[tuple[int, int]] = field(default_factory=list)
     pipelined: bool = False
+    logprobs: list[TokenLogprob] | None = None
 
 
 def stream_decoding(lm, decoding: Decoding, request: OutputRequest) -> Iterator[StreamUpdate]:
@@ -104,6 +107,8 @@ def _last(lm, decoding: Decoding, request: OutputRequest, sent: str, text_of) ->
     stats = {"nfe": nfe, "tokens": len(kept), "tpf": len(kept) / max(nfe, 1),
              "token_forwards": int(result.token_forwards[0]), "draft_rows": int(result.draft_rows[0]),
              "seconds": result.row_seconds[0], **({} if result.edits is None else {"edits": int(result.edits[0])})}
+    logprobs = None if request.logprobs is None else result.logprobs.read(0, 0, len(kept), request.logprobs)
     return StreamUpdate(committed={}, canvas=canvas, final_ids=kept, final_text=cut.text,
-                        text_delta=cut.text[len(sent):], finished=True, finish_reason=cut.finish_reason, stats=stats)
+                        text_delta=cut.text[len(sent):], finished=True, finish_reason=cut.finish_reason, stats=stats,
+                        logprobs=logprobs)
 

@@ -23,7 +23,7 @@ from dllm.runner.canvas import Canvas, build_canvas
 from dllm.runner import graphs
 from dllm.engine.config import GenerationConfig
 from dllm.kernels import StatsScratch, TokenStats, confidence_stats
-from dllm.engine.logprobs import CommitLogprobs
+from dllm.engine.logprobs import CommitLogprobs, check_logprobs
 from dllm.engine.memory import check_memory_budget, plan_memory
 from dllm.engine.uniform_state import uniform_state_config
 from dllm.runner.model_runner import ModelRunner
@@ -48,6 +48,7 @@ class DecodeResult:
     row_seconds: list[float]  # each row's own latency: from the start to its last commit / stop
     memory: dict[str, int]  # the MemoryPlan's bytes plus kv_cache_peak_bytes really allocated
     edits: Tensor | None = None  # (B,) answer positions rewritten by token editing (None: off)
+    logprobs: CommitLogprobs | None = None  # committed tokens' logprobs (None: not recorded)
 
 
 class DecodeState:
@@ -626,6 +627,12 @@ class Decoding:
         if not self.done and not bool(self._moving.any()):
             self._next_window()
 
+    def record_logprobs(self, top: int) -> None:
+        """Record each committed token's logprob and its ``top`` alternatives (``engine.logprobs``;
+        the config is the caller's to check with ``check_logprobs``)."""
+        state = self.state
+        state.logprobs = CommitLogprobs(*state.order.shape, top=top, device=state.order.device)
+
     def run(self, decided: Callable[["Decoding"], Tensor] | None = None) -> DecodeResult:
         """Step to the end. ``decided``: called after each round's commits, the rows (B,) bool whose
         text can no longer change (a request's max_tokens or stop reached, ``api.decided``),
@@ -645,7 +652,7 @@ class Decoding:
                             token_forwards=state.runner.token_forwards, draft_rows=state.runner.draft_rows,
                             wall_time=self.wall_time, row_seconds=[self._stamps[f] for f in last],
                             memory={**self.plan.as_dict(), "kv_cache_peak_bytes": state.cache.peak_bytes},
-                            edits=state.edits if state.editing else None)
+                            edits=state.edits if state.editing else None, logprobs=state.logprobs)
 
     def _next_window(self) -> None:
         """Begin the next window with a moving row; ``done`` when none is left."""
@@ -669,22 +676,28 @@ class Decoding:
 def decode(model, prompts: list[list[int]], config: GenerationConfig,
            seeds: list[int] | None = None,
            constraints: list[RowConstraint | None] | None = None,
-           decided: Callable[[Decoding], Tensor] | None = None) -> DecodeResult:
+           decided: Callable[[Decoding], Tensor] | None = None, logprobs: int | None = None) -> DecodeResult:
     """Decode a batch of token-id prompts (ragged lengths allowed) with ``config``.
 
     ``seeds``: one seed per prompt (default ``config.seed`` for every row). A row's random
     numbers depend only on its seed, so it decodes alike in any batch, at any position.
     ``constraints``: one per prompt (None: free), the language each answer must be a word of.
-    ``decided``: rows to stop after a round (``Decoding.run``)."""
+    ``decided``: rows to stop after a round (``Decoding.run``). ``logprobs``: record committed
+    tokens' logprobs with this many alternatives (``DecodeResult.logprobs``)."""
     check_prompts(prompts, config, model.config.max_sequence_length)
     check_seeds(seeds, len(prompts))
+    if logprobs is not None:
+        check_logprobs(logprobs, config)
     seeds = [config.seed] * len(prompts) if seeds is None else seeds
     if constraints is not None and len(constraints) != len(prompts):
         raise ValueError(f"got {len(constraints)} constraints for {len(prompts)} prompts; give one per prompt (None: free)")
     constraints = constraints or [None] * len(prompts)
     rows = [RowStart(prefix=list(p), gen_length=config.gen_length, seed=s, constraint=c)
             for p, s, c in zip(prompts, seeds, constraints)]
-    return Decoding(model, rows, config).run(decided)
+    decoding = Decoding(model, rows, config)
+    if logprobs is not None:
+        decoding.record_logprobs(logprobs)
+    return decoding.run(decided)
 
 
 def _resumed_constraint(row: RowStart) -> RowConstraint | None:

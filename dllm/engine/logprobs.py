@@ -21,6 +21,23 @@ from torch import Tensor
 
 from dllm import kernels
 
+# Reported logprobs are read from the forward that commits each token: one forward per commit
+# (the plain strategy) and commits inside the decision window (no SchED / Prophet fill).
+LOGPROB_STRATEGIES, LOGPROB_STOPPERS = ("plain",), ("none", "eotp")
+MAX_TOP_LOGPROBS = 20  # alternatives per token (OpenAI's bound for chat, vLLM's default max_logprobs)
+
+
+def check_logprobs(top: int, config) -> None:
+    """Refuse a ``top`` outside [0, MAX_TOP_LOGPROBS], or a ``config`` (GenerationConfig) whose
+    commits are not each one forward's (ValueError naming the fix)."""
+    if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise ValueError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}] (alternatives per token), got {top!r}")
+    if config.strategy not in LOGPROB_STRATEGIES or config.stopper not in LOGPROB_STOPPERS:
+        strategies, stoppers = (" or ".join(map(repr, names)) for names in (LOGPROB_STRATEGIES, LOGPROB_STOPPERS))
+        raise ValueError(f"logprobs are recorded from the forward that commits each token: they need strategy "
+                         f"{strategies} and stopper {stoppers} (got strategy {config.strategy!r}, stopper "
+                         f"{config.stopper!r}); drop logprobs or use those")
+
 
 class TokenLogprob(NamedTuple):
     """One answer token's log-probability and its ``top`` alternatives (token id, logprob),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dllm.engine.config import GenerationConfig, block_aligned_gen_length, sample_seeds
+from dllm.engine.logprobs import MAX_TOP_LOGPROBS, check_logprobs
 from dllm.engine.model_fit import check_model_fit
 from dllm.api.inputs import check_messages, check_token_ids
 from dllm.serve.budget import one_row_mib
@@ -59,10 +60,6 @@ UNSUPPORTED = {"best_of": (None, 1), "presence_penalty": (None, 0), "frequency_p
 STREAM_OPTIONS = {"include_usage"}
 IGNORED_STREAM_OPTIONS = {"include_obfuscation"}  # random padding of chunks against side channels: none sent
 MAX_N = 64
-MAX_TOP_LOGPROBS = 20  # OpenAI's bound for chat (completions: 5); dllm takes 20 on both
-# logprobs are recorded at commit time from the committing forward's logits: one forward per
-# commit (the plain strategy) and commits inside the decision window (no SchED / Prophet fill)
-LOGPROB_STRATEGIES, LOGPROB_STOPPERS = ("plain",), ("none", "eotp")
 
 
 class RequestError(ValueError):
@@ -169,7 +166,10 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     except ValueError as err:
         raise RequestError(str(err), _field_named(str(err), body)) from None
     if top_logprobs is not None:
-        _check_logprob_config(config)
+        try:
+            check_logprobs(top_logprobs, config)
+        except ValueError as err:
+            raise RequestError(str(err), "logprobs") from None
         if not chat and echo:
             _check_prompt_logprobs(model.model)
     seed = _seed(body)
@@ -448,15 +448,6 @@ def _logprobs(body: dict, chat: bool) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOP_LOGPROBS:
         raise RequestError(f"{field} must be an integer in [0, {MAX_TOP_LOGPROBS}], got {value!r}", field)
     return value
-
-
-def _check_logprob_config(config: GenerationConfig) -> None:
-    if config.strategy not in LOGPROB_STRATEGIES or config.stopper not in LOGPROB_STOPPERS:
-        strategies, stoppers = (" or ".join(map(repr, names)) for names in (LOGPROB_STRATEGIES, LOGPROB_STOPPERS))
-        raise RequestError(f"logprobs are recorded from the forward that commits each token: they need strategy "
-                           f"{strategies} and stopper {stoppers} "
-                           f"(got strategy {config.strategy!r}, stopper {config.stopper!r}); drop logprobs or "
-                           "use those", "logprobs")
 
 
 def _check_prompt_logprobs(model) -> None:

@@ -30,7 +30,6 @@ from dllm.engine.block_alignment import model_block_windows
 from dllm.cache.prompt_store import PromptKVStore, attach as attach_prompt_store
 from dllm.engine.config import GenerationConfig
 from dllm.engine.decoding import Decoding, RowStart
-from dllm.engine.logprobs import CommitLogprobs
 from dllm.serve.protocol import RowUpdate, ServeRequest
 
 # fields that may differ between rows of one batch (steps may differ only with gen_length,
@@ -130,8 +129,7 @@ class RunningBatch:
         """Have the engine record committed tokens' logprobs when a row asks for them."""
         tops = [r.request.top_logprobs for r in self.rows if r.request.top_logprobs is not None]
         if tops:
-            state = decoding.state
-            state.logprobs = CommitLogprobs(*state.order.shape, top=max(tops), device=state.order.device)
+            decoding.record_logprobs(max(tops))
 
     def _carry(self, old: Decoding, live: list[RowProgress]) -> None:
         """Move the live rows' finished blocks of ``old`` into their prompts, and their counters.
