@@ -10,9 +10,11 @@ CPU), which is what stops long canvases. The two rules the runtime needs have a 
   ones, i.e. a key *length* per query block. ``spans`` lists (query start, query end, key end)
   for the forward's queries and the attention runs one call per span on the key prefix.
 
-Training alone needs a rule that is not a key prefix: block diffusion's two-copy layout (a clean
-copy of the answer beside its noisy copies, each noisy block seeing the clean blocks before it
-and itself; ``block_diffusion_copies``) passes a dense (T, S) ``allowed`` matrix, small there.
+Two callers pass a dense (T, S) ``allowed`` matrix instead: training, whose block diffusion
+two-copy layout (a clean copy of the answer beside its noisy copies, each noisy block seeing the
+clean blocks before it and itself; ``block_diffusion_copies``) is no key prefix, small there; and
+a CUDA-graph replay of a block-causal forward (``runner/graphs.py``), whose key ends are data so
+that one captured graph serves every block.
 """
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ class KeyVisibility:
     """valid: (B, S) bool, False for keys that are not real tokens; None = every key is real.
     spans: block-causal rule as ((q_lo, q_hi, key_end), ...) over the forward's query indices:
     queries [q_lo, q_hi) see keys [0, key_end) only; None = every query sees every key.
-    allowed: (T, S) bool, True where a query may see a key (training's two-copy layout; decoding
-    never builds one); combined with ``valid``, and exclusive with ``spans``."""
+    allowed: (T, S) bool, True where a query may see a key (training's two-copy layout, and the
+    block-causal rule of a CUDA-graph replay); combined with ``valid``, and exclusive with ``spans``."""
 
     valid: Tensor | None = None
     spans: tuple[tuple[int, int, int], ...] | None = None
