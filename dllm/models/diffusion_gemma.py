@@ -85,9 +85,22 @@ def _refuse_unsupported(text: dict[str, Any]) -> None:
                              f"rope_type {expected!r} without a scaling factor")
 
 
-def _per_layer(text: dict[str, Any], i: int, key: str) -> Any:
-    per_layer = text.get("per_layer_config") or {}
-    return (per_layer.get(str(i)) or per_layer.get(i) or {}).get(key)
+def _full_layer_heads(text: dict[str, Any], full: list[int]) -> tuple[int, int]:
+    """(head size, K/V heads) of the full-attention layers, read as transformers' config class
+    reads them: from ``per_layer_config`` when given (a key it lacks is the layer's base value),
+    else from Gemma-4's ``global_head_dim`` (512) and ``num_global_key_value_heads`` (the base K/V
+    heads when absent)."""
+    head_dim, kv_heads = text.get("head_dim", 256), text.get("num_key_value_heads", 4)
+    if "per_layer_config" not in text:
+        return text.get("global_head_dim", 512), text.get("num_global_key_value_heads") or kv_heads
+    per_layer = text["per_layer_config"] or {}
+    layers = [per_layer.get(str(i)) or per_layer.get(i) or {} for i in full]
+    dims = {layer.get("head_dim", head_dim) for layer in layers} or {head_dim}
+    kv = {layer.get("num_key_value_heads", kv_heads) for layer in layers} or {kv_heads}
+    if len(dims) > 1 or len(kv) > 1:
+        raise ValueError(f"per_layer_config gives the full-attention layers different head sizes {sorted(dims)} "
+                         f"or K/V heads {sorted(kv)}; dllm reads one of each")
+    return dims.pop(), kv.pop()
 
 
 def parse_config(raw: dict[str, Any]) -> GemmaConfig:
@@ -103,11 +116,7 @@ def parse_config(raw: dict[str, Any]) -> GemmaConfig:
         layer_types[-1] = "full_attention"  # transformers forces it (with a warning)
     full = [i for i, t in enumerate(layer_types) if t == "full_attention"]
     kv_heads = text.get("num_key_value_heads", 4)
-    global_dims = {_per_layer(text, i, "head_dim") or text.get("global_head_dim", 512) for i in full}
-    global_kv = {_per_layer(text, i, "num_key_value_heads") or kv_heads for i in full}
-    if len(global_dims) > 1 or len(global_kv) > 1:
-        raise ValueError(f"per_layer_config gives the full-attention layers different head sizes {sorted(global_dims)} "
-                         f"or K/V heads {sorted(global_kv)}; dllm reads one of each")
+    global_dim, global_kv = _full_layer_heads(text, full)
     rope = text.get("rope_parameters") or {}
     sliding_rope = rope.get("sliding_attention") or {"rope_theta": 10_000.0}
     full_rope = rope.get("full_attention") or {"partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0}
@@ -124,8 +133,8 @@ def parse_config(raw: dict[str, Any]) -> GemmaConfig:
         layer_types=tuple(layer_types),
         head_dim=text.get("head_dim", 256),
         n_kv_heads=kv_heads,
-        global_head_dim=global_dims.pop() if global_dims else text.get("global_head_dim", 512),
-        global_kv_heads=global_kv.pop() if global_kv else kv_heads,
+        global_head_dim=global_dim,
+        global_kv_heads=global_kv,
         sliding_window=text.get("sliding_window", 512),
         mlp_hidden_size=text.get("intermediate_size", 9216),
         vocab_size=text.get("vocab_size", 262_144),

@@ -176,6 +176,41 @@ def test_mixed_layouts_are_named(checkpoint, tiny_dirs, tmp_path):
         load_model(gemma_weights)
 
 
+def _full_layer_keys(checkpoint, tmp_path, **text_keys):
+    """The checkpoint with text_config's per_layer_config replaced by ``text_keys``; and the
+    (head size, K/V heads) of each layer as transformers' config class reads that file."""
+    out, _ = _single_file(checkpoint[0], tmp_path)
+    raw = json.loads((out / "config.json").read_text())
+    del raw["text_config"]["per_layer_config"]
+    raw["text_config"].update(text_keys)
+    (out / "config.json").write_text(json.dumps(raw))
+    text = reference_classes()[0].from_pretrained(out).text_config
+    return out, [(text.per_layer_config[i].head_dim, text.per_layer_config[i].num_key_value_heads) for i in range(3)]
+
+
+def test_gemma4_keys_for_the_full_layers_are_read(checkpoint, tmp_path):
+    """Gemma-4 configs give the full-attention layers' shape by ``global_head_dim`` and
+    ``num_global_key_value_heads``, which transformers turns into ``per_layer_config``: the same
+    model as the checkpoint's own per_layer_config, with the same logits."""
+    out, heads = _full_layer_keys(checkpoint, tmp_path, global_head_dim=32, num_global_key_value_heads=1)
+    assert heads == [(16, 2), (16, 2), (32, 1)]  # transformers' reading: the weights' shapes
+    model = load_model(out)
+    assert [model.config.layer_heads(i) for i in range(3)] == heads
+    logits, reference, _ = _denoiser_logits(checkpoint[1], model, seed=3)
+    torch.testing.assert_close(logits, reference, atol=ATOL, rtol=0)
+
+
+def test_per_layer_config_keys_it_lacks_are_the_layer_s_base_values(checkpoint, tmp_path):
+    """With per_layer_config present transformers ignores global_head_dim: a full layer it gives no
+    head_dim keeps head_dim (16), so these 32-wide weights do not fit and the loader says where."""
+    out, heads = _full_layer_keys(checkpoint, tmp_path, global_head_dim=32,
+                                  per_layer_config={"2": {"num_key_value_heads": 1}})
+    assert heads == [(16, 2), (16, 2), (16, 1)]
+    with pytest.raises(CheckpointError, match=r"model\.decoder\.layers\.2\.self_attn\.q_proj\.weight: checkpoint "
+                                              r"\[128, 64\] != config \[64, 64\]"):
+        load_model(out)
+
+
 @pytest.mark.parametrize("key, value, match", [
     ("use_bidirectional_attention", "all", "bidirectional encoder"),
     ("hidden_activation", "silu", "gelu_pytorch_tanh"),
