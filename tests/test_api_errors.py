@@ -40,6 +40,13 @@ def test_chat_messages_need_role_and_content(model, messages, match):
         model.generate(["first", messages], gen_length=8)
 
 
+def test_chat_messages_with_chat_false_are_refused_not_templated(model):
+    """chat=False means "no template"; messages cannot be read without one, so the call names the
+    two ways out instead of applying the template anyway."""
+    with pytest.raises(ValueError, match=r"chat=False .* chat messages, .* pass the text as a string, or drop chat=False"):
+        model.generate([{"role": "user", "content": "hi"}], chat=False, gen_length=8)
+
+
 @pytest.mark.parametrize("config", [None, dllm.GenerationConfig(gen_length=8)])
 def test_unknown_keyword_is_named_with_or_without_a_config(model, config):
     with pytest.raises(ValueError, match=r"unknown generation option\(s\) \['gen_lenght'\]; known: .*gen_length"):

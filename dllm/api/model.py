@@ -55,6 +55,9 @@ class DiffusionLM:
         has_template = self.tokenizer.chat_template is not None
         if isinstance(prompt, str) and not (chat or (chat is None and has_template)):
             return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if chat is False:
+            raise ValueError("chat=False reads a plain string as it is, but this prompt is chat messages, which are "
+                             "read through the chat template: pass the text as a string, or drop chat=False")
         if not has_template:
             raise ValueError(f"the tokenizer in {self.path} has no chat template; pass plain text with chat=False")
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
