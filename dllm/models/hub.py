@@ -13,8 +13,8 @@ import os
 import re
 from pathlib import Path
 
-# What dllm reads (``dllm.models.loading``, ``dllm.models.tokenizer``), plus generation_config.json
-# (small; it keeps the snapshot one that transformers can open as well).
+# What dllm reads (``dllm.models.loading``: config.json, generation_config.json's end ids, the weights;
+# ``dllm.models.tokenizer``).
 # vocab.json / merges.txt / added_tokens.json / special_tokens_map.json: the tokenizer of checkpoints that
 # publish no tokenizer.json (Dream-v0, Fast-dLLM v2).
 HUB_FILES = ["config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",

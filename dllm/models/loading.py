@@ -63,12 +63,35 @@ def read_config(path: Path) -> tuple[dict, ArchConfig]:
     except ValueError as err:
         raise CheckpointError(f"{config_file}: {err}") from err
     try:
-        return raw, block_causal_override(raw, family.parse_config(raw))
+        cfg = block_causal_override(raw, family.parse_config(raw))
     except KeyError as err:
         raise CheckpointError(f"{config_file} has no {err.args[0]!r}, which a {family.name} config "
                               "needs; restore the checkpoint's original config.json") from err
     except (TypeError, ValueError) as err:  # wrong-typed or inconsistent values
         raise CheckpointError(f"{config_file} ({family.name}): {err}") from err
+    return raw, _with_generation_ends(path, cfg)
+
+
+def _with_generation_ends(path: Path, cfg):
+    """``cfg`` with generation_config.json's ``eos_token_id`` after config.json's end ids: transformers'
+    generate and the official loops (SDAR's generate.py) stop there, and chat checkpoints list their
+    end-of-turn token there only (Fast-dLLM v2: config 151645, generation_config [151645, 151643])."""
+    gen_file = path / "generation_config.json"
+    eos = read_json_object(gen_file).get("eos_token_id") if gen_file.is_file() else None
+    if eos is None:
+        return cfg
+    ends = eos if isinstance(eos, list) else [eos]
+    bad = [e for e in ends if isinstance(e, bool) or not isinstance(e, int) or not 0 <= e < cfg.vocab_size]
+    if bad:
+        raise CheckpointError(f"{gen_file}: eos_token_id {eos!r} holds {bad}, which are not token ids of this model "
+                              f"(vocabulary {cfg.vocab_size}); fix eos_token_id in generation_config.json")
+    if cfg.mask_token_id in ends:
+        raise CheckpointError(f"{gen_file}: eos_token_id {eos!r} holds the mask token {cfg.mask_token_id}, so a "
+                              "committed mask would end the answer; fix eos_token_id in generation_config.json")
+    import dataclasses
+
+    added = tuple(e for e in dict.fromkeys(ends) if e not in cfg.eos_token_ids)
+    return dataclasses.replace(cfg, eos_token_ids=cfg.eos_token_ids + added) if added else cfg
 
 
 def _open_safetensors(file: Path):
