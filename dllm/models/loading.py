@@ -113,7 +113,8 @@ def safetensors_files(path: Path) -> dict[str, Path]:
                                   "restore the checkpoint's original index file")
         missing_files = sorted({f for f in weight_map_.values() if not (path / f).is_file()})
         if missing_files:
-            raise CheckpointError(f"shards listed in {index.name} are missing: {missing_files}")
+            raise CheckpointError(f"shards listed in {index.name} are missing from {path}: {missing_files}; download "
+                                  "them again (every shard the index names), or restore the index of these shards")
         _check_index(index, weight_map_)
         return {name: path / f for name, f in weight_map_.items()}
     files = sorted(path.glob("*.safetensors"))

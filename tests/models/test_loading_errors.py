@@ -55,7 +55,8 @@ def test_missing_unexpected_and_misshaped_tensors_are_named(tiny_dirs, tmp_path)
 def test_missing_shard(tiny_dirs, tmp_path):
     d = _copy(tiny_dirs["llada_sharded"], tmp_path / "m")
     next(d.glob("model-00002-*.safetensors")).unlink()
-    with pytest.raises(CheckpointError, match="shards listed in model.safetensors.index.json are missing"):
+    with pytest.raises(CheckpointError, match=r"shards listed in model.safetensors.index.json are missing from .*m: "
+                                              r"\['model-00002-of-00003.safetensors'\]; download them again"):
         load_model(d)
 
 
