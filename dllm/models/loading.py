@@ -157,6 +157,18 @@ def _skip_ignored(family: Family, files: dict[str, Path]) -> tuple[dict[str, Pat
     return {n: f for n, f in files.items() if n not in dropped}, skipped
 
 
+def _without_tied_head(family: Family, cfg, files: dict[str, Path], path: Path) -> dict[str, Path]:
+    """The checkpoint's tensors without a stored LM head when config.json ties the head to the embedding:
+    transformers makes the head the embedding whatever else the file holds (some exports write both)."""
+    if not cfg.tie_embeddings:
+        return files
+    heads = {ckpt for ckpt, module in family.global_weights.items() if module == "lm_head.weight" and ckpt in files}
+    if heads:
+        log.warning("%s: config.json ties the LM head to the embedding, so the checkpoint's own %s is not read",
+                    path, ", ".join(sorted(heads)))
+    return {n: f for n, f in files.items() if n not in heads}
+
+
 def _check_tensors(files: dict[str, Path], expected: dict[str, tuple[int, ...]]) -> None:
     missing = sorted(set(expected) - set(files))
     unexpected = sorted(set(files) - set(expected))
@@ -265,6 +277,7 @@ def load_model(
     family = family_of(raw)
     sources = tensor_sources(family, cfg)
     files, skipped = _skip_ignored(family, safetensors_files(path))
+    files = _without_tied_head(family, cfg, files, path)
     with torch.device("meta"):
         if family.build_model is not None:  # its own module, which takes the rank's shard itself
             model = family.build_model(cfg) if tp is None else family.build_model(cfg, tp)

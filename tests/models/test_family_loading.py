@@ -159,3 +159,29 @@ def test_bfloat16_load_keeps_the_routing_bias_in_float32(dirs):
     model = load_model(dirs["llada2_moe"], dtype="bfloat16")
     moe = model.layers[1].mlp
     assert moe.expert_bias.dtype == torch.float32 and moe.gate_proj.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("family,tie_key,head", [
+    ("sdar", "tie_word_embeddings", "lm_head.weight"),  # SDAR-1.7B / 4B: Qwen3 with tied embeddings
+    ("llada", "weight_tying", "model.transformer.ff_out.weight"),
+])
+def test_a_tied_checkpoint_that_also_stores_its_head_loads_with_the_embedding_as_head(dirs, tmp_path, family,
+                                                                                       tie_key, head):
+    """With tied embeddings transformers makes the LM head the embedding whatever head tensor the file
+    also holds (some exports write both): the model is the one without that tensor, not a refusal."""
+    import torch
+
+    from dllm.models.visibility import KeyVisibility
+
+    tied = _copy(dirs[family], tmp_path / "tied")
+    _edit_config(tied, **{tie_key: True})
+    without = _copy(tied, tmp_path / "without")
+    tensors = load_file(str(without / "model.safetensors"))
+    del tensors[head]
+    save_file(tensors, str(without / "model.safetensors"))
+    ids = torch.randint(0, 250, (1, 8), generator=torch.Generator().manual_seed(0))
+    pos, vis = torch.arange(8)[None], KeyVisibility(spans=((0, 4, 4), (4, 8, 8)) if family == "sdar" else None)
+    with torch.no_grad():
+        logits = load_model(tied)(ids, pos, vis)
+        expected = load_model(without)(ids, pos, vis)
+    assert torch.equal(logits, expected)
