@@ -145,6 +145,15 @@ class ArchConfig:
             )
 
 
+def refuse_unsupported(raw: dict, supported: dict[str, tuple]) -> None:
+    """A ValueError naming a config.json key whose value changes the math in a way dllm does not
+    compute (an absent key is the family's default): loading such weights would run another model."""
+    for key, allowed in supported.items():
+        if key in raw and raw[key] not in allowed:
+            raise ValueError(f"{key}={raw[key]!r} is not supported (dllm computes {key} = "
+                             f"{' or '.join(repr(a) for a in allowed)}, as the published checkpoints set it)")
+
+
 def block_origin_of(raw: dict) -> str:
     """The block origin a block-causal checkpoint's config.json declares (default: absolute)."""
     return str(raw.get(BLOCK_ORIGIN_KEY, "absolute"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dllm.models.config import ArchConfig
+from dllm.models.config import ArchConfig, refuse_unsupported
 
 MODEL_TYPES = ("dream",)
 DEFAULT_MASK_ID = 151666
@@ -31,6 +31,10 @@ GLOBAL_WEIGHTS = {
 
 def parse_qwen2_config(raw: dict[str, Any], *, family: str, default_mask_id: int) -> ArchConfig:
     """Qwen2-style config keys (Dream, Fast-dLLM v2) -> ArchConfig, bidirectional, shifted."""
+    refuse_unsupported(raw, {"rope_scaling": (None,), "use_sliding_window": (False,)})
+    if any(t != "full_attention" for t in raw.get("layer_types") or ()):
+        raise ValueError(f"layer_types={raw['layer_types']!r} is not supported (dllm computes full attention in "
+                         "every layer, as the published checkpoints set it)")
     eos = raw.get("eos_token_id", 151643)
     eos_ids = tuple(eos) if isinstance(eos, list) else (eos,)
     n_heads = raw["num_attention_heads"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dllm.models.config import ArchConfig
+from dllm.models.config import ArchConfig, refuse_unsupported
 
 MODEL_TYPES = ("llada",)
 ARCHITECTURES = ("LLaDAModelLM",)
@@ -23,6 +23,11 @@ LAYER_WEIGHTS = {
     "model.transformer.blocks.{i}.up_proj.weight": "layers.{i}.mlp.up_proj.weight",
     "model.transformer.blocks.{i}.ff_out.weight": "layers.{i}.mlp.down_proj.weight",
 }
+# OLMo switches of configuration_llada.py that LLaDA-8B / 1.5 set to these values; others change the
+# math under the same tensor names (alibi, norms, activation, logit scaling) or the names themselves.
+SUPPORTED = {"alibi": (False,), "rope": (True,), "layer_norm_type": ("rms",), "activation_type": ("silu",),
+             "block_type": ("llama",), "scale_logits": (False,), "input_emb_norm": (False,), "clip_qkv": (None,),
+             "include_bias": (False,)}
 GLOBAL_WEIGHTS = {
     "model.transformer.wte.weight": "embed.weight",
     "model.transformer.ln_f.weight": "norm.weight",
@@ -32,6 +37,7 @@ GLOBAL_WEIGHTS = {
 
 def parse_config(raw: dict[str, Any]) -> ArchConfig:
     """config.json of a LLaDA checkpoint -> ArchConfig."""
+    refuse_unsupported(raw, SUPPORTED)
     eos = raw.get("eos_token_id", 126081)
     eos_ids = tuple(eos) if isinstance(eos, list) else (eos,)
     n_heads = raw["n_heads"]
@@ -41,7 +47,8 @@ def parse_config(raw: dict[str, Any]) -> ArchConfig:
         n_layers=raw["n_layers"],
         n_heads=n_heads,
         n_kv_heads=raw.get("n_kv_heads") or n_heads,
-        mlp_hidden_size=raw["mlp_hidden_size"],
+        # configuration_llada.py: mlp_ratio * d_model when mlp_hidden_size is null
+        mlp_hidden_size=raw.get("mlp_hidden_size") or raw.get("mlp_ratio", 4) * raw["d_model"],
         vocab_size=raw.get("embedding_size") or raw["vocab_size"],
         rope_theta=float(raw.get("rope_theta", 10000.0)),
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
@@ -49,7 +56,7 @@ def parse_config(raw: dict[str, Any]) -> ArchConfig:
         mask_token_id=raw.get("mask_token_id", DEFAULT_MASK_ID),
         eos_token_ids=eos_ids,
         pad_token_id=raw.get("pad_token_id") if raw.get("pad_token_id") is not None else eos_ids[0],
-        qkv_bias=bool(raw.get("include_qkv_bias", False) or raw.get("include_bias", False)),
+        qkv_bias=bool(raw.get("include_qkv_bias", False)),
         rope_full_precision=bool(raw.get("rope_full_precision", True)),
         tie_embeddings=bool(raw.get("weight_tying", False)),
         shift_logits=False,

@@ -150,6 +150,33 @@ def test_config_with_wrong_values_names_them(tiny_dirs, tmp_path, family, key, v
         load_model(d)
 
 
+@pytest.mark.parametrize("family,key,value", [
+    # LLaDA's OLMo-style switches (configuration_llada.py) that change the math under the same tensor
+    # names, or the names: LLaDA-8B / 1.5 set alibi false, rope true, rms norms, llama blocks of SiLU
+    ("llada", "alibi", True), ("llada", "rope", False), ("llada", "layer_norm_type", "default"),
+    ("llada", "activation_type", "swiglu"), ("llada", "block_type", "sequential"), ("llada", "scale_logits", True),
+    ("llada", "input_emb_norm", True), ("llada", "clip_qkv", 8.0), ("llada", "include_bias", True),
+    # Qwen2 keys Dream and Fast-dLLM v2 publish as null / false / full attention
+    ("dream", "rope_scaling", {"type": "yarn", "factor": 4.0}), ("dream", "use_sliding_window", True),
+    ("dream", "layer_types", ["full_attention", "sliding_attention"]),
+])
+def test_a_config_switch_dllm_does_not_compute_is_refused_by_name(tiny_dirs, tmp_path, family, key, value):
+    """Ignoring such a key would load the weights and compute another model."""
+    d = _copy(tiny_dirs[family], tmp_path / "m")
+    _edit_config(d, **{key: value})
+    with pytest.raises(CheckpointError, match=rf"config\.json \({family}\): {key}=.* is not supported"):
+        load_model(d)
+
+
+def test_llada_without_mlp_hidden_size_takes_mlp_ratio_times_d_model(tiny_dirs, tmp_path):
+    """configuration_llada.py: the MLP is mlp_ratio * d_model wide when mlp_hidden_size is null."""
+    d = _copy(tiny_dirs["llada"], tmp_path / "m")
+    raw = json.loads((d / "config.json").read_text())
+    _edit_config(d, mlp_hidden_size=None, mlp_ratio=2)
+    assert raw["mlp_hidden_size"] == 2 * raw["d_model"]  # the tiny checkpoint's width
+    assert load_model(d).config.mlp_hidden_size == 2 * raw["d_model"]
+
+
 @pytest.mark.parametrize("family", ["llada", "dream"])
 def test_mask_token_equal_to_end_of_text_is_refused(tiny_dirs, tmp_path, family):
     d = _copy(tiny_dirs[family], tmp_path / "m")
