@@ -42,7 +42,7 @@ class _Machine:
     def __init__(self, grammar: Grammar) -> None:
         interegular = _interegular()
         self.fsms = [interegular.parse_pattern(p).to_fsm() for p in grammar.patterns]
-        self.live = [_live_states(f) for f in self.fsms]
+        self.live = [live_states(f) for f in self.fsms]
         self.ignored = grammar.ignored
         self.states: list[tuple[int, int] | None] = [None]
         self.number: dict[tuple[int, int], int] = {}
@@ -93,7 +93,7 @@ class _Machine:
         return self.memo[key]
 
 
-def _live_states(fsm) -> set:
+def live_states(fsm) -> set:
     """States of ``fsm`` from which a final state is reachable."""
     live = set(fsm.finals)
     changed = True

@@ -3,14 +3,15 @@
 outlines-core's ``build_regex_from_schema`` turns a schema into a regex and ignores some keywords
 without a word: an answer of such a regex can break the schema (measured on 0.2.14: ``minimum``
 4 >= 5 passes, ``uniqueItems`` [1, 1] passes, ``oneOf`` of integer and number takes 1). Those
-keywords are refused here by name and place, so every constrained answer validates against its
+keywords are refused here by name and place (``minProperties`` {} passes too), and so are the
+shapes it writes wrongly (schema_shapes.py), so every constrained answer validates against its
 schema; the rest (types, properties, required, additionalProperties, enum, const, items,
-prefixItems, min/maxItems, min/maxLength, pattern, format, anyOf, allOf, $ref, min/maxProperties)
+prefixItems, min/maxItems, min/maxLength, pattern, format, anyOf, allOf of one schema, $ref)
 is enforced by the regex.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 # keyword -> what to do instead
 UNENFORCED = {
@@ -21,7 +22,8 @@ UNENFORCED = {
     "patternProperties": "list the properties instead", "propertyNames": "list the properties instead",
     "if": "drop if / then / else", "then": "drop if / then / else", "else": "drop if / then / else",
     "not": "drop it", "oneOf": "use anyOf (the regex cannot keep the branches exclusive)",
-    "dependentSchemas": "drop it", "dependencies": "drop it",
+    "dependentSchemas": "drop it", "dependencies": "drop it", "dependentRequired": "drop it",
+    "minProperties": "list the properties and make them required", "maxProperties": "list the properties",
 }
 # keywords whose value is a subschema, a list of them, or a mapping name -> subschema
 _ONE = ("items", "additionalProperties", "unevaluatedProperties", "unevaluatedItems", "additionalItems",
@@ -30,24 +32,28 @@ _MANY = ("anyOf", "allOf", "oneOf", "prefixItems", "items")
 _MAPPED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
-def unenforced_keywords(schema: Any, path: str = "") -> list[tuple[str, str]]:
-    """(keyword, JSON pointer of the schema using it) for every keyword of ``UNENFORCED`` in
-    ``schema`` and its subschemas."""
+def subschemas(schema: Any, path: str = "") -> Iterator[tuple[dict, str]]:
+    """Every (sub)schema object in ``schema`` with its JSON pointer, ``schema`` first, depth first."""
     if not isinstance(schema, dict):
-        return []
-    found = [(key, path or "/") for key in schema if key in UNENFORCED]
+        return
+    yield schema, path or "/"
     for key in _ONE:
         if isinstance(schema.get(key), dict):
-            found += unenforced_keywords(schema[key], f"{path}/{key}")
+            yield from subschemas(schema[key], f"{path}/{key}")
     for key in _MANY:
         if isinstance(schema.get(key), list):
             for i, sub in enumerate(schema[key]):
-                found += unenforced_keywords(sub, f"{path}/{key}/{i}")
+                yield from subschemas(sub, f"{path}/{key}/{i}")
     for key in _MAPPED:
         if isinstance(schema.get(key), dict):
             for name, sub in schema[key].items():
-                found += unenforced_keywords(sub, f"{path}/{key}/{name}")
-    return found
+                yield from subschemas(sub, f"{path}/{key}/{name}")
+
+
+def unenforced_keywords(schema: Any) -> list[tuple[str, str]]:
+    """(keyword, JSON pointer of the schema using it) for every keyword of ``UNENFORCED`` in
+    ``schema`` and its subschemas."""
+    return [(key, where) for sub, where in subschemas(schema) for key in sub if key in UNENFORCED]
 
 
 def check_enforceable(schema: dict) -> None:

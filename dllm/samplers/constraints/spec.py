@@ -8,7 +8,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dllm.samplers.constraints.schema_formats import with_format_patterns
+from dllm.samplers.constraints.schema_shapes import check_shapes
 from dllm.samplers.constraints.schema_support import check_enforceable
+from dllm.samplers.constraints.token_dfa import unanchored
 from dllm.validation import OptionTypeError
 
 
@@ -65,7 +68,7 @@ class ConstraintSpec:
         if self.grammar is not None:
             raise ValueError("a grammar is context-free: compile it with token_grammar.compile_grammar")
         if self.regex is not None:
-            return self.regex
+            return unanchored(self.regex)
         if self.choice is not None:
             return "(" + "|".join(re.escape(c) for c in self.choice) + ")"
         try:
@@ -74,7 +77,7 @@ class ConstraintSpec:
             raise ImportError("json_schema= needs outlines-core (its schema -> regex step): "
                               "pip install 'dllm[structured]'") from err
         try:
-            return build_regex_from_schema(json.dumps(self.json_schema))
+            return build_regex_from_schema(json.dumps(with_format_patterns(self.json_schema)))
         except Exception as err:  # noqa: BLE001  the Rust extension's errors are plain exceptions
             raise ValueError(f"json_schema cannot be turned into a regular expression ({err}); "
                              "outlines-core covers types, properties, required, enum, const, items, "
@@ -87,15 +90,17 @@ def check_regex(regex: str) -> None:
     from dllm.samplers.constraints.token_dfa import _interegular
 
     try:
-        _interegular().parse_pattern(regex)
+        _interegular().parse_pattern(unanchored(regex))
     except Exception as err:  # noqa: BLE001  interegular raises its own parse errors and NotImplementedError
         raise ValueError(f"the regex {regex[:200]!r} cannot be compiled ({type(err).__name__}: {err}); "
-                         "use Python's regex syntax without backreferences or lookarounds") from err
+                         "use Python's regex syntax without backreferences, lookarounds, \\b or anchors "
+                         "inside the pattern (it matches the whole answer)") from err
 
 
 def _check_schema(schema: dict) -> None:
     """The schema itself must be valid JSON Schema (jsonschema's meta-schema check), using only
-    keywords the constraint enforces (schema_support.py)."""
+    keywords the constraint enforces (schema_support.py) in shapes its regex writes rightly
+    (schema_shapes.py)."""
     try:
         import jsonschema
     except ImportError as err:
@@ -105,6 +110,7 @@ def _check_schema(schema: dict) -> None:
     except jsonschema.SchemaError as err:
         raise ValueError(f"json_schema is not a valid JSON Schema: {err.message}") from err
     check_enforceable(schema)
+    check_shapes(schema)
 
 
 def json_answer_errors(text: str, schema: dict) -> str | None:

@@ -34,6 +34,16 @@ def _interegular():
     return interegular
 
 
+def unanchored(regex: str) -> str:
+    """``regex`` without a leading ``^`` and a trailing unescaped ``$``: a constraint matches the
+    whole answer, so they change nothing there, and interegular does not parse anchors."""
+    if regex.startswith("^"):
+        regex = regex[1:]
+    if regex.endswith("$") and (len(regex) - len(regex[:-1].rstrip("\\")) - 1) % 2 == 0:
+        regex = regex[:-1]
+    return regex
+
+
 @dataclass(frozen=True, eq=False)
 class TokenDFA:
     """A regular language over a vocabulary's token ids (end-of-text excluded)."""

@@ -1,0 +1,147 @@
+"""JSON Schema shapes that outlines-core's schema -> regex writes wrongly, refused before any
+model work with their place and the fix.
+
+Measured on outlines-core 0.2.14: each subschema is written from the first of ``properties``,
+``allOf``, ``anyOf``, ``prefixItems``, ``enum``, ``const``, ``$ref``, ``type`` it holds, and what
+stands beside that keyword is dropped (``properties`` with ``anyOf`` ignores the anyOf; a string
+keeps one of ``pattern``, ``format`` and min/maxLength; ``enum`` writes its values whatever the
+``type`` says); ``allOf`` of two schemas writes one answer after the other (``{"a":1}{"b":2}``, not
+JSON); a ``pattern`` and a property name go into the JSON text unescaped (``"`` ends the string
+early, ``\\b`` reads back as a backspace); a ``required`` name missing from ``properties`` is never
+written. Every one of these would let a constrained answer break its schema.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from dllm.samplers.constraints.lexer import live_states
+from dllm.samplers.constraints.schema_support import UNENFORCED, subschemas
+
+# the keyword outlines-core writes a subschema from, first present wins
+DISPATCH = ("properties", "allOf", "anyOf", "prefixItems", "enum", "const", "$ref", "type")
+# keywords that assert something about an instance (the rest are annotations or unknown: ignored by
+# validators as well)
+ASSERTIONS = frozenset({
+    "type", "enum", "const", "pattern", "format", "minLength", "maxLength", "items", "prefixItems", "minItems",
+    "maxItems", "additionalItems", "unevaluatedItems", "properties", "required", "additionalProperties",
+    "unevaluatedProperties", "allOf", "anyOf", "$ref", *UNENFORCED})
+# what the regex still reads beside the keyword it writes a subschema from, and where the rest goes
+READ_BESIDE = {"properties": {"type", "required", "additionalProperties"}, "allOf": set(), "anyOf": set(),
+               "$ref": set(), "prefixItems": {"type", "items", "minItems", "maxItems"}}
+MOVE_TO = {"properties": "into the properties' own schemas, or drop them", "allOf": "into the allOf schema",
+           "anyOf": "into each anyOf branch", "$ref": "into the referenced schema",
+           "prefixItems": "into the prefix items' schemas"}
+# a string's keywords of which the regex keeps one group
+STRING_GROUPS = (("pattern",), ("format",), ("minLength", "maxLength"))
+# characters JSON writes escaped inside a string
+JSON_ESCAPED = ('"', "\\", *map(chr, range(0x20)))
+
+
+def shape_errors(schema: dict) -> list[str]:
+    """What the schema -> regex would write wrongly, one sentence each, with its JSON pointer."""
+    validator = _validator_class(schema)
+    errors: list[str] = []
+    for sub, where in subschemas(schema):
+        kept = next((key for key in DISPATCH if key in sub), None)
+        if kept in READ_BESIDE:
+            dropped = sorted((set(sub) & ASSERTIONS) - {kept} - READ_BESIDE[kept] - set(UNENFORCED))
+            if dropped:
+                errors.append(f"has {', '.join(map(repr, dropped))} beside {kept!r} at {where}, which its "
+                              f"schema -> regex drops (it writes the subschema from {kept!r} alone); move them "
+                              f"{MOVE_TO[kept]}")
+        if isinstance(sub.get("allOf"), list) and len(sub["allOf"]) > 1:
+            errors.append(f"has 'allOf' of {len(sub['allOf'])} schemas at {where}, which its schema -> regex "
+                          "writes as one answer after another (not JSON); merge them into one schema")
+        if kept == "prefixItems":
+            errors += _prefix_errors(sub, where)
+        if kept in ("enum", "const"):
+            errors += _value_errors(sub, where, kept, validator)
+        if kept == "type":
+            groups = [next(key for key in group if key in sub) for group in STRING_GROUPS
+                      if any(key in sub for key in group)]
+            if len(groups) > 1:
+                errors.append(f"has {' and '.join(map(repr, groups))} on one string at {where}; its schema -> "
+                              "regex keeps only one of pattern, format and min/maxLength; keep one (a length "
+                              "can go into the pattern: ^[a-z]{2,8}$)")
+        if kept in ("properties", "type") and isinstance(sub.get("required"), list):
+            missing = [name for name in sub["required"] if name not in (sub.get("properties") or {})]
+            if missing:
+                errors.append(f"requires {missing[0]!r} at {where}, which its 'properties' does not define, so "
+                              "its schema -> regex never writes it; define the property")
+        if isinstance(sub.get("pattern"), str):
+            char = pattern_writes_escaped(sub["pattern"])
+            if char is not None:
+                errors.append(f"has a 'pattern' at {where} ({sub['pattern'][:80]!r}) that matches {char!r}, which "
+                              "its schema -> regex writes into the JSON string unescaped (ending it early, or "
+                              "read back as another character); keep quotes, backslashes and control "
+                              "characters out of the pattern (e.g. [^\"\\\\] for .)")
+        names = sub.get("properties") if isinstance(sub.get("properties"), dict) else {}
+        for name in names:
+            if any(char in name for char in JSON_ESCAPED):
+                errors.append(f"has a property name {name!r} at {where} that JSON writes escaped, which its "
+                              "schema -> regex writes unescaped (not JSON); rename the property")
+    return errors
+
+
+def check_shapes(schema: dict) -> None:
+    """Refuse a schema the schema -> regex would write wrongly, naming where and the fix."""
+    errors = shape_errors(schema)
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ValueError(f"json_schema {errors[0]}{more}")
+
+
+def pattern_writes_escaped(pattern: str) -> str | None:
+    """The first character JSON must escape that some match of ``pattern`` holds (None: none, or
+    the pattern does not parse: compiling the regex refuses it then), its anchors dropped as
+    schema_formats.py drops them."""
+    from dllm.samplers.constraints.token_dfa import _interegular, unanchored
+
+    try:
+        fsm = _interegular().parse_pattern(unanchored(pattern)).to_fsm()
+    except Exception:  # noqa: BLE001  interegular's own parse errors: reported when the regex compiles
+        return None
+    live = live_states(fsm)
+    reachable, frontier = {fsm.initial}, [fsm.initial]
+    while frontier:
+        for target in fsm.map.get(frontier.pop(), {}).values():
+            if target in live and target not in reachable:
+                reachable.add(target)
+                frontier.append(target)
+    for char in JSON_ESCAPED:
+        symbol = fsm.alphabet[char]
+        if any(fsm.map.get(state, {}).get(symbol) in live for state in reachable & live):
+            return char
+    return None
+
+
+def _prefix_errors(sub: dict, where: str) -> list[str]:
+    """prefixItems is written as exactly its items: min/maxItems must allow that many."""
+    count = len(sub["prefixItems"]) if isinstance(sub["prefixItems"], list) else 0
+    if sub.get("minItems", 0) > count or sub.get("maxItems", count) < count:
+        return [f"has 'prefixItems' of {count} at {where} with min/maxItems that exclude {count} items; its "
+                f"schema -> regex writes exactly the {count} prefix items; make the bounds allow {count}"]
+    return []
+
+
+def _value_errors(sub: dict, where: str, kept: str, validator) -> list[str]:
+    """enum / const values are written as listed: each must satisfy the keywords beside them."""
+    rest = {key: value for key, value in sub.items() if key in ASSERTIONS and key not in ("enum", "const")}
+    if not rest or "$ref" in rest:
+        return []
+    values = sub["enum"] if kept == "enum" else [sub["const"]]
+    if not isinstance(values, list):
+        return []
+    check = validator(rest)
+    broken = [value for value in values if not check.is_valid(value)]
+    if not broken:
+        return []
+    return [f"lists {broken[0]!r} in {kept!r} at {where}, which the keywords beside it "
+            f"({', '.join(map(repr, sorted(rest)))}) refuse; its schema -> regex writes the listed values as they "
+            "are, so drop the value or the keyword"]
+
+
+def _validator_class(schema: dict) -> Any:
+    import jsonschema
+
+    return jsonschema.validators.validator_for(schema)
