@@ -13,6 +13,7 @@ from dllm.engine.logprobs import check_logprobs
 from dllm.api.decided import decided_rows
 from dllm.api.inputs import check_token_ids, prompt_batch
 from dllm.models import load_model, load_tokenizer
+from dllm.models.loading import read_config
 from dllm.models.batch_invariant import check_batch_invariant, make_batch_invariant
 from dllm.models.bundled import resolve_model_path
 from dllm.models.helper import load_helper
@@ -245,13 +246,15 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
                                            quantize=quantize)  # before any weight is read
     path = resolve_model_path(path, revision)
     check_checkpoint_unquantized(Path(path))
+    config = read_config(Path(path))[1]
+    tokenizer = load_tokenizer(path)  # a tokenizer that is missing or does not fit fails before any weight is read
+    check_tokenizer_fits(tokenizer, config, path)
     shard = None
     if tensor_parallel != 1:
-        from dllm.models.loading import read_config
         from dllm.parallel.groups import join_tensor_group
         from dllm.parallel.tensor_plan import check_plan
 
-        check_plan(read_config(Path(path))[1], tensor_parallel)  # before the group forms or weights are read
+        check_plan(config, tensor_parallel)  # before the group forms or weights are read
         shard, device = join_tensor_group(tensor_parallel, str(device))
         shard.fixed_order = batch_invariant  # sums in rank order whatever the shape (TensorShard)
     mode = check_quantize(quantize, resolve_device(device), prepack=prepack)  # before any weight is read
@@ -260,8 +263,6 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
         quantize_linears(model, mode)
     if swap_invariant:
         make_batch_invariant(model)
-    tokenizer = load_tokenizer(path)
-    check_tokenizer_fits(tokenizer, model.config, path)
     if helper is not None:
         model.helper = load_helper(helper, tokenizer, device=model.device, dtype=model.dtype)
     return DiffusionLM(model, tokenizer, path)

@@ -228,6 +228,25 @@ def test_tokenizer_larger_than_the_vocabulary_is_refused_at_load(tiny_dirs, tmp_
         dllm.load(d)
 
 
+@pytest.mark.parametrize("damage", ["missing", "larger than the vocabulary"])
+def test_a_tokenizer_that_cannot_serve_is_refused_before_any_weight_is_read(tiny_dirs, tmp_path, monkeypatch, damage):
+    """An 8B checkpoint takes minutes to read: its tokenizer is checked first."""
+    d = _copy(tiny_dirs["llada"], tmp_path / "m")
+    if damage == "missing":
+        (d / "tokenizer.json").unlink()
+    else:
+        bigger = dllm.api.model.default_model_path()
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(bigger / name, d / name)
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the weights were read before the tokenizer was checked")
+
+    monkeypatch.setattr(dllm.api.model, "load_model", no_weights)
+    with pytest.raises(CheckpointError, match="no tokenizer.json" if damage == "missing" else "has \\d+ tokens but"):
+        dllm.load(d)
+
+
 def test_special_id_outside_a_smaller_tokenizer_is_refused(tmp_path):
     from dllm.models.tiny import write_tiny_checkpoint
 
