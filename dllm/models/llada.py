@@ -35,6 +35,19 @@ GLOBAL_WEIGHTS = {
 }
 
 
+def _kv_heads(raw: dict[str, Any], n_heads: int) -> int:
+    """configuration_llada.py's effective_n_kv_heads: n_kv_heads, else 1 under multi_query_attention,
+    else n_heads; both set must agree."""
+    n_kv, mqa = raw.get("n_kv_heads"), raw.get("multi_query_attention")
+    implied = None if mqa is None else (1 if mqa else n_heads)
+    if n_kv is None:
+        return implied or n_heads
+    if implied is not None and n_kv != implied:
+        raise ValueError(f"n_kv_heads={n_kv} contradicts multi_query_attention={mqa} (which means {implied} K/V "
+                         "heads); set one of them")
+    return n_kv
+
+
 def parse_config(raw: dict[str, Any]) -> ArchConfig:
     """config.json of a LLaDA checkpoint -> ArchConfig."""
     refuse_unsupported(raw, SUPPORTED)
@@ -46,7 +59,7 @@ def parse_config(raw: dict[str, Any]) -> ArchConfig:
         d_model=raw["d_model"],
         n_layers=raw["n_layers"],
         n_heads=n_heads,
-        n_kv_heads=raw.get("n_kv_heads") or n_heads,
+        n_kv_heads=_kv_heads(raw, n_heads),
         # configuration_llada.py: mlp_ratio * d_model when mlp_hidden_size is null
         mlp_hidden_size=raw.get("mlp_hidden_size") or raw.get("mlp_ratio", 4) * raw["d_model"],
         vocab_size=raw.get("embedding_size") or raw["vocab_size"],

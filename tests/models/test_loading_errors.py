@@ -168,6 +168,24 @@ def test_a_config_switch_dllm_does_not_compute_is_refused_by_name(tiny_dirs, tmp
         load_model(d)
 
 
+@pytest.mark.parametrize("n_kv_heads,mqa,expected", [(None, True, 1), (None, None, 4), (4, None, 4), (4, False, 4)])
+def test_llada_kv_heads_follow_effective_n_kv_heads(tiny_dirs, tmp_path, n_kv_heads, mqa, expected):
+    """configuration_llada.py's effective_n_kv_heads: n_kv_heads, else 1 under multi_query_attention,
+    else n_heads (the tiny model has 4 heads)."""
+    d = _copy(tiny_dirs["llada"], tmp_path / "m")
+    _edit_config(d, n_kv_heads=n_kv_heads, multi_query_attention=mqa)
+    from dllm.models.llada import parse_config
+
+    assert parse_config(json.loads((d / "config.json").read_text())).n_kv_heads == expected
+
+
+def test_llada_n_kv_heads_that_contradict_multi_query_attention_are_refused(tiny_dirs, tmp_path):
+    d = _copy(tiny_dirs["llada"], tmp_path / "m")
+    _edit_config(d, n_kv_heads=4, multi_query_attention=True)
+    with pytest.raises(CheckpointError, match=r"n_kv_heads=4 contradicts multi_query_attention=True"):
+        load_model(d)
+
+
 def test_llada_without_mlp_hidden_size_takes_mlp_ratio_times_d_model(tiny_dirs, tmp_path):
     """configuration_llada.py: the MLP is mlp_ratio * d_model wide when mlp_hidden_size is null."""
     d = _copy(tiny_dirs["llada"], tmp_path / "m")
