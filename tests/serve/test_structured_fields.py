@@ -1,8 +1,8 @@
 """vLLM's structured-output fields on the server (guided_json / guided_regex / guided_choice /
 guided_grammar, structured_outputs {json, regex, choice, grammar, json_object}) as aliases of
-response_format; two constraints, unknown keys and schema keywords the constraint cannot enforce
-are 400s naming the field before any model work, on completions and chat alike (a GBNF grammar
-named as such); streamed constrained answers are words and equal
+response_format (anchored regexes included); two constraints, unknown keys and schemas the
+constraint cannot enforce are 400s naming the field before any model work, on completions and chat
+alike (a GBNF grammar named as such); streamed constrained answers are words and equal
 the unstreamed ones."""
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ def _regex(constraint) -> str:
     ({"structured_outputs": {"regex": "[ab]+"}}, "ab", "c"),
     ({"structured_outputs": {"choice": ["yes", "no"]}}, "yes", "y"),
     ({"structured_outputs": {"json_object": True}}, '{"a": 1}', "[1]"),
+    ({"guided_regex": r"^[ab]+$"}, "abba", "abc"),  # anchored, as vLLM users write it
+    ({"structured_outputs": {"regex": r"^\d{3}"}}, "123", "1234"),
 ])
 def test_aliases_become_the_rows_constraint(tiny, body, matches, refuses):
     regex = _regex(parse(tiny, body).constraint)
@@ -73,6 +75,11 @@ def test_grammar_aliases(tiny):
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"oneOf": [
         {"type": "integer"}, {"type": "number"}]}}}}, "response_format", "use anyOf"),
     ({"structured_outputs": {"json": {"type": "array", "uniqueItems": True}}}, "structured_outputs", "uniqueItems"),
+    ({"guided_json": {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                                {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}]}},
+     "guided_json", "'allOf' of 2 schemas at /"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {
+        "type": "string", "pattern": "^[a-z]+$", "maxLength": 4}}}}, "response_format", "'pattern' and 'maxLength'"),
     ({"guided_regex": "a(", "max_tokens": 8}, "guided_regex", "cannot be compiled"),
     ({"guided_choice": "yes"}, "guided_choice", "non-empty list"),
     ({"guided_regex": "a+", "stop": ["a"]}, "guided_regex", "drop the stops"),
