@@ -28,9 +28,10 @@ import torch
 
 from dllm.models.visibility import KeyVisibility
 from dllm.samplers.strategies.apd_helper_cache import cache_argument
+from tests.oracles import _on_model_device
 
 
-@torch.no_grad()
+@_on_model_device
 def apd_generate(model, helper, prompt: list[int], *, gen_length: int, mixture_weight: float,
                  max_lookahead: int | None, eos_id: int, kv_window: int | None = None) -> list[int]:
     """The answer tokens (masks left where the loop stopped) and the rounds it took."""
@@ -107,7 +108,7 @@ def _crop_to(past, keep: int) -> None:
         past.crop(-drop)
 
 
-@torch.no_grad()
+@_on_model_device
 def guided_generate(model, helper, prompt: list[int], *, gen_length: int, eos_id: int) -> tuple[list[int], int]:
     """FlashDLM's guided diffusion with deterministic verification (batch 1): each round the
     diffusion model's argmax at every mask is the draft, the helper's argmax after the clean

@@ -196,7 +196,7 @@ def _helper_greedy(model, prompt: list[int], n: int) -> list[int]:
     import torch
 
     helper = model.helper.model
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=model.device)
     with torch.no_grad():
         for _ in range(n):
             logits = helper(ids).logits[0, -1]
@@ -253,3 +253,23 @@ def test_guided_refusals_name_the_reason(models, options, reason):
         check_policies(cfg)
     with pytest.raises(ValueError, match=reason):
         decode(models["dream"], [PROMPTS[0]], cfg)
+
+
+@pytest.mark.parametrize("kv_window", [None, 2])
+def test_reference_loops_make_their_tensors_on_the_model_device(models, kv_window):
+    """The released loops and the helper's greedy decode create every tensor on the model's device,
+    so they run beside a model on a GPU (DLLM_TEST_DEVICE=cuda). A tensor made without a device
+    lands on the default one; under a foreign default (meta) it meets the model's and fails, as a
+    CPU tensor meets a CUDA model's."""
+    import torch
+
+    model = models["dream"]
+    helper = model.helper.model
+    runs = [lambda: apd_generate(model, helper, PROMPTS[1], gen_length=12, mixture_weight=0.5, max_lookahead=4,
+                                 eos_id=-1, kv_window=kv_window),
+            lambda: guided_generate(model, helper, PROMPTS[1], gen_length=6, eos_id=-1),
+            lambda: _helper_greedy(model, PROMPTS[1], 4)]
+    for run in runs:
+        want = run()
+        with torch.device("meta"):
+            assert run() == want
