@@ -68,7 +68,7 @@ def test_stepping_equals_decode_and_stop_rows_frees_a_row(tiny_models):
     decoding = Decoding(model, rows, cfg)
     decoding.step()
     nfe = decoding.state.runner.nfe[1].item()
-    decoding.stop_rows(torch.tensor([False, True, False]))
+    decoding.stop_rows(torch.tensor([False, True, False], device=model.device))
     result = decoding.run()
     assert int(result.nfe[1]) == nfe  # the stopped row is no longer charged
     alone = decode(model, [PROMPTS[0], PROMPTS[2]], cfg)

@@ -152,7 +152,7 @@ def _helper_constrained_greedy(lm, prompt: list[int], constraint: RowConstraint,
     helper, state, ids, out = lm.model.helper.model, dfa.start, list(prompt), []
     for i in range(n):
         with torch.no_grad():
-            logits = helper(torch.tensor([ids])).logits[0, -1].double()
+            logits = helper(torch.tensor([ids], device=helper.device)).logits[0, -1].double().cpu()
         allowed = np.zeros(logits.shape[0], dtype=bool)
         if not out or out[-1] != eos:
             known = min(len(dfa.token_class), logits.shape[0])

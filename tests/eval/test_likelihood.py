@@ -32,10 +32,10 @@ def exact_bound(model, context: list[int], continuation: list[int]) -> float:
         subsets = list(itertools.combinations(range(L), k))
         per_k = 0.0
         for subset in subsets:
-            tokens = torch.tensor([context + continuation])
+            tokens = torch.tensor([context + continuation], device=model.device)
             for i in subset:
                 tokens[0, P + i] = model.mask_token_id
-            logits = model(tokens, torch.arange(tokens.shape[1])[None], KeyVisibility())[0].double()
+            logits = model(tokens, torch.arange(tokens.shape[1], device=model.device)[None], KeyVisibility())[0].double()
             if model.shift_logits:  # Dream: position j is predicted by output j - 1
                 logits = torch.cat([logits[:1], logits[:-1]])
             logp = torch.log_softmax(logits, dim=-1)
