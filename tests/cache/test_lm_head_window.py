@@ -31,7 +31,7 @@ STRATEGIES = {
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("head")
-    return {family: dllm.load(write_tiny_checkpoint(root / family, family, seed=5)).model
+    return {family: dllm.load(write_tiny_checkpoint(root / family, family, seed=5), dtype="float32").model
             for family in ("llada", "dream", "fast_dllm_v2")}
 
 
@@ -83,10 +83,10 @@ def test_last_block_runs_only_the_read_queries(models, family):
     block's MLP (and the head) see only those queries while every earlier block sees all."""
     model = models[family]
     torch.manual_seed(0)
-    ids = torch.randint(0, model.config.vocab_size, (2, 12))
-    positions = torch.arange(12).expand(2, 12)
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), device=model.device)
+    positions = torch.arange(12, device=model.device).expand(2, 12)
     head_rows = torch.tensor([[True, False, True, True, False, False],
-                              [False, False, False, True, True, True]])
+                              [False, False, False, True, True, True]], device=model.device)
     seen = {}
 
     def record(i):
