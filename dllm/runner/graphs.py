@@ -193,16 +193,28 @@ class _NoHostReads(TorchFunctionMode):
     copied in, or an output whose size depends on the data (the emulation's stand-in for the
     capture's own error)."""
 
-    READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "masked_select",
-             "unique", "bincount"}
+    READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__"}
     COPIES_IN = {"tensor", "as_tensor", "from_numpy"}  # on CUDA a host-to-device copy the capture refuses
+    # outputs sized by the data: the device's count is read on the host before they are allocated
+    SIZED = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount"}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", "")
-        if name in self.READS or name in self.COPIES_IN:
-            what = "a host read" if name in self.READS else "a host value copied in"
+        name, kwargs = getattr(func, "__name__", ""), kwargs or {}
+        what = ("a host read" if name in self.READS else "a host value copied in" if name in self.COPIES_IN
+                else "an output sized by the data" if name in self.SIZED else None)
+        if name == "__getitem__" and _mask_index(args[1]):
+            what, name = "an output sized by the data", "boolean-mask index"
+        elif name == "repeat_interleave" and isinstance(args[1] if len(args) > 1 else kwargs.get("repeats"), Tensor):
+            what = "an output sized by the data"  # repeat counts as a tensor (an int count is a shape)
+        if what is not None:
             raise RuntimeError(f"operation not permitted when stream is capturing: {what} ({name})")
-        return func(*args, **(kwargs or {}))
+        return func(*args, **kwargs)
+
+
+def _mask_index(index) -> bool:
+    """Whether a subscript holds a boolean tensor (its result has as many rows as True values)."""
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, Tensor) and i.dtype == torch.bool for i in items)
 
 
 class EmulatedGraph:

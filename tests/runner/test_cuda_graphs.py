@@ -473,6 +473,22 @@ def test_the_emulation_names_a_host_value_copied_in_apart_from_a_host_read():
         graphs.EmulatedGraph(lambda: x * x.sum().item(), None, x.device)
 
 
+
+@pytest.mark.parametrize("name, forward", [
+    ("boolean-mask index", lambda x: x[x > 1].sum()),
+    ("argwhere", lambda x: torch.argwhere(x > 1).sum()),
+    ("repeat_interleave", lambda x: x.repeat_interleave(x.long()).sum()),
+    ("unique_consecutive", lambda x: torch.unique_consecutive(x).sum()),
+])
+def test_the_emulation_refuses_outputs_sized_by_the_data(name, forward):
+    """An output whose size follows the data needs the device's count on the host first, which a
+    CUDA capture refuses; the CPU emulation refuses it too, so a forward that has one fails the
+    suite here rather than the capture on a GPU. A repeat count given as an int is a shape."""
+    x = torch.tensor([1.0, 2.0, 3.0])
+    with pytest.raises(RuntimeError, match=rf"an output sized by the data \({name}\)"):
+        graphs.EmulatedGraph(lambda: forward(x), None, x.device)
+    assert graphs.EmulatedGraph(lambda: x.repeat_interleave(2).sum(), None, x.device).replay() == 12
+
 def test_tensor_parallel_models_are_refused(tiny_models, emulated, monkeypatch):
     model = tiny_models["llada"].model
     monkeypatch.setattr(model, "tensor_shard", object(), raising=False)  # what a rank's model carries
