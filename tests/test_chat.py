@@ -52,6 +52,19 @@ def test_end_of_input_ends_the_session(lm):
     assert out.getvalue() == _conversation_answers(lm, [("Copy: Ann Lee", {})])[0] + "\n"
 
 
+def test_piped_input_with_a_failed_line_exits_1_and_a_prompt_session_0(lm):
+    """A script piping lines learns that one failed, as from any command; a person at the prompt
+    saw the error and the session went on, so leaving it is no failure."""
+    config = dllm.GenerationConfig(**GEN)
+    for interactive, status in ((False, 1), (True, 0)):
+        out = io.StringIO()
+        assert run_chat(lm, config, live=False, read_line=line_reader(["/nope", "Copy: Ann Lee"]), out=out,
+                        interactive=interactive) == status
+        answer = _conversation_answers(lm, [("Copy: Ann Lee", {})])[0]
+        assert out.getvalue() == answer + "\n" + ("\n" if interactive else "")  # a prompt's line ends at Ctrl-D
+    assert run_chat(lm, config, live=False, read_line=line_reader(["/nope", "/exit"]), out=io.StringIO()) == 1
+
+
 def test_live_display_redraws_the_filling_canvas_then_prints_the_final_text(lm):
     out = io.StringIO()
     run_chat(lm, dllm.GenerationConfig(**GEN), live=True, read_line=line_reader(["Copy: Ann Lee"]), out=out)
@@ -68,7 +81,7 @@ def test_bad_set_and_failed_turns_leave_the_session_as_it_was(lm, monkeypatch, c
     stdin = ("Copy: Ann Lee\n/set block_length=5\n/set bogus=1\n/set temperature\n/set gen_length=488\n" + "again\n"
              "/set gen_length=16\n/nope\nagain\n")
     monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
-    assert main(["chat", "--no-live", *ARGS]) == 0
+    assert main(["chat", "--no-live", *ARGS]) == 1  # piped input whose lines failed: a script sees it
     captured = capsys.readouterr()
     # block_length=5 and bogus are refused at /set; gen_length=488 leaves room for a message in
     # the context of 512, but not for this conversation: that turn fails and is forgotten
@@ -110,7 +123,7 @@ def test_a_failed_turn_reads_as_the_cli_s_errors_and_the_chat_goes_on(lm, monkey
     monkeypatch.setattr(lm, "stream", stream)
     monkeypatch.setattr("dllm.load", lambda *args, **kwargs: lm)
     monkeypatch.setattr("sys.stdin", io.StringIO("Copy: Ann Lee\n/nope\n/set bogus=1\nCopy: Ann Lee\n"))
-    assert main(["chat", "--no-live", *ARGS]) == 0
+    assert main(["chat", "--no-live", *ARGS]) == 1  # piped lines that failed
     captured = capsys.readouterr()
     errors = [line for line in captured.err.splitlines() if "error" in line]
     assert len(errors) == 3 and all(line.startswith("dllm chat: error: ") for line in errors), errors

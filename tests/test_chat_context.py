@@ -38,7 +38,7 @@ def test_a_set_past_the_context_is_refused_and_the_settings_kept(lm, monkeypatch
     context = lm.model.config.max_sequence_length
     expected = lm.generate([{"role": "user", "content": "Copy: Ann Lee"}], max_tokens=16, block_length=8).texts[0]
     status, out, err = _chat(lm, monkeypatch, capsys, f"/set max-tokens={context}\nCopy: Ann Lee\n", "--max-tokens", "16")
-    assert status == 0 and out == expected + "\n"
+    assert status == 1 and out == expected + "\n"  # piped: the failed /set shows in the exit status
     errors = [line for line in err.splitlines() if "error" in line]
     assert len(errors) == 1 and f"context of {context}" in errors[0] and errors[0].endswith("options unchanged")
 
@@ -60,7 +60,7 @@ def test_a_conversation_past_the_context_is_told_to_reset_and_goes_on_after(lm, 
     history += [{"role": "assistant", "content": first}, {"role": "user", "content": message}]
     assert len(lm.encode(history, True)) + 64 > context  # the second turn cannot fit
     status, out, err = _chat(lm, monkeypatch, capsys, f"{message}\n{message}\n/reset\n{message}\n", "--max-tokens", "64")
-    assert status == 0 and out == f"{first}\n{first}\n"  # the turn past the context left no trace
+    assert status == 1 and out == f"{first}\n{first}\n"  # the turn past the context left no trace (piped: status 1)
     errors = [line for line in err.splitlines() if "error" in line]
     assert len(errors) == 1 and "conversation" in errors[0] and "/reset" in errors[0], errors
     assert f"context of {context}" in errors[0] and "gen_length" not in errors[0]
@@ -69,6 +69,6 @@ def test_a_conversation_past_the_context_is_told_to_reset_and_goes_on_after(lm, 
 def test_a_first_message_past_the_context_is_told_to_be_shorter(lm, monkeypatch, capsys):
     message = _message_of(lm, 0.95)
     status, out, err = _chat(lm, monkeypatch, capsys, f"{message}\n", "--max-tokens", "64")
-    assert status == 0 and out == ""
+    assert status == 1 and out == ""
     errors = [line for line in err.splitlines() if "error" in line]
     assert len(errors) == 1 and "shorten the message" in errors[0] and "/reset" not in errors[0], errors

@@ -80,7 +80,7 @@ def test_end_of_input_at_a_prompt_ends_its_line():
 
 def test_an_unknown_command_gets_the_one_meant(monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO("/shwo\n/nothing-like-it\n"))
-    assert main(["chat", "--no-live"]) == 0
+    assert main(["chat", "--no-live"]) == 1  # piped lines that failed
     err = capsys.readouterr().err
     assert "unknown command '/shwo' (did you mean '/show'?)" in err
     assert "unknown command '/nothing-like-it';" in err

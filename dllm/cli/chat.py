@@ -47,6 +47,7 @@ class ChatSession:
     live: bool
     history: list[dict[str, str]] = field(default_factory=list)
     system: str | None = None  # a system message before the conversation, kept across /reset
+    errors: int = 0  # turns and commands that failed (piped input then exits 1)
 
     def messages(self) -> list[dict[str, str]]:
         """What a turn sends: the system message, if any, then the conversation."""
@@ -68,7 +69,7 @@ class ChatSession:
             answer = self._answer()
         except (ValueError, RuntimeError) as err:  # bad input, or a decode that failed (out of memory, ...)
             self.history.pop()  # the conversation stays as it was before the failed turn
-            _error(str(err), exc_info=log.isEnabledFor(logging.DEBUG) and isinstance(err, RuntimeError))
+            self._error(str(err), exc_info=log.isEnabledFor(logging.DEBUG) and isinstance(err, RuntimeError))
             return True
         except KeyboardInterrupt:  # Ctrl-C: the turn is cancelled, the conversation before it kept
             self.history.pop()
@@ -93,7 +94,7 @@ class ChatSession:
         elif name == "/help":
             log.info("%s", HELP)
         else:
-            _error(f"unknown command {name!r}{did_you_mean(name, COMMANDS)}; {HELP}")
+            self._error(f"unknown command {name!r}{did_you_mean(name, COMMANDS)}; {HELP}")
         return True
 
     def _set(self, text: str) -> None:
@@ -104,7 +105,7 @@ class ChatSession:
                               self.system)
             self.settings = settings
         except (ValueError, TypeError) as err:
-            _error(f"{err}; options unchanged")
+            self._error(f"{err}; options unchanged")
             return
         log.info("(set %s)", ", ".join(setting_name(pair.split("=", 1)[0]) + "=" + pair.split("=", 1)[1]
                                       for pair in split_settings(text)))
@@ -135,11 +136,15 @@ class ChatSession:
     def _token_text(self, token: int) -> str:
         return self.model.tokenizer.decode([token], skip_special_tokens=False)
 
+    def status(self, interactive: bool) -> int:
+        """The exit status: 1 when input that was not typed at a prompt had a turn or command fail."""
+        return 1 if self.errors and not interactive else 0
 
-def _error(message: str, exc_info: bool = False) -> None:
-    """A turn's or a command's error, read as the CLI's others (``dllm chat: error: ...``); the
-    session goes on."""
-    log.error("%s", message, exc_info=exc_info, extra={"prog": PROG})
+    def _error(self, message: str, exc_info: bool = False) -> None:
+        """A turn's or a command's error, read as the CLI's others (``dllm chat: error: ...``),
+        and counted; the session goes on."""
+        self.errors += 1
+        log.error("%s", message, exc_info=exc_info, extra={"prog": PROG})
 
 
 class _LiveLine:
@@ -203,7 +208,8 @@ def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable
              max_tokens: int | None = None, interactive: bool = False,
              read_more: Callable[[], str] | None = None, system: str | None = None) -> int:
     """The REPL: read lines until /exit, end of input or a second Ctrl-C in a row. ``interactive``:
-    a person types at a prompt, so leaving ends the prompt's line. A line that starts with
+    a person types at a prompt, so leaving ends the prompt's line; otherwise (piped input, a
+    script) the exit status is 1 when a turn or command failed, as a command's is. A line that starts with
     ``QUOTE`` opens a message of several lines, read with ``read_more`` (default: ``read_line``;
     a continuation prompt) up to the line that ends with ``QUOTE``: one turn, never a command.
     ``system``: a system message sent before the conversation at every turn."""
@@ -224,7 +230,7 @@ def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable
                 raise
             interrupted = False
             if not (session.say(quoted) if quoted is not None else session.handle(line)):
-                return 0
+                return session.status(interactive)
         except EOFError:  # Ctrl-D, or the end of piped input
             break
         except KeyboardInterrupt:  # the line or the answer was cancelled, the conversation kept
@@ -234,4 +240,4 @@ def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable
     if interactive:
         out.write("\n")
         out.flush()
-    return 0
+    return session.status(interactive)
