@@ -50,7 +50,8 @@ server (``GraphRunner``: graphs, slots; idle slots freed when a new one does not
 On a CPU there are no graphs and the option is refused; the tests replace the capture backend
 with one that re-runs the recorded function on the same static buffers (``EmulatedGraph``),
 which checks everything here but the capture itself: keys, padding, static inputs written in
-place, the slot's K/V shared by the cache and the graph, capture once per shape.
+place (a replay that reads other Python values or outside tensors than its capture is refused),
+the slot's K/V shared by the cache and the graph, capture once per shape.
 """
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
 
 from dllm.models.kernel_version import kernel_version
 from dllm.models.visibility import KeyVisibility
@@ -217,19 +220,66 @@ def _mask_index(index) -> bool:
     return any(isinstance(i, Tensor) and i.dtype == torch.bool for i in items)
 
 
+class _Trace(TorchFunctionMode):
+    """What a run bakes into a CUDA graph: each operation with its Python arguments and the
+    outside tensors it reads (storage address, offset, shape); tensors the run made itself are
+    the graph's own."""
+
+    SKIP = {"__get__", "__set__", "dim", "size", "stride", "numel", "__len__", "__iter__", "__hash__",
+            "__repr__", "__format__", "is_contiguous", "data_ptr", "element_size", "is_floating_point"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple] = []
+        self._made = WeakIdKeyDictionary()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = getattr(func, "__name__", repr(func))
+        if name not in self.SKIP:
+            self.ops.append((name, tuple(self._baked(a) for a in tree_flatten((args, kwargs))[0])))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, Tensor) and not any(t is a for a in args):  # in place: still the input
+                    self._made[t] = True
+        return out
+
+    def _baked(self, a):
+        if isinstance(a, Tensor):
+            return "own" if a in self._made else ("outside", a.untyped_storage().data_ptr(), a.storage_offset(),
+                                                  tuple(a.shape))
+        if isinstance(a, slice):
+            return ("slice", a.start, a.stop, a.step)
+        if isinstance(a, (int, float, bool, str, tuple, torch.dtype, torch.device)) or a is None:
+            return a
+        return type(a).__name__
+
+
 class EmulatedGraph:
     """The tests' stand-in on CPU: the recorded function re-run on the same static buffers, its
-    result written into one static output (as a graph's output tensor is one buffer); a host read
-    inside the recorded run is an error, as in a CUDA capture."""
+    result written into one static output (as a graph's output tensor is one buffer). As in a
+    CUDA capture, a host read inside the recorded run is an error; and as a replay runs what was
+    captured, a re-run that calls other operations, other Python values or other outside tensors
+    (a reassigned buffer, a number that changed) is one too."""
 
     def __init__(self, fn: Callable[[], Tensor], pool, device: torch.device) -> None:
         self.fn = fn
         fn()  # the warm-up the CUDA capture runs too
-        with _NoHostReads():
+        with _NoHostReads(), _Trace() as trace:
             self.out = fn()
+        self.captured = trace.ops
 
     def replay(self) -> Tensor:
-        self.out.copy_(self.fn())
+        with _Trace() as trace:
+            result = self.fn()
+        if trace.ops != self.captured:
+            at = next((i for i, (a, b) in enumerate(zip(self.captured, trace.ops)) if a != b),
+                      min(len(self.captured), len(trace.ops)))
+            seen = lambda ops: ops[at] if at < len(ops) else "nothing"  # noqa: E731
+            raise RuntimeError(f"the replay ran operations, Python values or outside tensors other than the "
+                               f"capture's, which a CUDA graph replays: operation {at} was {seen(self.captured)} "
+                               f"at capture, {seen(trace.ops)} now")
+        self.out.copy_(result)
         return self.out
 
 

@@ -489,6 +489,27 @@ def test_the_emulation_refuses_outputs_sized_by_the_data(name, forward):
         graphs.EmulatedGraph(lambda: forward(x), None, x.device)
     assert graphs.EmulatedGraph(lambda: x.repeat_interleave(2).sum(), None, x.device).replay() == 12
 
+
+def test_the_emulation_refuses_a_replay_that_reads_what_the_capture_did_not():
+    """A CUDA graph replays the captured kernels on the captured addresses with the captured
+    Python values: a forward that reads a reassigned buffer or a changed Python number at replay
+    would silently get the old ones on a GPU. The emulation re-runs the forward, so it checks the
+    replay runs the capture's operations on the same outside tensors and Python values; writing
+    the static inputs in place is what a replay is for."""
+    state = {"scale": 2, "bias": torch.ones(3)}
+    x = torch.tensor([1.0, 2.0, 3.0])
+    graph = graphs.EmulatedGraph(lambda: x * state["scale"] + state["bias"], None, x.device)
+    x.copy_(torch.tensor([4.0, 5.0, 6.0]))  # the static input written in place
+    assert graph.replay().tolist() == [9.0, 11.0, 13.0]
+    state["bias"].fill_(0.5)  # a buffer written in place
+    assert graph.replay().tolist() == [8.5, 10.5, 12.5]
+    state["scale"] = 3  # a Python value the capture baked in
+    with pytest.raises(RuntimeError, match=r"replay ran .* other than the capture's.*mul"):
+        graph.replay()
+    state["scale"], state["bias"] = 2, torch.zeros(3)  # a reassigned buffer: a new address
+    with pytest.raises(RuntimeError, match=r"replay ran .* other than the capture's.*add"):
+        graph.replay()
+
 def test_tensor_parallel_models_are_refused(tiny_models, emulated, monkeypatch):
     model = tiny_models["llada"].model
     monkeypatch.setattr(model, "tensor_shard", object(), raising=False)  # what a rank's model carries
