@@ -4,7 +4,9 @@ the pipelined mode's append cache), every family (bidirectional, block-causal, M
 batches and a ragged batch, as whole graphs (no graph break, no fallback past the recompile
 limit). Uses the ``aot_eager`` backend (graph capture and functionalisation without code
 generation, which takes minutes on a small CPU); ``DLLM_TEST_COMPILE_BACKEND=inductor`` repeats it
-with code generation (the GPU check runs it so on CUDA)."""
+with code generation, on CUDA in ``mode="reduce-overhead"`` (the GPU check's default test stage does
+not set it: its minutes of compiling would spend the stage's budget; set it with ``--pytest-args
+tests/models/test_compile.py``)."""
 from __future__ import annotations
 
 import json
