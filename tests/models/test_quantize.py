@@ -21,11 +21,15 @@ from dllm.cli import main
 from dllm.cli.demo import PROMPT
 from dllm.engine.decoding import decode
 from dllm.engine.memory import MemoryBudgetError, MIB, model_bytes, plan_memory
-from dllm.models.quantize import KEPT_MODULES, QuantizedCheckpointError, tensor_bytes
+from dllm.models.quantize import KEPT_MODULES, QuantizedCheckpointError, tensor_bytes, torchao_unavailable
 from dllm.validation import OptionTypeError
 
 CPU = dict(device="cpu", dtype="float32")
 PROMPTS = ("Sort: Lee, Ann, Bo", "Reverse the list: Kim Ray Sue Tom Ada Eve Max", "Copy: Zoe")
+# torchao is an optional extra (quant): where it does not import (absent, or built for another torch),
+# what runs on it is skipped, naming why; the refusals before it is needed still run
+NO_TORCHAO = torchao_unavailable()
+needs_torchao = pytest.mark.skipif(NO_TORCHAO is not None, reason=f"{NO_TORCHAO}; pip install -e '.[quant]'")
 
 
 def _logits(model, ids):
@@ -35,6 +39,7 @@ def _logits(model, ids):
 
 
 @pytest.mark.parametrize("family", ["llada", "dream"])
+@needs_torchao
 def test_int8_logits_are_the_dequantized_weights_and_near_float32(tiny_dirs, family):
     """Two tolerances. (1) The int8 model against the float32 model holding its dequantized
     weights (int8 x row scale): the same products in another order (the scale applied after the
@@ -63,6 +68,7 @@ def test_int8_logits_are_the_dequantized_weights_and_near_float32(tiny_dirs, fam
 @pytest.mark.parametrize("options", [dict(), dict(cache="dual"),
                                      dict(cache="dual", policy="threshold", policy_args={"tau": 0.9}),
                                      dict(cache="prefix", strategy="lopa")])
+@needs_torchao
 def test_int8_ragged_batch_equals_single_rows(tiny_dirs, test_device, options):
     """torchao's int8 linear runs ``torch.mm`` on the weight cast to the activation dtype, then
     scales the output rows: a row's bits depend on the row count only as the float GEMM's do,
@@ -74,6 +80,7 @@ def test_int8_ragged_batch_equals_single_rows(tiny_dirs, test_device, options):
     assert batch == [decode(lm.model, [p], cfg).answer[0].tolist() for p in prompts]
 
 
+@needs_torchao
 def test_moe_model_int8_keeps_its_routers_and_decodes_ragged_batches_as_single_rows():
     """The bundled LLaDA2 MoE model: its routers stay float (LLaDA2 scores them in float32), the
     dense linears are int8, and a ragged batch gives each row its batch-1 tokens."""
@@ -86,6 +93,7 @@ def test_moe_model_int8_keeps_its_routers_and_decodes_ragged_batches_as_single_r
     assert batch == [decode(lm.model, [p], cfg).answer[0].tolist() for p in prompts]
 
 
+@needs_torchao
 def test_bundled_model_int8_answers_the_demo_prompt_as_float32():
     plain, quant = dllm.load(**CPU), dllm.load(quantize="int8", **CPU)
     for options in (dict(gen_length=32, steps=32),
@@ -95,6 +103,7 @@ def test_bundled_model_int8_answers_the_demo_prompt_as_float32():
         assert quant.generate(PROMPT, **options).texts[0] == want
 
 
+@needs_torchao
 def test_memory_plan_counts_stored_bytes_and_the_budget_admits_what_fits(tiny_dirs):
     plain = dllm.load(tiny_dirs["llada"], **CPU).model
     quant = dllm.load(tiny_dirs["llada"], quantize="int8", **CPU).model
@@ -120,6 +129,8 @@ def test_float8_runs_on_gpus_that_have_it_and_is_refused_elsewhere(tiny_dirs, te
         with pytest.raises(ValueError, match=r"compute capability 8\.9.*quantize='int8'"):
             dllm.load(tiny_dirs["llada"], device=test_device, quantize="float8")
         return
+    if NO_TORCHAO is not None:
+        pytest.skip(f"{NO_TORCHAO}; pip install -e '.[quant]'")
     lm = dllm.load(tiny_dirs["llada"], device=test_device, dtype="bfloat16", quantize="float8")
     assert type(lm.model.layers[0].mlp.up_proj.weight).__name__ == "Float8Tensor"
     prompts = [lm.encode(p, chat=False) for p in PROMPTS]
@@ -178,6 +189,7 @@ def test_float8_tensors_without_a_quantization_config_are_refused(tiny_dirs, tmp
         dllm.load(path, device="cpu")
 
 
+@needs_torchao
 def test_cli_quantize_generates_and_every_command_takes_it(tiny_dirs, capsys, tmp_path, monkeypatch):
     from dllm.bench import serve_load
     from dllm.cli import build_parser
