@@ -6,11 +6,13 @@ import json
 
 import pytest
 import torch
-from lm_eval.api.instance import Instance
 
-import dllm
-from dllm.eval.likelihood import mc_loglikelihood
-from dllm.eval.lm_eval import DllmLM
+pytest.importorskip("lm_eval")
+from lm_eval.api.instance import Instance  # noqa: E402
+
+import dllm  # noqa: E402
+from dllm.eval.likelihood import mc_loglikelihood  # noqa: E402
+from dllm.eval.lm_eval import DllmLM  # noqa: E402
 
 PROMPTS = ["a", "hello there, how are you", "x y z", "the quick brown fox jumps over the lazy dog again"]
 

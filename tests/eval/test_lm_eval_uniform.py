@@ -3,10 +3,12 @@ texts of single requests; loglikelihood (the masked-diffusion bound) is refused 
 from __future__ import annotations
 
 import pytest
-from lm_eval.api.instance import Instance
 
-from dllm.eval.lm_eval import DllmLM
-from tests.models.gemma_tiny import CANVAS, write_reference
+pytest.importorskip("lm_eval")
+from lm_eval.api.instance import Instance  # noqa: E402
+
+from dllm.eval.lm_eval import DllmLM  # noqa: E402
+from tests.models.gemma_tiny import CANVAS, write_reference  # noqa: E402
 
 
 def _gen(context: str, doc_id: int) -> Instance:
