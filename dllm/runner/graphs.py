@@ -246,13 +246,21 @@ class _Trace(TorchFunctionMode):
 
     def _baked(self, a):
         if isinstance(a, Tensor):
-            return "own" if a in self._made else ("outside", a.untyped_storage().data_ptr(), a.storage_offset(),
-                                                  tuple(a.shape))
+            return "own" if a in self._made else ("outside", _address(a), tuple(a.shape))
         if isinstance(a, slice):
             return ("slice", a.start, a.stop, a.step)
         if isinstance(a, (int, float, bool, str, tuple, torch.dtype, torch.device)) or a is None:
             return a
         return type(a).__name__
+
+
+def _address(t: Tensor) -> tuple[int, int]:
+    """Where a tensor's data lives (storage, offset); a wrapper subclass without a storage of its
+    own (a quantized weight) is known by its identity, which a replay must keep too."""
+    try:
+        return t.untyped_storage().data_ptr(), t.storage_offset()
+    except RuntimeError:
+        return id(t), 0
 
 
 class EmulatedGraph:

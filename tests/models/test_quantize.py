@@ -81,6 +81,26 @@ def test_int8_ragged_batch_equals_single_rows(tiny_dirs, test_device, options):
 
 
 @needs_torchao
+def test_int8_decode_replays_from_cuda_graphs_as_eager(tiny_dirs, test_device, monkeypatch):
+    """An int8 model's forwards replay (capture emulated on CPU, real on CUDA) with eager's tokens:
+    its quantized weights hold no storage of their own, and the emulation still checks each
+    replay reads the weights its capture read."""
+    import weakref
+
+    from dllm.runner import graphs
+
+    if test_device == "cpu":
+        monkeypatch.setattr(graphs, "BACKEND", graphs.EmulatedGraph)
+    monkeypatch.setattr(graphs, "_RUNNERS", weakref.WeakKeyDictionary())
+    lm = dllm.load(tiny_dirs["llada"], device=test_device, dtype="float32", quantize="int8")
+    prompts = [lm.encode(p, chat=False) for p in PROMPTS]
+    cfg = dict(gen_length=16, block_length=8, steps=16, stop_at_eos=False, cache="dual")
+    eager = decode(lm.model, prompts, GenerationConfig(**cfg)).answer
+    replayed = decode(lm.model, prompts, GenerationConfig(**cfg, cuda_graphs=True)).answer
+    assert torch.equal(eager, replayed) and graphs.graph_stats(lm.model)["replays"] > 0
+
+
+@needs_torchao
 def test_moe_model_int8_keeps_its_routers_and_decodes_ragged_batches_as_single_rows():
     """The bundled LLaDA2 MoE model: its routers stay float (LLaDA2 scores them in float32), the
     dense linears are int8, and a ragged batch gives each row its batch-1 tokens."""
