@@ -38,6 +38,21 @@ def test_constrained_answers_are_the_apis(tiny_dirs, tmp_path, capsys):
     assert all(json_answer_errors(r["text"], SCHEMA) is None for r in rows), rows
 
 
+def test_a_choice_without_a_length_decodes_its_longest_word_as_the_api(tiny_dirs, capsys):
+    """No --max-tokens / --gen-length: the canvas holds the longest choice and its end-of-text
+    (api.structured.default_max_tokens), as generate's without a length; --gen-length keeps its own."""
+    path = tiny_dirs["llada"]
+    lm = dllm.load(path, dtype="float32")
+    common = ["--model", str(path), "--dtype", "float32", "--raw", "--json", "--choice", "yes", "no", "maybe not"]
+    assert main(["generate", "hi", "there", *common]) == 0
+    rows = _rows(capsys)
+    expected = lm.generate(["hi", "there"], chat=False, choice=["yes", "no", "maybe not"])
+    assert [r["text"] for r in rows] == expected.texts and [r["nfe"] for r in rows] == [s["nfe"] for s in expected.stats]
+    assert all(r["nfe"] <= len("maybe not") + 1 for r in rows), rows
+    assert main(["generate", "hi", *common, "--gen-length", "32"]) == 0
+    assert _rows(capsys)[0]["nfe"] == 32  # one token a step over the canvas that was asked for
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["--regex", "a("], "cannot be compiled"),
     (["--regex", "a", "--choice", "b"], "give one of regex, choice, json_schema"),

@@ -1,6 +1,7 @@
 """The Python API: ``model = dllm.load(path)``; ``out = model.generate(prompts, ...)``."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Iterator, Sequence, Union
@@ -23,7 +24,7 @@ from dllm.models.tokenizer import check_decodable, check_tokenizer_fits
 from dllm.api.outputs import GenerationOutput, end_row
 from dllm.api.request import OutputRequest, merge_config, row_seeds
 from dllm.api.streaming import StreamUpdate, stream_decoding
-from dllm.api.structured import parse_constraint, row_constraint
+from dllm.api.structured import default_max_tokens, parse_constraint, row_constraint
 from dllm.validation import OptionTypeError
 
 Message = dict[str, str]
@@ -88,11 +89,10 @@ class DiffusionLM:
         every answer a word of that language, ending within ``max_tokens`` (structured output,
         ``dllm.samplers.constraints``). All of it is checked before any model work.
         """
-        request = self._request(stop, stop_token_ids, max_tokens, n, echo, logprobs)
-        spec = parse_constraint(regex, choice, json_schema, grammar)
-        config = merge_config(config, options, request.max_tokens, model=self.model)
+        request, config, constraint = self._prepare(config, options, self._request(
+            stop, stop_token_ids, max_tokens, n, echo, logprobs), regex, choice, json_schema, grammar)
         ids = [self.encode(p, chat) for p in prompt_batch(prompts)]
-        return self._generate(ids, config, seeds, request, row_constraint(self, spec, request.stops, request.max_tokens, config))
+        return self._generate(ids, config, seeds, request, constraint)
 
     def generate_ids(self, ids: list[list[int]], config: GenerationConfig | None = None, *,
                      seeds: Sequence[int] | None = None, stop: str | Sequence[str] | None = None,
@@ -101,10 +101,9 @@ class DiffusionLM:
                      choice: Sequence[str] | None = None, json_schema: dict | str | None = None,
                      grammar: str | None = None, **options: Any) -> GenerationOutput:
         """``generate`` from token ids (a list of prompts, each a list of ids of this model)."""
-        request = self._request(stop, stop_token_ids, max_tokens, n, echo, logprobs)
-        spec = parse_constraint(regex, choice, json_schema, grammar)
-        config = merge_config(config, options, request.max_tokens, model=self.model)
-        return self._generate(ids, config, seeds, request, row_constraint(self, spec, request.stops, request.max_tokens, config))
+        request, config, constraint = self._prepare(config, options, self._request(
+            stop, stop_token_ids, max_tokens, n, echo, logprobs), regex, choice, json_schema, grammar)
+        return self._generate(ids, config, seeds, request, constraint)
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None,
                seed: int | None = None, stop: Any = None, stop_token_ids: Any = None,
@@ -118,11 +117,8 @@ class DiffusionLM:
         ``generate``, and so do ``regex`` / ``choice`` / ``json_schema`` / ``grammar`` (the final
         prefix of a constrained answer is a prefix of a word); ``logprobs`` as ``generate``'s, on the
         last update (one per ``final_ids``). Bad input raises here, before any model work."""
-        request = OutputRequest.parse(stop=stop, stop_token_ids=stop_token_ids, max_tokens=max_tokens,
-                                      logprobs=logprobs, vocab_size=self.model.config.vocab_size)
-        spec = parse_constraint(regex, choice, json_schema, grammar)
-        config = merge_config(config, options, request.max_tokens, model=self.model)
-        constraint = row_constraint(self, spec, request.stops, request.max_tokens, config)
+        request, config, constraint = self._prepare(config, options, self._request(
+            stop, stop_token_ids, max_tokens, 1, False, logprobs), regex, choice, json_schema, grammar)
         prompts = prompt_batch(prompt)
         if len(prompts) != 1:
             raise ValueError(f"stream takes one prompt (a string or chat messages), got {len(prompts)}; "
@@ -137,6 +133,20 @@ class DiffusionLM:
         if request.logprobs is not None:
             decoding.record_logprobs(request.logprobs)
         return stream_decoding(self, decoding, request)
+
+    def _prepare(self, config: GenerationConfig | None, options: dict[str, Any], request: OutputRequest,
+                 regex, choice, json_schema, grammar) -> tuple[OutputRequest, GenerationConfig, Any]:
+        """The request, the decode's config and the rows' constraint (None: free), all checked. A
+        constraint with a longest word sets the answer length of a call that set none
+        (``structured.default_max_tokens``)."""
+        spec = parse_constraint(regex, choice, json_schema, grammar)
+        merged = merge_config(config, options, request.max_tokens, model=self.model)
+        bounded = default_max_tokens(self, spec, request.max_tokens, config is not None or "gen_length" in options,
+                                     merged.gen_length)
+        if bounded != request.max_tokens:
+            request = dataclasses.replace(request, max_tokens=bounded)
+            merged = merge_config(config, options, bounded, model=self.model)
+        return request, merged, row_constraint(self, spec, request.stops, request.max_tokens, merged)
 
     def _request(self, stop, stop_token_ids, max_tokens, n, echo, logprobs) -> OutputRequest:
         return OutputRequest.parse(stop=stop, stop_token_ids=stop_token_ids, max_tokens=max_tokens, n=n,

@@ -14,6 +14,27 @@ def parse_constraint(regex: Any, choice: Any, json_schema: Any, grammar: Any = N
     return ConstraintSpec.parse(regex=regex, choice=choice, json_schema=json_schema, grammar=grammar)
 
 
+def _spelled(lm) -> tuple[bytes | None, ...]:
+    """Each token id's bytes under ``lm``'s tokenizer, read once per model."""
+    spelled = getattr(lm, "_token_bytes", None)
+    if spelled is None:
+        spelled = lm._token_bytes = tuple(token_bytes(lm.tokenizer, lm.model.config.vocab_size))
+    return spelled
+
+
+def default_max_tokens(lm, spec: ConstraintSpec | None, max_tokens: int | None, length_given: bool,
+                       default_length: int) -> int | None:
+    """``max_tokens`` of a request that set no answer length (neither ``max_tokens`` nor a
+    ``gen_length``): for a constraint whose words have a longest one over this model's tokens (a
+    choice, a bounded regex or schema), that word and its end-of-text, when fewer than
+    ``default_length``, the canvas otherwise decoded: a choice between "yes" and "no" decodes 4
+    positions, not 128 of which all but 3 are end-of-text. Unchanged otherwise."""
+    if spec is None or spec.grammar is not None or max_tokens is not None or length_given:
+        return max_tokens
+    longest = cached_dfa(spec.to_regex(), _spelled(lm), lm.model.eos_token_ids[0]).longest_word()
+    return longest + 1 if longest is not None and longest + 1 < default_length else max_tokens
+
+
 def row_constraint(lm, spec: ConstraintSpec | None, stops: StopConditions, max_tokens: int | None,
                    config: GenerationConfig) -> RowConstraint | None:
     """The constraint each row of ``lm``'s request decodes under (None: free), its word ending
@@ -26,9 +47,7 @@ def row_constraint(lm, spec: ConstraintSpec | None, stops: StopConditions, max_t
                          "would end before it is a word of its language; drop the stops (the constraint "
                          "says where the answer ends)")
     check_supported(config)
-    spelled = getattr(lm, "_token_bytes", None)
-    if spelled is None:
-        spelled = lm._token_bytes = tuple(token_bytes(lm.tokenizer, lm.model.config.vocab_size))
+    spelled = _spelled(lm)
     room = config.gen_length if max_tokens is None else min(max_tokens, config.gen_length)
     if spec.grammar is not None:
         from dllm.samplers.constraints.token_grammar import MAX_GRAMMAR_TOKENS, TokenGrammar, cached_grammar

@@ -25,7 +25,7 @@ from dllm.cli.parser import EXIT_USAGE, CommandParser, name_command_parsers
 from dllm.cli.output import LOGGER_NAME, configure_logging
 from dllm.cli.progress import answer_bar, describe, generate_batch
 from dllm.cli.prompts import PromptLine, check_prompt_lengths, echo_text, read_prompts, refuse_messages_under_raw
-from dllm.cli.structured import add_structured_options, constraint_spec, row_constraint_of
+from dllm.cli.structured import add_structured_options, bounded_length, constraint_spec, row_constraint_of
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -63,6 +63,7 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
     model = load_from_args(args)
     request = output_request(args, model.model.config.vocab_size)
     config = model_block(args, model, config, request.max_tokens)
+    request, config = bounded_length(args, model, request, config)
     chat = False if args.raw else None
     ids = check_prompt_lengths(model, prompts, config, chat, length_flag(args))
     constraint = row_constraint_of(args, model, request, config)

@@ -45,6 +45,22 @@ def constraint_spec(args: argparse.Namespace, config=None):
     return spec
 
 
+def bounded_length(args: argparse.Namespace, model, request, config):
+    """(request, config) with the answer length of a constraint whose words have a longest one,
+    when neither --max-tokens nor --gen-length was given (``api.structured.default_max_tokens``:
+    ``--choice yes no`` decodes a few positions, not the default canvas)."""
+    import dataclasses
+
+    from dllm.api.request import merge_config
+    from dllm.api.structured import default_max_tokens
+
+    given = request.max_tokens is not None or "gen_length" in getattr(args, "given_options", ())
+    bounded = default_max_tokens(model, constraint_spec(args), request.max_tokens, given, config.gen_length)
+    if bounded == request.max_tokens:
+        return request, config
+    return dataclasses.replace(request, max_tokens=bounded), merge_config(config, {}, bounded, model=model.model)
+
+
 def row_constraint_of(args: argparse.Namespace, model, request, config):
     """Every row's constraint for ``model`` (None: free), refused with its reason when the
     decoding or the request (stops, a too short --max-tokens) cannot honour it."""

@@ -75,6 +75,46 @@ class TokenDFA:
                 return None
         return None
 
+    def longest_word(self) -> int | None:
+        """The most tokens of a word (None: words of any length, or none): the longest path from the
+        initial state to an accepting one through states that lie on some word's path; a cycle
+        among those means no bound."""
+        succ = self.succ
+        reach = np.zeros(self.num_states, dtype=bool)
+        reach[self.start] = True
+        while True:  # states some prefix reaches
+            grown = reach | succ[reach].any(0)
+            if (grown == reach).all():
+                break
+            reach = grown
+        useful = self.final & reach
+        while True:  # ... from which an accepting state is reachable
+            grown = useful | (succ[:, useful].any(1) & reach)
+            if (grown == useful).all():
+                break
+            useful = grown
+        if not useful[self.start]:
+            return None
+        edges = succ & useful[:, None] & useful[None, :]
+        indegree = edges.sum(0)
+        order, ready = [], [s for s in np.flatnonzero(useful) if indegree[s] == 0]
+        while ready:  # Kahn's topological order; states left over lie on a cycle
+            state = ready.pop()
+            order.append(state)
+            for target in np.flatnonzero(edges[state]):
+                indegree[target] -= 1
+                if indegree[target] == 0:
+                    ready.append(target)
+        if len(order) < int(useful.sum()):
+            return None
+        most = np.full(self.num_states, -1, dtype=np.int64)
+        most[self.start] = 0
+        for state in order:
+            if most[state] >= 0:
+                targets = np.flatnonzero(edges[state])
+                most[targets] = np.maximum(most[targets], most[state] + 1)
+        return int(most[self.final].max())
+
     def run(self, state: int, tokens: list[int]) -> int:
         """The state after ``tokens`` (the dead state if they leave the language's prefixes)."""
         for token in tokens:
