@@ -22,17 +22,25 @@ def _spelled(lm) -> tuple[bytes | None, ...]:
     return spelled
 
 
+def answer_bound(lm, spec: ConstraintSpec | None) -> int | None:
+    """Answer tokens that hold every word of ``spec``'s language over ``lm``'s tokens and its
+    end-of-text: the longest word + 1 (None: no constraint, a grammar, or words of any length)."""
+    if spec is None or spec.grammar is not None:
+        return None
+    longest = cached_dfa(spec.to_regex(), _spelled(lm), lm.model.eos_token_ids[0]).longest_word()
+    return None if longest is None else longest + 1
+
+
 def default_max_tokens(lm, spec: ConstraintSpec | None, max_tokens: int | None, length_given: bool,
                        default_length: int) -> int | None:
     """``max_tokens`` of a request that set no answer length (neither ``max_tokens`` nor a
-    ``gen_length``): for a constraint whose words have a longest one over this model's tokens (a
-    choice, a bounded regex or schema), that word and its end-of-text, when fewer than
-    ``default_length``, the canvas otherwise decoded: a choice between "yes" and "no" decodes 4
-    positions, not 128 of which all but 3 are end-of-text. Unchanged otherwise."""
-    if spec is None or spec.grammar is not None or max_tokens is not None or length_given:
+    ``gen_length``): ``answer_bound`` when a constraint has one under ``default_length``, the
+    canvas otherwise decoded: a choice between "yes" and "no" decodes 4 positions, not 128 of
+    which all but 3 are end-of-text. Unchanged otherwise."""
+    if max_tokens is not None or length_given:
         return max_tokens
-    longest = cached_dfa(spec.to_regex(), _spelled(lm), lm.model.eos_token_ids[0]).longest_word()
-    return longest + 1 if longest is not None and longest + 1 < default_length else max_tokens
+    bound = answer_bound(lm, spec)
+    return bound if bound is not None and bound < default_length else max_tokens
 
 
 def row_constraint(lm, spec: ConstraintSpec | None, stops: StopConditions, max_tokens: int | None,

@@ -27,8 +27,8 @@ from dllm.serve.budget import one_row_mib
 from dllm.serve.limits import ServerLimits
 from dllm.serve.structured_fields import FIELDS as CONSTRAINT_FIELDS, ConstraintFieldError, requested_constraint
 from dllm.api.request import canvas_length
-from dllm.api.structured import parse_constraint, row_constraint
-from dllm.samplers.constraints import RowConstraint
+from dllm.api.structured import answer_bound, parse_constraint, row_constraint
+from dllm.samplers.constraints import ConstraintSpec, RowConstraint
 from dllm.api.stops import StopConditions
 
 DEFAULT_BLOCK_LENGTH = 32  # the server's block when no option sets one (ServerDefaults)
@@ -159,8 +159,10 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
         raise RequestError("stream_options is only allowed with stream=true", "stream_options")
     block = canvas_length(model.model) or defaults.block_length  # a uniform-state model decodes whole canvases
     echo = _flag(body, "echo")
+    asked = _asked_constraint(body)
+    bound = None if asked is None else _constraint_field(asked[0], answer_bound, model, asked[1])
     config, max_tokens, length_field = _config(body, defaults, chat, max(map(len, prompt_ids)), context, block,
-                                               prompt_only=echo and not chat)
+                                               prompt_only=echo and not chat, bound=bound)
     try:  # what only the first batch's decode would refuse: a 400 now, not a failed batch
         check_model_fit(model.model, config)
     except ValueError as err:
@@ -180,17 +182,17 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
         raise RequestError(str(err), "stop") from None
     _check_lengths(prompt_ids, config, max_tokens, length_field, context, chat)
     _check_budget(model, max(len(ids) for ids in prompt_ids), config, length_field)
-    constraint = _constraint(body, model, stops, max_tokens, config)
+    constraint = None if asked is None else _constraint_field(asked[0], row_constraint, model, asked[1], stops,
+                                                              max_tokens, config)
     return ParsedRequest(chat=chat, prompt_ids=prompt_ids, prompt_texts=prompt_texts, config=config,
                          seeds=sample_seeds(seed, n), max_tokens=max_tokens, stops=stops, stream=stream,
                          include_usage=include_usage, echo=echo, seed=seed,
                          top_logprobs=top_logprobs, constraint=constraint)
 
 
-def _constraint(body: dict, model, stops: StopConditions, max_tokens: int,
-                config: GenerationConfig) -> RowConstraint | None:
-    """The rows' constraint from response_format or one of vLLM's structured-output fields (a 400
-    on the field asking, before any model work: two constraints, a bad value, an undecodable one)."""
+def _asked_constraint(body: dict) -> tuple[str, ConstraintSpec] | None:
+    """(the field asking, its ConstraintSpec) from response_format or one of vLLM's structured-output
+    fields; None: free. A 400 on the field, before any model work: two constraints, a bad value."""
     try:
         asked = requested_constraint(body)
     except ConstraintFieldError as err:
@@ -198,10 +200,15 @@ def _constraint(body: dict, model, stops: StopConditions, max_tokens: int,
     if asked is None:
         return None
     field, argument = asked
+    return field, _constraint_field(field, parse_constraint, argument.get("regex"), argument.get("choice"),
+                                    argument.get("json_schema"), argument.get("grammar"))
+
+
+def _constraint_field(field: str, compute, *args):
+    """``compute(*args)`` on a constraint from ``field``; what it refuses (a bad value, one this
+    model cannot write, a server without the structured extra) is a 400 on that field."""
     try:
-        spec = parse_constraint(argument.get("regex"), argument.get("choice"), argument.get("json_schema"),
-                                argument.get("grammar"))
-        return row_constraint(model, spec, stops, max_tokens, config)
+        return compute(*args)
     except (ValueError, TypeError) as err:
         raise RequestError(f"{field}: {err}", field.split(".")[0]) from None
     except ImportError as err:  # the server lacks the structured extra: say so, not a bare 500
@@ -336,13 +343,15 @@ def _check_chars(prompts: list[Any], limits: ServerLimits, context: int, chat: b
 
 
 def _config(body: dict, defaults: ServerDefaults, chat: bool, longest: int, context: int,
-            block: int, prompt_only: bool = False) -> tuple[GenerationConfig, int, str]:
+            block: int, prompt_only: bool = False, bound: int | None = None) -> tuple[GenerationConfig, int, str]:
     """The request's GenerationConfig: server defaults, then the request's fields; its
     max_tokens and the field that gave it (max_tokens or max_completion_tokens). ``longest``:
     the longest prompt's tokens, which bound the default max_tokens within ``context``;
     ``block``: the block when neither the server's options nor the request set one;
     ``prompt_only``: max_tokens 0 is taken (echo: the prompt alone, nothing decoded; the config,
-    of one block, is still checked, so the options are refused as for any other length)."""
+    of one block, is still checked, so the options are refused as for any other length).
+    ``bound``: the answer tokens that hold every word of the request's constraint
+    (``api.structured.answer_bound``), its max_tokens when it sends none and that is fewer."""
     options = dict(defaults.options)
     options.pop("gen_length", None)
     options.update({k: body[k] for k in DLLM_OPTIONS if k in body})
@@ -355,6 +364,8 @@ def _config(body: dict, defaults: ServerDefaults, chat: bool, longest: int, cont
     max_tokens = body.get(key)
     if max_tokens is None:
         max_tokens = _default_max_tokens(defaults.max_tokens, options["block_length"], longest, context)
+        if bound is not None and bound < max_tokens:
+            max_tokens = bound
     nothing = prompt_only and max_tokens == 0 and not isinstance(max_tokens, bool)
     try:
         options["gen_length"] = block_aligned_gen_length(1 if nothing else max_tokens, options.get("block_length"))

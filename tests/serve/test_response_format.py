@@ -46,6 +46,23 @@ def test_formats_parse_into_a_constraint_or_none(tiny):
     assert parse(tiny, {"response_format": {"type": "json_object"}}).constraint is not None
 
 
+def test_a_request_without_max_tokens_decodes_a_bounded_languages_longest_word(tiny):
+    """As generate: a choice with no max_tokens gets its longest word and end-of-text (here
+    "maybe not", one character a token at most, + 1) as its max_tokens instead of the server's default
+    (the canvas stays the server's block, which rows of every length share); a request
+    that sends max_tokens, and an unbounded language, keep theirs."""
+    def asked(body):
+        return parse_request({"prompt": "hi", **body}, tiny, ServerDefaults(), chat=False, served_name="m")
+
+    choice = {"structured_outputs": {"choice": ["yes", "no", "maybe not"]}}
+    bounded = asked(choice)
+    assert bounded.max_tokens == bounded.constraint.limit == len("maybe not") + 1  # one server block, cut there
+    assert asked({**choice, "max_tokens": 24}).max_tokens == 24
+    assert asked({"guided_regex": "[a-z]+"}).max_tokens == asked({}).max_tokens
+    api = tiny.generate("hi", chat=False, choice=["yes", "no", "maybe not"])
+    assert api.stats[0]["nfe"] <= len("maybe not") + 1
+
+
 @pytest.mark.parametrize("value, words", [
     ({"type": "xml"}, "not one of"),
     ({"type": "json_schema"}, "not one of"),
