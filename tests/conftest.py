@@ -44,6 +44,20 @@ def test_device() -> str:
     return os.environ[TEST_DEVICE_ENV]
 
 
+@pytest.fixture(autouse=True)
+def _keep_torch_threads():
+    """A test that runs a command in this process (``dllm serve``'s CLI sets torch's threads to the
+    CPUs it may use) leaves the worker's thread count as it found it: a worker left at 2 threads
+    beside the other worker on a 2-core CI machine spun its OpenMP threads against it, and
+    tiny-op decodes ran over 100x slower (guided diffusion's tests took 100-200 s, 0.5 s alone)."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory):
     """{"llada": dir, "dream": dir, "llada_sharded": dir, "dream_sharded": dir}."""
