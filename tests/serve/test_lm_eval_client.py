@@ -1,17 +1,21 @@
 """lm-eval's own API model (``local-completions``, ``LocalCompletionsAPI``) against the server, as
 README documents it: ``generate_until`` gives ``generate``'s text for the server's options, with
-token-id and text requests, batches of 2; ``loglikelihood`` (lm-eval asks ``echo``, ``logprobs`` 1,
+token-id and text requests, batches of 2, and through /v1/chat/completions (``local-chat-completions``);
+``loglikelihood`` (lm-eval asks ``echo``, ``logprobs`` 1,
 ``max_tokens`` 1 and sums the echoed logprobs after the context, the answer's one token left out)
 equals the log-softmax of one forward of context + continuation + the answer canvas masked (one
 block for max_tokens 1), computed here."""
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 
 pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
-from lm_eval.models.openai_completions import LocalCompletionsAPI  # noqa: E402
+from lm_eval.models.api_models import JsonChatStr  # noqa: E402
+from lm_eval.models.openai_completions import LocalChatCompletion, LocalCompletionsAPI  # noqa: E402
 
 from dllm.serve.app import create_app  # noqa: E402
 from dllm.serve.protocol import SchedulerLimits  # noqa: E402
@@ -52,6 +56,19 @@ def test_generate_until_gives_generates_text(served, tokenized):
     texts = lm.generate_until(requests)
     want = model.generate(PROMPTS, chat=False, max_tokens=GEN, block_length=BLOCK, stop=["\n\n"]).texts
     assert texts == want
+
+
+def test_chat_completions_generate_until_gives_generates_text(served):
+    """``local-chat-completions`` (lm-eval's chat API model, as with --apply_chat_template): the
+    messages it sends get the chat template, and the text is generate's for those messages."""
+    model, url = served
+    lm = LocalChatCompletion(model="m", base_url=url + "/v1/chat/completions", tokenizer_backend=None,
+                             tokenized_requests=False, max_gen_toks=GEN, max_retries=1, timeout=60)
+    chats = [[{"role": "user", "content": p}] for p in PROMPTS]
+    requests = [Instance("generate_until", {}, (JsonChatStr(json.dumps(c)), {"until": ["\n\n"], "max_gen_toks": GEN}), i)
+                for i, c in enumerate(chats)]
+    want = model.generate(chats, max_tokens=GEN, block_length=BLOCK, stop=["\n\n"]).texts
+    assert lm.generate_until(requests) == want
 
 
 def test_loglikelihood_is_one_plain_forwards_logsoftmax(served):
