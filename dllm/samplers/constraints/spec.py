@@ -81,7 +81,8 @@ class ConstraintSpec:
         except Exception as err:  # noqa: BLE001  the Rust extension's errors are plain exceptions
             raise ValueError(f"json_schema cannot be turned into a regular expression ({err}); "
                              "outlines-core covers types, properties, required, enum, const, items, "
-                             "min/maxItems, min/maxLength, pattern, format, anyOf, allOf, $ref (not recursive); "
+                             "min/maxItems, min/maxLength, pattern, format (date, time, date-time, email, uri, "
+                             "uuid), anyOf, allOf of one schema, $ref (not recursive); "
                              "a recursive schema needs grammar=") from err
 
 
