@@ -5,7 +5,8 @@ without a word: an answer of such a regex can break the schema (measured on 0.2.
 4 >= 5 passes, ``uniqueItems`` [1, 1] passes, ``oneOf`` of integer and number takes 1). Those
 keywords are refused here by name and place (``minProperties`` {} passes too), and so are the
 shapes it writes wrongly (schema_shapes.py), so every constrained answer validates against its
-schema; the rest (types, properties, required, additionalProperties, enum, const, items,
+schema; integer bounds are written as exact ranges (integer_ranges.py); the rest (types,
+properties, required, additionalProperties, enum, const, items,
 prefixItems, min/maxItems, min/maxLength, pattern, format, anyOf, allOf of one schema, $ref)
 is enforced by the regex.
 """
@@ -15,8 +16,11 @@ from typing import Any, Iterator
 
 # keyword -> what to do instead
 UNENFORCED = {
-    "minimum": "drop the bound (or use an enum)", "maximum": "drop the bound (or use an enum)",
-    "exclusiveMinimum": "drop the bound (or use an enum)", "exclusiveMaximum": "drop the bound (or use an enum)",
+    # bounds are enforced on an integer of its own (integer_ranges.py), not on numbers or beside other keywords
+    "minimum": "bound integers only (type integer, no multipleOf), or drop the bound",
+    "maximum": "bound integers only (type integer, no multipleOf), or drop the bound",
+    "exclusiveMinimum": "bound integers only (type integer, no multipleOf), or drop the bound",
+    "exclusiveMaximum": "bound integers only (type integer, no multipleOf), or drop the bound",
     "multipleOf": "drop it (or use an enum)", "uniqueItems": "drop it",
     "contains": "drop it", "minContains": "drop it", "maxContains": "drop it",
     "patternProperties": "list the properties instead", "propertyNames": "list the properties instead",
@@ -53,7 +57,10 @@ def subschemas(schema: Any, path: str = "") -> Iterator[tuple[dict, str]]:
 def unenforced_keywords(schema: Any) -> list[tuple[str, str]]:
     """(keyword, JSON pointer of the schema using it) for every keyword of ``UNENFORCED`` in
     ``schema`` and its subschemas."""
-    return [(key, where) for sub, where in subschemas(schema) for key in sub if key in UNENFORCED]
+    from dllm.samplers.constraints.integer_ranges import BOUNDS, integer_bounds
+
+    return [(key, where) for sub, where in subschemas(schema) for key in sub if key in UNENFORCED
+            and not (key in BOUNDS and integer_bounds(sub) is not None)]  # written as an exact range
 
 
 def check_enforceable(schema: dict) -> None:

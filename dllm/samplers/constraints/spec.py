@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dllm.samplers.constraints.integer_ranges import check_integer_ranges, fill_holes, with_integer_ranges
 from dllm.samplers.constraints.schema_formats import with_format_patterns
 from dllm.samplers.constraints.schema_shapes import check_shapes
 from dllm.samplers.constraints.schema_support import check_enforceable
@@ -77,12 +78,13 @@ class ConstraintSpec:
             raise ImportError("json_schema= needs outlines-core (its schema -> regex step): "
                               "pip install 'dllm[structured]'") from err
         try:
-            return build_regex_from_schema(json.dumps(with_format_patterns(self.json_schema)))
+            schema, holes = with_integer_ranges(with_format_patterns(self.json_schema))
+            return fill_holes(build_regex_from_schema(json.dumps(schema)), holes)
         except Exception as err:  # noqa: BLE001  the Rust extension's errors are plain exceptions
             raise ValueError(f"json_schema cannot be turned into a regular expression ({err}); "
                              "outlines-core covers types, properties, required, enum, const, items, "
-                             "min/maxItems, min/maxLength, pattern, format (date, time, date-time, email, uri, "
-                             "uuid), anyOf, allOf of one schema, $ref (not recursive); "
+                             "min/maxItems, min/maxLength, pattern, integer bounds, format (date, time, date-time, "
+                             "email, uri, uuid), anyOf, allOf of one schema, $ref (not recursive); "
                              "a recursive schema needs grammar=") from err
 
 
@@ -111,6 +113,7 @@ def _check_schema(schema: dict) -> None:
     except jsonschema.SchemaError as err:
         raise ValueError(f"json_schema is not a valid JSON Schema: {err.message}") from err
     check_enforceable(schema)
+    check_integer_ranges(schema)
     check_shapes(schema)
 
 
