@@ -48,6 +48,14 @@ def test_a_pydantic_models_bounds_hold_in_answers(tiny_models):
             jsonschema.validate(json.loads(text), schema)
 
 
+def test_bounds_under_refs_and_unused_defs():
+    schema = {"type": "array", "items": {"$ref": "#/$defs/small"}, "maxItems": 3,
+              "$defs": {"small": {"type": "integer", "minimum": -2, "maximum": 2},
+                        "unused": {"type": "integer", "minimum": 7}}}
+    pattern = re.compile(ConstraintSpec.parse(json_schema=schema).to_regex())
+    assert pattern.fullmatch("[-2,0,2]") and not pattern.fullmatch("[3]") and not pattern.fullmatch("[-3]")
+
+
 @pytest.mark.parametrize("schema, words", [
     ({"type": "number", "minimum": 0}, "'minimum' at /"),
     ({"type": "integer", "minimum": 0, "multipleOf": 2}, "'minimum' at /"),
