@@ -78,21 +78,24 @@ class TokenDFA:
     def longest_word(self) -> int | None:
         """The most tokens of a word (None: words of any length, or none): the longest path from the
         initial state to an accepting one through states that lie on some word's path; a cycle
-        among those means no bound."""
+        among those means no bound. Found once per DFA (a server sees the same schema again)."""
+        return self._longest
+
+    @functools.cached_property
+    def _longest(self) -> int | None:
+        """``longest_word``: breadth-first sweeps and a topological order, O(S^2)."""
         succ = self.succ
         reach = np.zeros(self.num_states, dtype=bool)
         reach[self.start] = True
-        while True:  # states some prefix reaches
-            grown = reach | succ[reach].any(0)
-            if (grown == reach).all():
-                break
-            reach = grown
+        frontier = reach.copy()
+        while frontier.any():  # states some prefix reaches
+            frontier = succ[frontier].any(0) & ~reach
+            reach |= frontier
         useful = self.final & reach
-        while True:  # ... from which an accepting state is reachable
-            grown = useful | (succ[:, useful].any(1) & reach)
-            if (grown == useful).all():
-                break
-            useful = grown
+        frontier = useful.copy()
+        while frontier.any():  # ... from which an accepting state is reachable
+            frontier = succ[:, frontier].any(1) & reach & ~useful
+            useful |= frontier
         if not useful[self.start]:
             return None
         edges = succ & useful[:, None] & useful[None, :]
