@@ -115,3 +115,17 @@ def test_serve_takes_max_tokens_as_its_default_answer_length():
     assert server_defaults(parse(["serve"])).max_tokens == 128  # the --gen-length default
     with pytest.raises(ValueError, match="not both"):
         server_defaults(parse(["serve", "--gen-length", "64", "--max-tokens", "20"]))
+
+
+@pytest.mark.parametrize("flags, kwargs", [([], {}), (["--choice", "yes", "no"], dict(choice=["yes", "no"]))])
+def test_a_block_longer_than_max_tokens_is_the_canvas_the_api_decodes(lm, capsys, flags, kwargs):
+    """--block-length 32 with an answer of 6 tokens (--max-tokens, or a choice's longest word and its
+    end-of-text) decodes one 32-position block, as generate(block_length=32) does: the CLI's config
+    held gen_length == block_length, which merge_config reads as a derived block and dropped; and a
+    row whose text is decided stops, as generate's rows do, so the nfe are generate's too."""
+    length = [] if kwargs else ["--max-tokens", "6"]
+    expected = lm.generate(PROMPTS, block_length=32, **({} if kwargs else dict(max_tokens=6)), **kwargs)
+    assert main(["generate", *PROMPTS, "--json", "--block-length", "32", *length, *flags]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["text"] for r in rows] == expected.texts
+    assert [r["nfe"] for r in rows] == [s["nfe"] for s in expected.stats]

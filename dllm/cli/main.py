@@ -18,7 +18,7 @@ import dllm
 from dllm.cli.options import (
     HelpFormatter, add_generation_options, add_model_options, add_request_options, add_tensor_parallel_option,
     add_verbosity_options,
-    generation_config, length_flag, load_from_args, model_block, output_request, positive_int,
+    generation_config, given_block, length_flag, load_from_args, model_block, output_request, positive_int,
     refuse_idle_pipeline_options,
 )
 from dllm.cli.parser import EXIT_USAGE, CommandParser, name_command_parsers
@@ -71,7 +71,8 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
     log.debug("decoding %d prompt(s) in batches of %d", len(ids), args.batch_size)
     bar = answer_bar(len(ids) * request.n, config, request, quiet=args.quiet or print_ is not print)
     for start in range(0, len(ids), args.batch_size):
-        out = generate_batch(model, ids[start : start + args.batch_size], config, request, bar, constraint)
+        out = generate_batch(model, ids[start : start + args.batch_size], config, request, bar, constraint,
+                             given_block(args))
         with tqdm.external_write_mode(file=sys.stderr):
             for row, (text, reason, stats) in enumerate(zip(out.texts, out.finish_reasons, out.stats)):
                 sample = {"sample": row % request.n} if request.n > 1 else {}

@@ -268,6 +268,14 @@ def model_block(args: argparse.Namespace, model, config, max_tokens: int | None)
     return config if args.block_length is not None else canvas_blocks(config, model.model, max_tokens)
 
 
+def given_block(args: argparse.Namespace) -> dict[str, int]:
+    """``{"block_length": --block-length}`` when it was given, else {}: the options ``merge_config``
+    keeps as they are when the answer length changes. A block only on the config would be read as
+    derived when it equals its gen_length (``--block-length 32 --max-tokens 6`` makes a 32-token
+    canvas of one block) and follow the answer length instead, unlike the API's block_length=32."""
+    return {} if args.block_length is None else {"block_length": args.block_length}
+
+
 def answer_length(args: argparse.Namespace) -> int:
     """The canvas' answer length: ``--gen-length``, or the smallest whole number of blocks that
     holds ``--max-tokens`` (not both)."""

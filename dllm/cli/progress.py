@@ -41,22 +41,24 @@ def answer_bar(rows: int, config, request, *, quiet: bool, enabled: bool = True)
                         enabled=enabled, delay=BAR_DELAY_S)
 
 
-def generate_batch(lm, ids: list[list[int]], config, request, bar, constraint=None):
-    """``lm.generate_ids(ids, config, ...)`` for ``request``, advancing ``bar`` by the answer
-    tokens committed after each round (counted only when the bar is shown); ``constraint``: every
-    row's (``dllm.api.structured.row_constraint``), None for free answers."""
+def generate_batch(lm, ids: list[list[int]], config, request, bar, constraint=None, options=None):
+    """``lm.generate_ids(ids, config, **options, ...)`` for ``request``, advancing ``bar`` by the
+    answer tokens committed after each round (counted only when the bar is shown); ``constraint``:
+    every row's (``dllm.api.structured.row_constraint``), None for free answers."""
     import torch
 
+    from dllm.api.decided import decided_rows
     from dllm.api.inputs import check_token_ids
     from dllm.api.request import merge_config, row_seeds
     from dllm.engine.decoding import Decoding, RowStart
 
     ids = check_token_ids(ids, lm.model.config.vocab_size)
-    config = merge_config(config, {}, request.max_tokens, model=lm.model)
+    config = merge_config(config, options or {}, request.max_tokens, model=lm.model)
     rows = [prompt for prompt in ids for _ in range(request.n)]
     seeds = row_seeds(config, None, len(ids), request.n) or [config.seed] * len(rows)
     decoding = Decoding(lm.model, [RowStart(prefix=p, gen_length=config.gen_length, seed=s, constraint=constraint)
                                    for p, s in zip(rows, seeds)], config)
+    decoding.decided = decided_rows(lm, request, config)  # rows whose text is decided stop, as generate's do
     per_row = answer_length(config, request)
     start = bar.n
     while not decoding.done:

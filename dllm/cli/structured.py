@@ -53,12 +53,14 @@ def bounded_length(args: argparse.Namespace, model, request, config):
 
     from dllm.api.request import merge_config
     from dllm.api.structured import default_max_tokens
+    from dllm.cli.options import given_block
 
     given = request.max_tokens is not None or "gen_length" in getattr(args, "given_options", ())
     bounded = default_max_tokens(model, constraint_spec(args), request.max_tokens, given, config.gen_length)
     if bounded == request.max_tokens:
         return request, config
-    return dataclasses.replace(request, max_tokens=bounded), merge_config(config, {}, bounded, model=model.model)
+    return dataclasses.replace(request, max_tokens=bounded), merge_config(config, given_block(args), bounded,
+                                                                         model=model.model)
 
 
 def row_constraint_of(args: argparse.Namespace, model, request, config):
