@@ -129,3 +129,15 @@ def test_a_failed_turn_reads_as_the_cli_s_errors_and_the_chat_goes_on(lm, monkey
     assert len(errors) == 3 and all(line.startswith("dllm chat: error: ") for line in errors), errors
     assert "CUDA out of memory" in errors[0]
     assert captured.out == expected[0] + "\n"  # the failed turn left no trace in the conversation
+
+
+def test_a_block_longer_than_max_tokens_is_the_canvas_generate_decodes(lm, monkeypatch, capsys):
+    """--block-length 32 --max-tokens 6: one 32-position block, as generate(block_length=32,
+    max_tokens=6); the config's block equalled its gen_length, so it was read as derived from the
+    length and shrank to the 6-token answer (another canvas, another text)."""
+    turn = [{"role": "user", "content": "Copy: Ann Lee"}]
+    expected = lm.generate(turn, block_length=32, max_tokens=6).texts[0]
+    assert expected != lm.generate(turn, max_tokens=6).texts[0]  # the block changes this answer
+    monkeypatch.setattr("sys.stdin", io.StringIO("Copy: Ann Lee\n"))
+    assert main(["chat", "--no-live", "--block-length", "32", "--max-tokens", "6"]) == 0
+    assert capsys.readouterr().out == expected + "\n"

@@ -100,7 +100,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     model = load_from_args(args)
     require_chat_template(model)
     config = model_block(args, model, config, args.max_tokens)
-    merged = merge_config(config, {}, args.max_tokens, model=model.model)
+    merged = merge_config(config, given_block(args), args.max_tokens, model=model.model)
     check_model_fit(model.model, merged)  # not at each turn
     flag = length_flag(args)
     check_answer_room(model, merged, f"{flag} {merged.gen_length if args.max_tokens is None else args.max_tokens}",
@@ -113,7 +113,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         log.info("%s\n%s", banner(model), HELP)
     return run_chat(model, config, live=live, out=sys.stdout, max_tokens=args.max_tokens, interactive=interactive,
                     read_line=lambda: input("> " if interactive else ""),
-                    read_more=lambda: input("... " if interactive else ""), system=args.system)
+                    read_more=lambda: input("... " if interactive else ""), system=args.system,
+                    options=given_block(args))
 
 
 def _line_editing() -> None:
