@@ -49,7 +49,7 @@ def test_cli_chat_on_the_bundled_uniform_state_model(capsys, monkeypatch):
     not the canvas is refused with the fix (at /set: the next turn keeps the canvas)."""
     lines = f"{PROMPT}\n/set max-tokens=20\n{PROMPT}\n/set block-length=16\n{PROMPT}\n"
     monkeypatch.setattr("sys.stdin", io.StringIO(lines))
-    assert main(["chat", "--model", "dllm-waitingline-gemma", "--max-tokens", "16"]) == 0
+    assert main(["chat", "--model", "dllm-waitingline-gemma", "--max-tokens", "16"]) == 1  # piped: the /set failed
     out, err = capsys.readouterr()
     assert err.count("| NFE ") == 3 and out.strip()  # three answers (some may be empty text)
     assert err.count("error") == 1 and "set block_length=32" in err and "block_length=16" in err
@@ -66,6 +66,6 @@ def test_chat_refuses_what_the_model_cannot_decode_before_the_first_turn(capsys,
     assert not out.strip() and err.count("error") == 1 and err.startswith("dllm chat: error: ")
     assert "t_min / t_max" in err
     monkeypatch.setattr("sys.stdin", io.StringIO(f"/set temperature=1\n{PROMPT}\n"))
-    assert main(["chat", "--model", "dllm-waitingline-gemma", "--max-tokens", "16"]) == 0
+    assert main(["chat", "--model", "dllm-waitingline-gemma", "--max-tokens", "16"]) == 1  # piped: the /set failed
     out, err = capsys.readouterr()
     assert "options unchanged" in err and err.count("error") == 1 and err.count("| NFE ") == 1
