@@ -15,6 +15,8 @@ import math
 from numbers import Real
 from typing import Any
 
+from dllm.samplers.constraints.schema_walk import subschemas
+
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 # keywords the schema -> regex writes a subschema from before its type: bounds beside them are not read
 _WRITTEN_FIRST = ("properties", "allOf", "anyOf", "prefixItems", "enum", "const", "$ref")
@@ -55,8 +57,6 @@ def integer_range_regex(low: int | None, high: int | None) -> str:
 
 def check_integer_ranges(schema: dict) -> None:
     """Refuse bounds that leave no integer, naming where."""
-    from dllm.samplers.constraints.schema_support import subschemas
-
     for sub, where in subschemas(schema):
         bounds = integer_bounds(sub)
         if bounds is not None and None not in bounds and bounds[0] > bounds[1]:
@@ -67,8 +67,6 @@ def check_integer_ranges(schema: dict) -> None:
 def with_integer_ranges(schema: dict) -> tuple[dict, dict[str, str]]:
     """A copy of ``schema`` whose bounded integer subschemas are string placeholders, and
     {'"placeholder"': the range's regex} to put back into the schema's regex."""
-    from dllm.samplers.constraints.schema_support import subschemas
-
     schema = copy.deepcopy(schema)
     holes: dict[str, str] = {}
     for sub, _ in subschemas(schema):

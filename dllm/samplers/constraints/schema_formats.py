@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 
-from dllm.samplers.constraints.schema_support import subschemas
+from dllm.samplers.constraints.schema_walk import subschemas
 from dllm.samplers.constraints.token_dfa import unanchored
 
 _YEAR = r"(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)"  # 0001-9999

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from dllm.samplers.constraints.lexer import live_states
-from dllm.samplers.constraints.schema_support import UNENFORCED, subschemas
+from dllm.samplers.constraints.schema_support import UNENFORCED
+from dllm.samplers.constraints.schema_walk import subschemas
 
 # the keyword outlines-core writes a subschema from, first present wins
 DISPATCH = ("properties", "allOf", "anyOf", "prefixItems", "enum", "const", "$ref", "type")

@@ -12,7 +12,10 @@ is enforced by the regex.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
+
+from dllm.samplers.constraints.integer_ranges import BOUNDS, integer_bounds
+from dllm.samplers.constraints.schema_walk import subschemas
 
 # keyword -> what to do instead
 UNENFORCED = {
@@ -29,36 +32,9 @@ UNENFORCED = {
     "dependentSchemas": "drop it", "dependencies": "drop it", "dependentRequired": "drop it",
     "minProperties": "list the properties and make them required", "maxProperties": "list the properties",
 }
-# keywords whose value is a subschema, a list of them, or a mapping name -> subschema
-_ONE = ("items", "additionalProperties", "unevaluatedProperties", "unevaluatedItems", "additionalItems",
-        "not", "if", "then", "else", "contains", "propertyNames")
-_MANY = ("anyOf", "allOf", "oneOf", "prefixItems", "items")
-_MAPPED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-
-
-def subschemas(schema: Any, path: str = "") -> Iterator[tuple[dict, str]]:
-    """Every (sub)schema object in ``schema`` with its JSON pointer, ``schema`` first, depth first."""
-    if not isinstance(schema, dict):
-        return
-    yield schema, path or "/"
-    for key in _ONE:
-        if isinstance(schema.get(key), dict):
-            yield from subschemas(schema[key], f"{path}/{key}")
-    for key in _MANY:
-        if isinstance(schema.get(key), list):
-            for i, sub in enumerate(schema[key]):
-                yield from subschemas(sub, f"{path}/{key}/{i}")
-    for key in _MAPPED:
-        if isinstance(schema.get(key), dict):
-            for name, sub in schema[key].items():
-                yield from subschemas(sub, f"{path}/{key}/{name}")
-
-
 def unenforced_keywords(schema: Any) -> list[tuple[str, str]]:
     """(keyword, JSON pointer of the schema using it) for every keyword of ``UNENFORCED`` in
     ``schema`` and its subschemas."""
-    from dllm.samplers.constraints.integer_ranges import BOUNDS, integer_bounds
-
     return [(key, where) for sub, where in subschemas(schema) for key in sub if key in UNENFORCED
             and not (key in BOUNDS and integer_bounds(sub) is not None)]  # written as an exact range
 
