@@ -99,7 +99,8 @@ def _full_layer_heads(text: dict[str, Any], full: list[int]) -> tuple[int, int]:
     kv = {layer.get("num_key_value_heads", kv_heads) for layer in layers} or {kv_heads}
     if len(dims) > 1 or len(kv) > 1:
         raise ValueError(f"per_layer_config gives the full-attention layers different head sizes {sorted(dims)} "
-                         f"or K/V heads {sorted(kv)}; dllm reads one of each")
+                         f"or K/V heads {sorted(kv)}; dllm computes one of each for every full-attention layer, "
+                         "so this checkpoint cannot be loaded: use one whose full-attention layers share them")
     return dims.pop(), kv.pop()
 
 
