@@ -150,7 +150,7 @@ def refuse_unsupported(raw: dict, supported: dict[str, tuple]) -> None:
     compute (an absent key is the family's default): loading such weights would run another model."""
     for key, allowed in supported.items():
         if key in raw and raw[key] not in allowed:
-            raise ValueError(f"config.json's {key}={raw[key]!r} is not supported (dllm computes {key} = "
+            raise ValueError(f"{key}={raw[key]!r} is not supported (dllm computes {key} = "
                              f"{' or '.join(repr(a) for a in allowed)}, as the published checkpoints set it): this "
                              "checkpoint is another model than its family's; load one with the published config")
 

@@ -33,7 +33,7 @@ def parse_qwen2_config(raw: dict[str, Any], *, family: str, default_mask_id: int
     """Qwen2-style config keys (Dream, Fast-dLLM v2) -> ArchConfig, bidirectional, shifted."""
     refuse_unsupported(raw, {"rope_scaling": (None,), "use_sliding_window": (False,)})
     if any(t != "full_attention" for t in raw.get("layer_types") or ()):
-        raise ValueError(f"config.json's layer_types={raw['layer_types']!r} is not supported (dllm computes full "
+        raise ValueError(f"layer_types={raw['layer_types']!r} is not supported (dllm computes full "
                          "attention in every layer, as the published checkpoints set it): this checkpoint is another "
                          "model than its family's; load one with the published config")
     eos = raw.get("eos_token_id", 151643)
