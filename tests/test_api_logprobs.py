@@ -65,10 +65,16 @@ def test_refused_before_model_work(model, monkeypatch, kwargs, words):
     assert words in str(err.value)
 
 
-def test_stream_last_update_carries_generates_logprobs(model):
+def test_stream_updates_carry_generates_logprobs_as_the_prefix_grows(model):
     kwargs = dict(chat=False, max_tokens=GEN, block_length=BLOCK, logprobs=2)
     updates = list(model.stream(PROMPTS[0], **kwargs))
-    last = updates[-1]
-    assert last.finished and all(u.logprobs is None for u in updates[:-1])
     out = model.generate(PROMPTS[0], **kwargs)
-    assert last.final_ids == out.token_ids[0] and last.logprobs == out.logprobs[0]
+    last = updates[-1]
+    assert last.finished and last.final_ids == out.token_ids[0] and last.logprobs == out.logprobs[0]
+    grown = [u for u in updates[:-1] if u.final_ids]
+    assert len(grown) > 1  # the final prefix grew over several rounds
+    for update in grown:  # a final token's logprob never changes once reported
+        assert len(update.logprobs) == len(update.final_ids)
+        n = min(len(update.logprobs), len(out.logprobs[0]))  # final ids may run past the kept answer's end
+        assert n > 0 and update.logprobs[:n] == out.logprobs[0][:n]
+    assert all(u.logprobs is None for u in model.stream(PROMPTS[0], chat=False, max_tokens=GEN, block_length=BLOCK))

@@ -115,8 +115,8 @@ class DiffusionLM:
         ``finished=True``. Same tokens as ``generate``; ``stop`` / ``stop_token_ids`` end the
         text (and the decode) at the first stop, ``max_tokens`` sets the answer length as in
         ``generate``, and so do ``regex`` / ``choice`` / ``json_schema`` / ``grammar`` (the final
-        prefix of a constrained answer is a prefix of a word); ``logprobs`` as ``generate``'s, on the
-        last update (one per ``final_ids``). Bad input raises here, before any model work."""
+        prefix of a constrained answer is a prefix of a word); ``logprobs`` as ``generate``'s, on every
+        update (one per id of its ``final_ids``). Bad input raises here, before any model work."""
         request, config, constraint = self._prepare(config, options, self._request(
             stop, stop_token_ids, max_tokens, 1, False, logprobs), regex, choice, json_schema, grammar)
         prompts = prompt_batch(prompt)

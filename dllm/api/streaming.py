@@ -31,7 +31,7 @@ class StreamUpdate:
     ``generate``'s: nfe, tpf, token_forwards, draft_rows, tokens, seconds). ``in_flight``: the
     answer spans [start, end) being decoded after the round: the active block, or in the
     pipelined mode (``block_add_threshold``) every block in flight; ``pipelined`` says which.
-    ``logprobs`` (the last update, when asked): one ``TokenLogprob`` per id of ``final_ids``."""
+    ``logprobs`` (when asked): one ``TokenLogprob`` per id of ``final_ids``, as they stand after the round."""
 
     committed: dict[int, int]
     canvas: list[int]
@@ -75,8 +75,10 @@ def stream_decoding(lm, decoding: Decoding, request: OutputRequest) -> Iterator[
         if reason in ("stop", "length") and not editing:  # the rest of the canvas cannot change the text
             decoding.stop_rows(torch.ones(1, dtype=torch.bool, device=decoding.state.tokens.device))
         delta, sent = (text[len(sent):], text) if len(text) > len(sent) else ("", sent)
+        logprobs = None if request.logprobs is None else decoding.state.logprobs.read(0, 0, end, request.logprobs)
         yield StreamUpdate(committed=committed, canvas=canvas, final_ids=final_ids, final_text=sent, text_delta=delta,
-                           in_flight=blocks_in_flight(decoding), pipelined=hasattr(decoding.strategy, "blocks_in_flight"))
+                           in_flight=blocks_in_flight(decoding), pipelined=hasattr(decoding.strategy, "blocks_in_flight"),
+                           logprobs=logprobs)
     while not decoding.done:  # text final at end-of-text: the rest runs as in generate
         decoding.step()
     yield _last(lm, decoding, request, sent, text_of)
