@@ -45,13 +45,18 @@ def is_messages(value: Any) -> bool:
 
 
 def check_messages(messages: Sequence[Any], prompt: int) -> list[dict[str, str]]:
-    """Every message is a dict with string ``role`` and ``content``."""
+    """Every message is a dict with string ``role`` and ``content``; an assistant turn that
+    called tools (``tool_calls``, OpenAI's form) may have no content."""
     for j, message in enumerate(messages):
         where = f"prompt {prompt}, message {j}"
         if not isinstance(message, dict):
             raise OptionTypeError(f"{where} is {type(message).__name__}; chat messages are "
                                   "{'role': 'user', 'content': '...'} dicts")
-        for key in ("role", "content"):
+        called = message.get("role") == "assistant" and message.get("tool_calls")
+        if called and not isinstance(message["tool_calls"], list):
+            raise OptionTypeError(f"{where}: 'tool_calls' must be a list of calls, got "
+                                  f"{type(message['tool_calls']).__name__}")
+        for key in ("role",) if called and message.get("content") is None else ("role", "content"):
             if key not in message:
                 raise ValueError(f"{where} has no {key!r}; chat messages are "
                                  "{'role': 'user', 'content': '...'} dicts")

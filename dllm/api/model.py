@@ -25,6 +25,7 @@ from dllm.api.outputs import GenerationOutput, end_row
 from dllm.api.request import OutputRequest, merge_config, row_seeds
 from dllm.api.streaming import StreamUpdate, stream_decoding
 from dllm.api.structured import default_max_tokens, parse_constraint, row_constraint
+from dllm.api.tools import template_messages
 from dllm.validation import OptionTypeError
 
 Message = dict[str, str]
@@ -50,8 +51,9 @@ class DiffusionLM:
         return (f"DiffusionLM({Path(self.path).name!r}, family={self.model.config.family!r}, parameters={size}, "
                 f"device={str(self.model.device)!r}, dtype={dtype!r})")
 
-    def encode(self, prompt: Prompt, chat: bool | None = None) -> list[int]:
-        """Token ids of one prompt; chat messages (or a string with ``chat``) use the template."""
+    def encode(self, prompt: Prompt, chat: bool | None = None, tools: list[dict] | None = None) -> list[int]:
+        """Token ids of one prompt; chat messages (or a string with ``chat``) use the template,
+        which also renders ``tools`` (OpenAI's function definitions) where it can."""
         if chat is not None and not isinstance(chat, bool):
             raise OptionTypeError(f"chat must be True, False or None, got {chat!r}")
         has_template = self.tokenizer.chat_template is not None
@@ -62,8 +64,8 @@ class DiffusionLM:
                              "read through the chat template: pass the text as a string, or drop chat=False")
         if not has_template:
             raise ValueError(f"the tokenizer in {self.path} has no chat template; pass plain text with chat=False")
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else template_messages(prompt)
+        text = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def generate(self, prompts: Prompt | Sequence[Prompt], config: GenerationConfig | None = None,

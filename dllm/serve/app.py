@@ -33,6 +33,7 @@ from dllm.serve.metrics import ServerMetrics
 from dllm.serve.prompt_logprobs import prompt_logprobs
 from dllm.serve.protocol import QueueFullError, Scheduler
 from dllm.serve.requests import ParsedRequest, RequestError, ServerDefaults, parse_request
+from dllm.serve.tool_stream import ToolStream
 from dllm.serve.responses import DONE, ResponseWriter, error_body, error_response, internal_error, sse
 from dllm.serve.session import RowSession
 
@@ -90,7 +91,8 @@ def create_app(model, scheduler: Scheduler, *, defaults: ServerDefaults | None =
             return error_response(metrics, endpoint, str(err), 400)
         except RuntimeError as err:  # the scheduler is shutting down
             return error_response(metrics, endpoint, str(err), 503)
-        writer = ResponseWriter(chat, served_name, session.id, parsed.seed, parsed.top_logprobs, parsed.include_usage)
+        writer = ResponseWriter(chat, served_name, session.id, parsed.seed, parsed.top_logprobs, parsed.include_usage,
+                                parsed.tools)
         echoed: list[dict[str, Any]] | None = None  # each prompt's logprobs (echo with logprobs)
         if parsed.echo and parsed.logprobs:
             try:  # while the scheduler decodes the rows
@@ -184,15 +186,25 @@ async def _stream(session: RowSession, parsed: ParsedRequest, writer: ResponseWr
     try:
         for index in range(len(session.rows)):
             if parsed.chat:
-                yield writer.chunk(index, "", role=True)
+                yield writer.chunk(index, None if parsed.tools else "", role=True)  # content may stay null
             elif parsed.echo:
                 yield writer.chunk(index, _echo(parsed, index), logprobs=echoed[index // parsed.n] if echoed else None)
+        tool_streams = [ToolStream(parsed.tools) for _ in session.rows] if parsed.tools else None
         async for event in session.events(gone):
             row = session.rows[event.index]
             if row.reason == "error":
                 yield sse(error_body(row.error or "decoding failed", 500)) + DONE
                 return
             logprobs = writer.logprobs(row, len(_echo(parsed, event.index)))
+            if tool_streams:  # the text as content and tool-call deltas
+                tools = tool_streams[event.index]
+                deltas = tools.feed(event.text) + (tools.finish() if event.finished else [])
+                for delta in deltas:
+                    yield writer.chunk(event.index, None, logprobs=logprobs, delta=delta)
+                    logprobs = None
+                if event.finished:
+                    yield writer.chunk(event.index, None, row, logprobs=logprobs, tool_calls=tools.calls)
+                continue
             if event.text:
                 yield writer.chunk(event.index, event.text, logprobs=logprobs)
                 logprobs = None

@@ -13,6 +13,7 @@ context, one row against ``memory_budget_mb``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import numbers
 import re
 import secrets
@@ -28,6 +29,7 @@ from dllm.serve.limits import ServerLimits
 from dllm.serve.structured_fields import FIELDS as CONSTRAINT_FIELDS, ConstraintFieldError, requested_constraint
 from dllm.api.request import canvas_length
 from dllm.api.structured import answer_bound, parse_constraint, row_constraint
+from dllm.api.tools import ToolChoice, ToolError, parse_tool_choice, template_format
 from dllm.samplers.constraints import ConstraintSpec, RowConstraint
 from dllm.api.stops import StopConditions
 
@@ -36,14 +38,14 @@ DEFAULT_BLOCK_LENGTH = 32  # the server's block when no option sets one (ServerD
 DLLM_OPTIONS = ("policy", "policy_args", "strategy", "strategy_args", "stopper", "stopper_args",
                 "cache", "cache_args", "sub_block_length", "block_length", "steps", "top_k",
                 "cfg_scale", "stop_at_eos", "memory_budget_mb")
-# OpenAI fields that mean nothing for the answer (storage, billing, tracing; parallel_tool_calls
-# without tools, which are refused) and that the openai SDK's users and frameworks send:
-# accepted with any value and ignored, as vLLM does (README, "Serving")
-IGNORED_FIELDS = {"store", "metadata", "service_tier", "user", "parallel_tool_calls"}
+# OpenAI fields that mean nothing for the answer (storage, billing, tracing) and that the openai
+# SDK's users and frameworks send: accepted with any value and ignored, as vLLM does (README, "Serving")
+IGNORED_FIELDS = {"store", "metadata", "service_tier", "user"}
+TOOL_FIELDS = {"tools", "tool_choice", "parallel_tool_calls"}  # chat only (dllm.api.tools)
 COMMON_FIELDS = {"model", "max_tokens", "n", "seed", "temperature", "top_p", "stop", "stop_token_ids",
                  "stream", "stream_options", "logprobs", "response_format"} | IGNORED_FIELDS | CONSTRAINT_FIELDS
-COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo"}
-CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs", "echo"}  # echo: false alone
+COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo", "parallel_tool_calls"}  # the last: ignored without tools
+CHAT_FIELDS = COMMON_FIELDS | TOOL_FIELDS | {"messages", "max_completion_tokens", "top_logprobs", "echo"}  # echo: false alone
 # vLLM's chat echo prepends a final assistant message that the answer continues (add_generation_prompt
 # off); dllm's chat template always opens a new assistant turn, so no message is ever continued
 CHAT_ECHO = ("echo on chat/completions (vLLM's extra) repeats a final assistant message that the answer "
@@ -52,8 +54,7 @@ CHAT_ECHO = ("echo on chat/completions (vLLM's extra) repeats a final assistant 
 # OpenAI fields that would change the answer and that dllm does not implement: accepted only at
 # their neutral value, never ignored
 UNSUPPORTED = {"best_of": (None, 1), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
-               "logit_bias": (None, {}), "suffix": (None, ""), "tools": (None, []),
-               "tool_choice": (None, "none"),
+               "logit_bias": (None, {}), "suffix": (None, ""),
                "modalities": (None, ["text"]), "reasoning_effort": (None,), "functions": (None, []),
                "function_call": (None, "none"), "audio": (None,), "prediction": (None,),
                "web_search_options": (None,)}
@@ -88,6 +89,7 @@ class ParsedRequest:
     seed: int = 0  # the request's seed (given, or drawn for it): sending it again replays the request
     top_logprobs: int | None = None  # None: no logprobs; k: each answer token's and the k most likely
     constraint: RowConstraint | None = None  # response_format: every row's answer a word of it
+    tools: ToolChoice | None = None  # chat tools: how the model may call them, how answers read back
 
     @property
     def logprobs(self) -> bool:
@@ -144,10 +146,12 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     n = _n(body)
     top_logprobs = _logprobs(body, chat)
     prompts = [chat_messages(body.get("messages"))] if chat else _raw_prompts(body)
+    tools = _tools(body, model) if chat else None
     _check_rows(len(prompts) * n, limits, max_rows)
     context = model.model.config.max_sequence_length
-    _check_chars(prompts, limits, context, chat)
-    prompt_ids, prompt_texts = _chat_prompt(prompts[0], model) if chat else _completion_prompts(prompts, model)
+    _check_chars(prompts, limits, context, chat, tools)
+    prompt_ids, prompt_texts = (_chat_prompt(prompts[0], model, tools) if chat
+                                else _completion_prompts(prompts, model))
     stream = _flag(body, "stream")
     stream_options = body.get("stream_options")
     if stream_options is not None and (not isinstance(stream_options, dict)
@@ -159,7 +163,7 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
         raise RequestError("stream_options is only allowed with stream=true", "stream_options")
     block = canvas_length(model.model) or defaults.block_length  # a uniform-state model decodes whole canvases
     echo = _flag(body, "echo")
-    asked = _asked_constraint(body)
+    asked = _asked_constraint(body, tools)
     bound = None if asked is None else _constraint_field(asked[0], answer_bound, model, asked[1])
     config, max_tokens, length_field = _config(body, defaults, chat, max(map(len, prompt_ids)), context, block,
                                                prompt_only=echo and not chat, bound=bound)
@@ -187,16 +191,23 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     return ParsedRequest(chat=chat, prompt_ids=prompt_ids, prompt_texts=prompt_texts, config=config,
                          seeds=sample_seeds(seed, n), max_tokens=max_tokens, stops=stops, stream=stream,
                          include_usage=include_usage, echo=echo, seed=seed,
-                         top_logprobs=top_logprobs, constraint=constraint)
+                         top_logprobs=top_logprobs, constraint=constraint, tools=tools)
 
 
-def _asked_constraint(body: dict) -> tuple[str, ConstraintSpec] | None:
-    """(the field asking, its ConstraintSpec) from response_format or one of vLLM's structured-output
-    fields; None: free. A 400 on the field, before any model work: two constraints, a bad value."""
+def _asked_constraint(body: dict, tools: ToolChoice | None = None) -> tuple[str, ConstraintSpec] | None:
+    """(the field asking, its ConstraintSpec) from response_format, one of vLLM's structured-output
+    fields or a forced tool call; None: free. A 400 on the field, before any model work: two
+    constraints, a bad value."""
     try:
         asked = requested_constraint(body)
     except ConstraintFieldError as err:
         raise RequestError(str(err), err.field) from None
+    if tools is not None and tools.mode != "none" and asked is not None:
+        raise RequestError(f"{asked[0]} and tool_choice {body.get('tool_choice', 'auto')!r} both say what the answer "
+                           f"is, and dllm constrains an answer to one language: drop {asked[0]}, or set tool_choice "
+                           '"none"', asked[0])
+    if tools is not None and tools.forced:
+        return "tools", _constraint_field("tools", parse_constraint, None, None, tools.schema())
     if asked is None:
         return None
     field, argument = asked
@@ -218,11 +229,15 @@ def _constraint_field(field: str, compute, *args):
 def _check_fields(body: dict, allowed: set[str], chat: bool) -> None:
     if chat and body.get("echo") not in (None, False):
         raise RequestError(CHAT_ECHO, "echo")
+    for key in ("tools", "tool_choice"):
+        if not chat and body.get(key) not in (None, [], "none"):
+            raise RequestError(f"{key}: tools are called from chat; send them to /v1/chat/completions with messages",
+                               key)
     for key, neutral in UNSUPPORTED.items():
         if key in body and body[key] not in neutral:
             raise RequestError(f"{key} is not supported by dllm (it would change the answer, and dllm cannot "
                                f"honour it); leave it out", key)
-    unknown = sorted(set(body) - allowed - set(DLLM_OPTIONS) - set(UNSUPPORTED))
+    unknown = sorted(set(body) - allowed - set(DLLM_OPTIONS) - set(UNSUPPORTED) - TOOL_FIELDS)
     if "gen_length" in unknown:
         raise RequestError("set the answer length with max_tokens (dllm rounds it up to whole blocks)", "gen_length")
     if unknown:
@@ -304,9 +319,30 @@ def _content_text(parts: list[Any], j: int) -> str:
     return "\n".join(texts)
 
 
-def _chat_prompt(messages: list[dict[str, Any]], model) -> tuple[list[list[int]], list[str]]:
+def _tools(body: dict, model) -> ToolChoice | None:
+    """The request's tools checked, and ``auto`` refused where the model's chat template does not
+    show them in the one form dllm reads calls from (Hermes' ``<tool_call>``)."""
     try:
-        row = model.encode(messages, chat=True)
+        tools = parse_tool_choice(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"))
+    except ToolError as err:
+        raise RequestError(str(err), err.field) from None
+    if tools is not None and tools.mode == "auto":
+        shown = template_format(model.tokenizer)
+        if shown != "hermes":
+            how = ("ignores tools" if shown is None else
+                   "shows tools in a form whose calls dllm does not read (it reads Hermes' <tool_call> form)")
+            default = "" if "tool_choice" in body else " (the default with tools)"
+            raise RequestError(f'tool_choice "auto"{default} lets the model decide to call a tool in its chat template\'s '
+                               f"form, and this model's template {how}: set tool_choice \"required\" or "
+                               '{"type": "function", "function": {"name": ...}} (dllm decodes the answer as a call '
+                               'of the tools), or "none"', "tool_choice")
+    return tools
+
+
+def _chat_prompt(messages: list[dict[str, Any]], model,
+                 tools: ToolChoice | None = None) -> tuple[list[list[int]], list[str]]:
+    try:
+        row = model.encode(messages, chat=True, tools=tools.template_tools() if tools else None)
     except ValueError as err:
         raise RequestError(str(err).replace("prompt 0, ", "", 1), "messages") from None
     return [row], [model.tokenizer.decode(row, skip_special_tokens=False)]
@@ -324,15 +360,17 @@ def _check_rows(rows: int, limits: ServerLimits, max_rows: int | None) -> None:
                            "smaller n", "n")
 
 
-def _check_chars(prompts: list[Any], limits: ServerLimits, context: int, chat: bool) -> None:
-    """Each prompt's characters (a chat's contents together) against the context's bound, before
-    the tokenizer sees them."""
+def _check_chars(prompts: list[Any], limits: ServerLimits, context: int, chat: bool,
+                 tools: ToolChoice | None = None) -> None:
+    """Each prompt's characters (a chat's contents, calls and tools together) against the context's
+    bound, before the tokenizer sees them."""
     cap = limits.max_prompt_chars(context)
     for i, prompt in enumerate(prompts):
         if isinstance(prompt, str):
             chars = len(prompt)
         elif chat:
-            chars = sum(len(m["content"]) for m in prompt)
+            chars = sum(len(m.get("content") or "") + len(json.dumps(m.get("tool_calls") or "")) for m in prompt)
+            chars += len(json.dumps(tools.template_tools() or "")) if tools else 0
         else:
             continue  # token ids: counted exactly by _check_lengths
         if chars > cap:

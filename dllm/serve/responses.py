@@ -16,7 +16,9 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from dllm.serve.logprob_format import chat_logprobs, completion_logprobs, join_completion_logprobs
+from dllm.api.tools import ToolChoice
 from dllm.serve.rows import RowText
+from dllm.serve.tool_stream import finish_reason
 
 
 def error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:
@@ -51,8 +53,9 @@ class ResponseWriter:
     """Bodies for one request of ``chat`` or completion kind, under one id and timestamp."""
 
     def __init__(self, chat: bool, model_name: str, request_id: str, seed: int,
-                 top_logprobs: int | None = None, include_usage: bool = False) -> None:
+                 top_logprobs: int | None = None, include_usage: bool = False, tools: ToolChoice | None = None) -> None:
         self.chat, self.model_name, self.seed, self.top_logprobs = chat, model_name, seed, top_logprobs
+        self.tools = tools  # a chat request's tools: answers read back as their calls
         self.include_usage = include_usage  # stream_options.include_usage: every other chunk's usage is null
         self.id = ("chatcmpl-" if chat else "cmpl-") + request_id
         self.created = int(time.time())
@@ -82,7 +85,7 @@ class ResponseWriter:
                                       "dllm": dllm_fields(row)}
             logprobs = self.logprobs(row, echoed[index] if echoed else 0)
             if self.chat:
-                choice.update(message={"role": "assistant", "content": text}, logprobs=logprobs)
+                choice.update(message=self._message(text, choice), logprobs=logprobs)
             else:
                 if prompt_logprobs:
                     logprobs = join_completion_logprobs(prompt_logprobs[index], logprobs)
@@ -92,20 +95,35 @@ class ResponseWriter:
         body["usage"] = usage(prompt_tokens, rows)
         return body
 
+    def _message(self, text: str, choice: dict[str, Any]) -> dict[str, Any]:
+        """The chat message of an answer; with tools, its calls (and the finish reason they give)."""
+        if self.tools is None:
+            return {"role": "assistant", "content": text}
+        content, calls = self.tools.read(text)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = [call.openai() for call in calls]
+        choice["finish_reason"] = finish_reason(self.tools, len(calls), choice["finish_reason"])
+        return message
+
     def chunk(self, index: int, text: str | None, row: RowText | None = None, *, role: bool = False,
-              logprobs: dict[str, Any] | None = None) -> str:
-        """One SSE event: new text of choice ``index`` (and its tokens' ``logprobs``); with
-        ``row``, its last (finish) chunk."""
+              logprobs: dict[str, Any] | None = None, delta: dict[str, Any] | None = None,
+              tool_calls: int = 0) -> str:
+        """One SSE event: new text of choice ``index`` (and its tokens' ``logprobs``), or a chat
+        ``delta`` given whole (a tool stream's); with ``row``, its last (finish) chunk, after
+        ``tool_calls`` calls."""
         choice: dict[str, Any] = {"index": index, "finish_reason": None}
         if self.chat:
-            delta: dict[str, Any] = {"role": "assistant"} if role else {}
+            delta = dict(delta or {})
+            if role:
+                delta["role"] = "assistant"
             if text is not None:
                 delta["content"] = text
             choice.update(delta=delta, logprobs=logprobs)
         else:
             choice.update(text=text or "", logprobs=logprobs)
         if row is not None:
-            choice["finish_reason"] = row.openai_finish_reason
+            choice["finish_reason"] = finish_reason(self.tools, tool_calls, row.openai_finish_reason)
             choice["dllm"] = dllm_fields(row)
         body = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [choice])
         if self.include_usage:  # as OpenAI documents it (and vLLM sends it): null until the last chunk

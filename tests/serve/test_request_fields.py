@@ -1,7 +1,8 @@
 """OpenAI fields that mean nothing for the answer (issue 37): ``store``, ``metadata``,
-``service_tier``, ``user``, ``parallel_tool_calls`` and ``stream_options.include_obfuscation`` are
-accepted and ignored (the openai SDK's users and frameworks send them; they used to be 400
-"unknown field"); fields that would change the answer stay refused unless neutral."""
+``service_tier``, ``user`` and ``stream_options.include_obfuscation`` are accepted and ignored (the
+openai SDK's users and frameworks send them; they used to be 400 "unknown field"), as is
+``parallel_tool_calls`` without tools; fields that would change the answer and that dllm does not
+serve stay refused unless neutral (tools are served: test_tool_calls.py)."""
 from __future__ import annotations
 
 import openai
@@ -14,12 +15,10 @@ from dllm.serve.requests import IGNORED_FIELDS, RequestError, ServerDefaults, pa
 from dllm.serve.scheduler import BatchScheduler
 from serve_helpers import running_server
 
-IGNORED = {"store": True, "metadata": {"team": "a", "run": "7"}, "service_tier": "auto", "user": "u-1",
-           "parallel_tool_calls": False}
-CHANGES_THE_ANSWER = {"tools": [{"type": "function", "function": {"name": "f"}}], "presence_penalty": 0.5,
-                      "frequency_penalty": 1.0, "best_of": 2,
+IGNORED = {"store": True, "metadata": {"team": "a", "run": "7"}, "service_tier": "auto", "user": "u-1"}
+CHANGES_THE_ANSWER = {"presence_penalty": 0.5, "frequency_penalty": 1.0, "best_of": 2,
                       "logit_bias": {"5": 10}, "reasoning_effort": "high", "modalities": ["text", "audio"],
-                      "tool_choice": "required", "functions": [{"name": "f"}]}
+                      "functions": [{"name": "f"}], "function_call": "auto"}
 MESSAGES = [{"role": "user", "content": "Who waits first?"}]
 
 
@@ -60,7 +59,8 @@ def test_fields_that_change_the_answer_are_refused(model, field):
 
 
 def test_neutral_values_pass(model):
-    neutral = {"modalities": ["text"], "tool_choice": "none", "presence_penalty": 0, "best_of": 1, "tools": []}
+    neutral = {"modalities": ["text"], "tool_choice": "none", "presence_penalty": 0, "best_of": 1, "tools": [],
+               "parallel_tool_calls": False}
     assert parse(model, neutral, chat=True) == parse(model, {}, chat=True)
 
 

@@ -1,0 +1,242 @@
+"""Tool calling (OpenAI's ``tools`` / ``tool_choice``): which tools the chat template shows, the
+constraint a forced call decodes under, and an answer read back as tool calls.
+
+A named function or ``required`` decodes under a JSON schema, so the answer is a call whatever the
+model: the function's arguments (named), or a list of ``{"name", "arguments"}`` objects, one tool's
+each (``required``; exactly one when ``parallel_tool_calls`` is false). ``auto`` lets the model answer
+or call, and needs a chat template that shows it the tools in the Hermes form (``<tool_call>{"name":
+..., "arguments": ...}</tool_call>``: the Qwen2.5 / Qwen3 templates of Dream, Fast-dLLM v2 and SDAR);
+its calls are read from the text as vLLM's ``hermes`` parser reads them. ``none`` answers in text and,
+as vLLM by default, keeps the tools out of the prompt.
+"""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
+HERMES_BLOCK = re.compile(re.escape(HERMES_OPEN) + r"\s*(.*?)\s*" + re.escape(HERMES_CLOSE), re.DOTALL)
+NO_PARAMETERS = {"type": "object", "properties": {}}
+MODES = ("none", "auto", "required")
+
+
+class ToolError(ValueError):
+    """A bad ``tools`` / ``tool_choice`` / tool message, with the request field at fault."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call: the function's name and its arguments as JSON text (OpenAI's ``function``)."""
+
+    name: str
+    arguments: str
+
+    def openai(self, call_id: str | None = None) -> dict[str, Any]:
+        return {"id": call_id or new_call_id(), "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    """A request's tools (OpenAI's function definitions, ``parameters`` filled in) and how it
+    lets the model use them: ``mode`` "none", "auto", "required" or "named" (``name``)."""
+
+    functions: tuple[dict[str, Any], ...]
+    mode: str
+    name: str | None = None
+    parallel: bool = True
+
+    @property
+    def forced(self) -> bool:
+        """The answer is a call, decoded under ``schema()``."""
+        return self.mode in ("required", "named")
+
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        """The tools the chat template renders (None with ``none``: the model may not call one)."""
+        if self.mode == "none":
+            return None
+        return [{"type": "function", "function": f} for f in self.functions]
+
+    def schema(self) -> dict[str, Any] | None:
+        """The JSON schema a forced answer is a word of (None: free text)."""
+        if self.mode == "named":
+            return next(f["parameters"] for f in self.functions if f["name"] == self.name)
+        if self.mode != "required":
+            return None
+        calls = [{"type": "object", "properties": {"name": {"const": f["name"]}, "arguments": f["parameters"]},
+                  "required": ["name", "arguments"], "additionalProperties": False} for f in self.functions]
+        schema: dict[str, Any] = {"type": "array", "items": {"anyOf": calls}, "minItems": 1}
+        if not self.parallel:
+            schema["maxItems"] = 1
+        return schema
+
+    def read(self, text: str) -> tuple[str | None, list[ToolCall]]:
+        """``text`` -> (the message's content, its tool calls). A named call's arguments are the text
+        (cut short when the answer ran out of tokens, as OpenAI's); other text that is not whole
+        calls stays content, with no calls, as vLLM's parsers leave it."""
+        if self.mode == "named":  # the arguments as written, whole or (finish_reason "length") cut
+            return None, [ToolCall(self.name, text)]
+        if self.mode == "required":
+            calls = _calls(_json_value(text))
+            return (None, calls) if calls else (text, [])
+        if self.mode == "auto" and HERMES_OPEN in text:  # every block a call, or none is
+            before = text[:text.index(HERMES_OPEN)]
+            blocks = HERMES_BLOCK.findall(text)
+            calls = _calls([_json_value(b) for b in blocks], set(f["name"] for f in self.functions))
+            if calls and len(calls) == text.count(HERMES_OPEN):
+                return before if before.strip() else None, calls
+        return text, []
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _calls(value: Any, names: set[str] | None = None) -> list[ToolCall]:
+    """A list of ``{"name", "arguments"}`` objects -> calls; [] unless every item is one (of ``names``)."""
+    if not isinstance(value, list) or not value:
+        return []
+    calls = []
+    for item in value:
+        if not (isinstance(item, dict) and isinstance(item.get("name"), str)
+                and isinstance(item.get("arguments"), dict) and (names is None or item["name"] in names)):
+            return []
+        calls.append(ToolCall(item["name"], json.dumps(item["arguments"], ensure_ascii=False)))
+    return calls
+
+
+def parse_tool_choice(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any = None) -> ToolChoice | None:
+    """OpenAI's ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` checked -> a ToolChoice (None:
+    no tools, or ``none`` without any). A ToolError names the field and the fix."""
+    functions = _functions(tools)
+    if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
+        raise ToolError(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}",
+                        "parallel_tool_calls")
+    parallel = parallel_tool_calls is not False
+    if tool_choice is None:
+        tool_choice = "auto" if functions else "none"
+    if isinstance(tool_choice, str):
+        if tool_choice not in MODES:
+            raise ToolError(f'tool_choice must be "none", "auto", "required" or {{"type": "function", "function": '
+                            f'{{"name": ...}}}}, got {tool_choice!r}', "tool_choice")
+        mode, name = tool_choice, None
+    else:
+        mode, name = "named", _named(tool_choice)
+    if mode != "none" and not functions:
+        raise ToolError(f"tool_choice {tool_choice!r} needs tools: give the functions in tools, or leave "
+                        "tool_choice out", "tool_choice")
+    if name is not None and name not in {f["name"] for f in functions}:
+        raise ToolError(f"tool_choice names the function {name!r}, which is not one of the tools "
+                        f"{[f['name'] for f in functions]}", "tool_choice")
+    if not functions:
+        return None
+    return ToolChoice(tuple(functions), mode, name, parallel)
+
+
+def _functions(tools: Any) -> list[dict[str, Any]]:
+    if tools is None:
+        return []
+    shape = ('tools must be a list of {"type": "function", "function": {"name": ..., "description": ..., '
+             '"parameters": {JSON schema}}} objects')
+    if not isinstance(tools, list):
+        raise ToolError(f"{shape}; got {type(tools).__name__}", "tools")
+    functions: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("function"), dict):
+            raise ToolError(f"tools[{i}]: {shape} (dllm calls functions only)", "tools")
+        function = tool["function"]
+        name = function.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            raise ToolError(f"tools[{i}].function.name must be 1-64 letters, digits, '_' or '-', got {name!r}", "tools")
+        if any(f["name"] == name for f in functions):
+            raise ToolError(f"tools[{i}]: two tools are named {name!r}; give each function its own name", "tools")
+        unknown = set(function) - {"name", "description", "parameters", "strict"}
+        if unknown:
+            raise ToolError(f"tools[{i}].function has unknown field(s) {sorted(unknown)}; a function has name, "
+                            "description, parameters and strict", "tools")
+        if not isinstance(function.get("description", ""), str):
+            raise ToolError(f"tools[{i}].function.description must be a string", "tools")
+        parameters = function.get("parameters")
+        if parameters is None:
+            parameters = NO_PARAMETERS
+        if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+            raise ToolError(f"tools[{i}].function.parameters must be a JSON schema of an object "
+                            '({"type": "object", "properties": {...}}), got ' + repr(parameters)[:80], "tools")
+        functions.append({**function, "parameters": parameters})
+    return functions
+
+
+def _named(choice: Any) -> str:
+    function = choice.get("function") if isinstance(choice, dict) else None
+    if not (isinstance(choice, dict) and choice.get("type") == "function" and isinstance(function, dict)
+            and isinstance(function.get("name"), str)):
+        raise ToolError('tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
+                        f'{{"name": ...}}}}, got {choice!r}'[:300], "tool_choice")
+    return function["name"]
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI's messages -> what chat templates read: an assistant turn's ``tool_calls`` carry their
+    arguments as objects (OpenAI sends JSON text; the Qwen templates write ``arguments | tojson``),
+    and a content of None (an assistant turn that only called tools) is empty text."""
+    out = []
+    for j, message in enumerate(messages):
+        message = dict(message)
+        if message.get("content") is None:
+            message["content"] = ""
+        if message.get("tool_calls"):
+            message["tool_calls"] = [_template_call(call, j, k) for k, call in enumerate(message["tool_calls"])]
+        out.append(message)
+    return out
+
+
+def _template_call(call: Any, j: int, k: int) -> dict[str, Any]:
+    where = f"message {j}, tool_calls[{k}]"
+    function = call.get("function") if isinstance(call, dict) else None
+    if not (isinstance(function, dict) and isinstance(function.get("name"), str)):
+        raise ToolError(f'{where} must be {{"id": ..., "type": "function", "function": {{"name": ..., '
+                        '"arguments": "{JSON}"}}', "messages")
+    arguments = function.get("arguments", "{}")
+    if isinstance(arguments, str):
+        arguments = _json_value(arguments)
+    if not isinstance(arguments, dict):
+        raise ToolError(f"{where}.function.arguments must be a JSON object (as text), got "
+                        f"{function.get('arguments')!r}"[:300], "messages")
+    return {**call, "function": {"name": function["name"], "arguments": arguments}}
+
+
+def template_format(tokenizer) -> str | None:
+    """How ``tokenizer``'s chat template shows tools to the model: "hermes" (``<tool_call>``),
+    "other" (it renders them some other way), None (it ignores them). Read once per tokenizer."""
+    cached = getattr(tokenizer, "_dllm_tool_format", False)
+    if cached is not False:
+        return cached
+    messages = [{"role": "user", "content": "Hi"}]
+    probe = [{"type": "function", "function": {"name": "dllm_probe_tool", "description": "probe",
+                                               "parameters": NO_PARAMETERS}}]
+    found: str | None = None
+    if tokenizer.chat_template is not None:
+        plain = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        shown = tokenizer.apply_chat_template(messages, tools=probe, tokenize=False, add_generation_prompt=True)
+        if shown != plain:
+            found = "hermes" if HERMES_OPEN in shown else "other"
+    try:
+        tokenizer._dllm_tool_format = found
+    except AttributeError:
+        pass
+    return found

@@ -1,0 +1,220 @@
+"""Tool calling on /v1/chat/completions: a named function or ``required`` decodes the answer as a
+call (arguments valid under the tool's schema, whatever the model), ``auto`` reads Hermes'
+``<tool_call>`` blocks from a template that shows the tools, streamed deltas join to the whole
+message, tool turns reach the template, and what cannot be honoured is a 400 before any decode."""
+from __future__ import annotations
+
+import json
+from itertools import combinations
+
+import jsonschema
+import openai
+import pytest
+
+import dllm
+from dllm.api.tools import ToolError, parse_tool_choice
+from dllm.serve.requests import RequestError, ServerDefaults, parse_request
+from dllm.serve.responses import ResponseWriter
+from dllm.serve.tool_stream import ToolStream
+from serve_helpers import served_model
+
+CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6}}, "required": ["city"],
+        "additionalProperties": False}
+DAYS = {"type": "object", "properties": {"days": {"type": "integer", "minimum": 1, "maximum": 9}},
+        "required": ["days"], "additionalProperties": False}
+WEATHER = {"type": "function", "function": {"name": "weather", "description": "today's weather", "parameters": CITY}}
+FORECAST = {"type": "function", "function": {"name": "forecast", "parameters": DAYS}}
+SCHEMAS = {"weather": CITY, "forecast": DAYS}
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+# a Hermes-form template of this test's own: tools listed, calls written as <tool_call>{...}</tool_call>
+HERMES_TEMPLATE = (
+    "{% if tools %}<|system|>You may call: {% for t in tools %}{{ t | tojson }}{% endfor %}. Write "
+    '<tool_call>{"name": ..., "arguments": {...}}</tool_call>{% endif %}'
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    '<tool_call>{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}</tool_call>'
+    "{% endfor %}{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dirs):
+    return dllm.load(tiny_dirs["llada"], dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def hermes(tiny_dirs):
+    """The tiny model with a chat template that shows tools in Hermes' form."""
+    model = dllm.load(tiny_dirs["llada"], dtype="float32")
+    model.tokenizer.chat_template = HERMES_TEMPLATE
+    return model
+
+
+def parse(model, **body):
+    return parse_request({"messages": ASK, "max_tokens": 64, **body}, model, ServerDefaults(), chat=True,
+                         served_name="m")
+
+
+# ---- reading answers back, and the stream that gives the same message ----
+
+AUTO = parse_tool_choice([WEATHER, FORECAST], "auto")
+REQUIRED = parse_tool_choice([WEATHER, FORECAST], "required")
+NAMED = parse_tool_choice([WEATHER, FORECAST], {"type": "function", "function": {"name": "forecast"}})
+NONE = parse_tool_choice([WEATHER, FORECAST], "none")
+CALLS = '[{"name": "weather", "arguments": {"city": "Paris"}}, {"name": "forecast", "arguments": {"days": 3}}]'
+HERMES_ANSWER = ('Let me look.\n<tool_call>\n{"name": "weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+                 '<tool_call>{"name": "forecast", "arguments": {"days": 2}}</tool_call>')
+
+
+@pytest.mark.parametrize("choice,text,content,calls", [
+    (REQUIRED, CALLS, None, [("weather", {"city": "Paris"}), ("forecast", {"days": 3})]),
+    (REQUIRED, CALLS[:30], CALLS[:30], []),  # cut short: no call, the text as content
+    (NAMED, '{"days": 4}', None, [("forecast", {"days": 4})]),
+    (AUTO, HERMES_ANSWER, "Let me look.\n", [("weather", {"city": "Paris"}), ("forecast", {"days": 2})]),
+    (AUTO, "  \n" + HERMES_ANSWER[13:], None, [("weather", {"city": "Paris"}), ("forecast", {"days": 2})]),
+    (AUTO, "It is sunny.", "It is sunny.", []),
+    (AUTO, HERMES_ANSWER.replace('"forecast"', '"unknown"'), HERMES_ANSWER.replace('"forecast"', '"unknown"'), []),
+    (AUTO, HERMES_ANSWER[:-len("</tool_call>")], HERMES_ANSWER[:-len("</tool_call>")], []),  # one block unclosed
+    (NONE, HERMES_ANSWER, HERMES_ANSWER, []),
+])
+def test_answers_read_back_as_content_and_calls(choice, text, content, calls):
+    got_content, got_calls = choice.read(text)
+    assert got_content == content
+    assert [(c.name, json.loads(c.arguments)) for c in got_calls] == calls
+
+
+def _joined(deltas):
+    """A streamed message's deltas joined as an OpenAI client joins them."""
+    content, calls = None, {}
+    for delta in deltas:
+        if "content" in delta:
+            content = (content or "") + delta["content"]
+        for call in delta.get("tool_calls", []):
+            slot = calls.setdefault(call["index"], {"name": "", "arguments": ""})
+            slot["name"] += call.get("function", {}).get("name", "")
+            slot["arguments"] += call.get("function", {}).get("arguments", "")
+    return content, [(c["name"], c["arguments"]) for _, c in sorted(calls.items())]
+
+
+@pytest.mark.parametrize("choice,text", [(REQUIRED, CALLS), (REQUIRED, CALLS[:30]), (NAMED, '{"days": 4}'),
+                                         (AUTO, HERMES_ANSWER), (AUTO, "Sunny <tool_c is no tag"),
+                                         (AUTO, "  \n" + HERMES_ANSWER[13:]), (NONE, "Sunny.")])
+def test_streamed_deltas_join_to_the_whole_message_at_every_split(choice, text):
+    """Final text arrives in pieces of any size; every split into three pieces gives the message
+    the whole response gives, and the finish reason after the same number of calls."""
+    writer = ResponseWriter(True, "m", "x", 0, tools=choice)
+    slot = {"finish_reason": "stop"}
+    whole = writer._message(text, slot)
+    expected = (whole["content"], [(c["function"]["name"], c["function"]["arguments"])
+                                   for c in whole.get("tool_calls", [])])
+    for cut1, cut2 in combinations(range(len(text) + 1), 2):
+        stream = ToolStream(choice)
+        deltas = stream.feed(text[:cut1]) + stream.feed(text[cut1:cut2]) + stream.feed(text[cut2:]) + stream.finish()
+        assert _joined(deltas) == expected, (cut1, cut2)
+        assert (stream.calls > 0) == bool(expected[1]) or choice.mode == "named"
+        assert all(delta for delta in deltas)  # no empty delta goes out
+
+
+# ---- requests: what is refused, before any model work ----
+
+@pytest.mark.parametrize("body,field", [
+    ({"tools": [WEATHER]}, "tool_choice"),  # auto, the default, on a template that ignores tools
+    ({"tools": [WEATHER], "tool_choice": "auto"}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+    ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+    ({"tools": [WEATHER, WEATHER], "tool_choice": "required"}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "bad name"}}], "tool_choice": "required"}, "tools"),
+    ({"tools": [{"type": "retrieval"}], "tool_choice": "required"}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}],
+      "tool_choice": "required"}, "tools"),
+    ({"tools": [WEATHER], "tool_choice": "required", "parallel_tool_calls": "no"}, "parallel_tool_calls"),
+    ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
+    ({"tools": [WEATHER], "tool_choice": "required", "stop": ["}"]}, "tools"),
+    ({"tools": [WEATHER], "tool_choice": "required", "max_tokens": 8}, "tools"),  # no call fits in 8 tokens
+])
+def test_tool_requests_that_cannot_be_honoured_are_refused_on_their_field(tiny, body, field):
+    with pytest.raises(RequestError) as err:
+        parse(tiny, **body)
+    assert err.value.param == field
+
+
+def test_a_forced_call_decodes_under_its_schema_and_auto_needs_a_template_that_shows_tools(tiny, hermes):
+    assert parse(tiny, tools=[WEATHER], tool_choice="none").constraint is None
+    assert parse(tiny, tools=[WEATHER], tool_choice="required").constraint is not None
+    auto = parse(hermes, tools=[WEATHER])
+    assert auto.tools.mode == "auto" and auto.constraint is None
+    plain = parse(hermes)
+    assert len(auto.prompt_ids[0]) > len(plain.prompt_ids[0])  # the tools are in the prompt
+    assert parse(hermes, tools=[WEATHER], tool_choice="none").prompt_ids == plain.prompt_ids  # and not with none
+
+
+def test_tools_belong_to_chat():
+    with pytest.raises(ToolError):
+        parse_tool_choice([WEATHER], {"type": "function"})
+    # the completions endpoint names where tools go
+    from dllm.serve.requests import _check_fields, COMPLETION_FIELDS
+    with pytest.raises(RequestError, match="chat/completions"):
+        _check_fields({"prompt": "x", "tools": [WEATHER]}, COMPLETION_FIELDS, chat=False)
+
+
+def test_tool_turns_reach_the_template_with_their_arguments_as_objects(hermes):
+    """OpenAI sends a call's arguments as JSON text; the template writes them with tojson, so they
+    must arrive as an object (else they would be quoted twice)."""
+    turns = ASK + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    parsed = parse(hermes, messages=turns, tools=[WEATHER])
+    prompt = hermes.tokenizer.decode(parsed.prompt_ids[0])
+    assert '{"name": "weather", "arguments": {"city": "Paris"}}' in prompt and "<|tool|>sunny" in prompt
+    bad = [dict(turns[1], tool_calls=[{"type": "function", "function": {"name": "weather", "arguments": "{oops"}}])]
+    with pytest.raises(RequestError) as err:
+        parse(hermes, messages=ASK + bad, tools=[WEATHER])
+    assert err.value.param == "messages"
+
+
+# ---- through the server, with the openai client ----
+
+def test_forced_calls_through_the_openai_client_whole_and_streamed(tiny):
+    with served_model(tiny, ServerDefaults(), max_batch=2) as (_, url):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+        named = client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER, FORECAST], seed=3,
+                                               tool_choice={"type": "function", "function": {"name": "weather"}})
+        choice = named.choices[0]
+        assert choice.message.content is None and choice.finish_reason == "stop"
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "weather" and call.id.startswith("call_")
+        jsonschema.validate(json.loads(call.function.arguments), CITY)
+
+        required = client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER, FORECAST], seed=5,
+                                                  tool_choice="required", parallel_tool_calls=False, n=2)
+        for choice in required.choices:
+            assert choice.finish_reason == "tool_calls" and choice.message.content is None
+            (call,) = choice.message.tool_calls  # parallel_tool_calls false: one call
+            jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+
+        for body, whole in (({"tool_choice": {"type": "function", "function": {"name": "weather"}}, "seed": 3}, named),
+                            ({"tool_choice": "required", "parallel_tool_calls": False, "seed": 5, "n": 2}, required)):
+            chunks = list(client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER, FORECAST],
+                                                         stream=True, **body))
+            for index, choice in enumerate(whole.choices):
+                deltas = [c.choices[0].delta.model_dump(exclude_none=True) for c in chunks
+                          if c.choices and c.choices[0].index == index]
+                streamed = _joined(deltas)
+                assert streamed == (None, [(t.function.name, t.function.arguments) for t in choice.message.tool_calls])
+                finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].index == index]
+                assert finish[-1] == choice.finish_reason
+
+
+def test_refused_tool_requests_run_no_forward(tiny):
+    calls = []
+    with served_model(tiny, ServerDefaults()) as (scheduler, url):
+        forward = tiny.model.forward
+        tiny.model.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+        try:
+            client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+            with pytest.raises(openai.BadRequestError, match="tool_choice"):
+                client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER])
+            assert calls == []
+            client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER], tool_choice="none", max_tokens=4)
+            assert calls  # the counter sees a decode's forwards
+        finally:
+            del tiny.model.forward
