@@ -195,16 +195,17 @@ async def _stream(session: RowSession, parsed: ParsedRequest, writer: ResponseWr
             if row.reason == "error":
                 yield sse(error_body(row.error or "decoding failed", 500)) + DONE
                 return
-            logprobs = writer.logprobs(row, len(_echo(parsed, event.index)))
-            if tool_streams:  # the text as content and tool-call deltas
+            if tool_streams:  # the text as content and tool-call deltas (logprobs kept for the next one out)
                 tools = tool_streams[event.index]
                 deltas = tools.feed(event.text) + (tools.finish() if event.finished else [])
+                logprobs = writer.logprobs(row) if deltas or event.finished else None
                 for delta in deltas:
                     yield writer.chunk(event.index, None, logprobs=logprobs, delta=delta)
                     logprobs = None
                 if event.finished:
                     yield writer.chunk(event.index, None, row, logprobs=logprobs, tool_calls=tools.calls)
                 continue
+            logprobs = writer.logprobs(row, len(_echo(parsed, event.index)))
             if event.text:
                 yield writer.chunk(event.index, event.text, logprobs=logprobs)
                 logprobs = None

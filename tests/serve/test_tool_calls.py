@@ -204,6 +204,19 @@ def test_forced_calls_through_the_openai_client_whole_and_streamed(tiny):
                 assert finish[-1] == choice.finish_reason
 
 
+def test_streamed_calls_carry_every_answer_tokens_logprobs(tiny):
+    """A required call goes out at the end, but the logprobs of the tokens decoded before stay
+    (not dropped with the text held back): the stream's entries are the whole response's."""
+    body = dict(model="m", messages=ASK, tools=[WEATHER], tool_choice="required", seed=7, logprobs=True,
+                top_logprobs=1)
+    with served_model(tiny, ServerDefaults(), max_batch=2) as (_, url):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+        whole = client.chat.completions.create(**body).choices[0].logprobs.content
+        chunks = list(client.chat.completions.create(stream=True, **body))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert len(whole) > 4 and [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in whole]
+
+
 def test_refused_tool_requests_run_no_forward(tiny):
     calls = []
     with served_model(tiny, ServerDefaults()) as (scheduler, url):
