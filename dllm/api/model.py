@@ -25,7 +25,7 @@ from dllm.api.outputs import GenerationOutput, end_row
 from dllm.api.request import OutputRequest, merge_config, row_seeds
 from dllm.api.streaming import StreamUpdate, stream_decoding
 from dllm.api.structured import default_max_tokens, parse_constraint, row_constraint
-from dllm.api.tools import template_messages
+from dllm.api.tools import ToolChoice, check_readable, parse_tool_choice, template_messages
 from dllm.validation import OptionTypeError
 
 Message = dict[str, str]
@@ -73,6 +73,7 @@ class DiffusionLM:
                  stop_token_ids: Sequence[int] | None = None, max_tokens: int | None = None, n: int = 1,
                  echo: bool = False, logprobs: int | None = None, regex: str | None = None,
                  choice: Sequence[str] | None = None, json_schema: dict | str | None = None, grammar: str | None = None,
+                 tools: list[dict] | None = None, tool_choice: Any = None, parallel_tool_calls: bool | None = None,
                  **options: Any) -> GenerationOutput:
         """Generate for one prompt or many (ragged lengths are fine): a string, chat messages
         (``[{"role": "user", "content": ...}]``) or a list of those; token ids go to ``generate_ids``.
@@ -89,12 +90,35 @@ class DiffusionLM:
         the plain strategy only, as the server's). Every row says why it
         ended in ``finish_reasons``. ``regex`` / ``choice`` / ``json_schema`` / ``grammar`` (Lark EBNF; one of them) keep
         every answer a word of that language, ending within ``max_tokens`` (structured output,
-        ``dllm.samplers.constraints``). All of it is checked before any model work.
+        ``dllm.samplers.constraints``). ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` are
+        OpenAI's (``dllm.api.tools``): the chat template shows the tools, a named or "required"
+        choice decodes every answer as a call, and ``output.tool_calls`` holds each row's calls read
+        from its text. All of it is checked before any model work.
         """
+        tool = self._tool_choice(tools, tool_choice, parallel_tool_calls, echo, regex, choice, json_schema, grammar)
+        if tool is not None and tool.forced:
+            json_schema = tool.schema()
         request, config, constraint = self._prepare(config, options, self._request(
             stop, stop_token_ids, max_tokens, n, echo, logprobs), regex, choice, json_schema, grammar)
-        ids = [self.encode(p, chat) for p in prompt_batch(prompts)]
-        return self._generate(ids, config, seeds, request, constraint)
+        shown = None if tool is None else tool.template_tools()
+        ids = [self.encode(p, chat, tools=shown) for p in prompt_batch(prompts)]
+        out = self._generate(ids, config, seeds, request, constraint)
+        if tool is not None:
+            out.tool_calls = [tool.read(text)[1] for text in out.texts]
+        return out
+
+    def _tool_choice(self, tools, tool_choice, parallel_tool_calls, echo, *constraints) -> ToolChoice | None:
+        """generate's tools checked: ``auto`` only for a template that shows them readably, and
+        nothing else saying what the answer is (a constraint) or putting text before it (echo)."""
+        tool = parse_tool_choice(tools, tool_choice, parallel_tool_calls)
+        check_readable(tool, self.tokenizer, chosen=tool_choice is not None)
+        if tool is not None and tool.mode != "none":
+            if any(c is not None for c in constraints):
+                raise ValueError(f"tool_choice {tool.mode!r} and regex / choice / json_schema / grammar both say what "
+                                 'the answer is; give one (tool_choice "none" keeps the tools out)')
+            if echo:
+                raise ValueError("tool calls are read from the answer, and echo puts the prompt before it; drop echo")
+        return tool
 
     def generate_ids(self, ids: list[list[int]], config: GenerationConfig | None = None, *,
                      seeds: Sequence[int] | None = None, stop: str | Sequence[str] | None = None,

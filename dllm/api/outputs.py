@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 from dllm.api.request import OutputRequest
 from dllm.engine.logprobs import TokenLogprob
 from dllm.api.stops import StopConditions, StoppedText, cut_at_stop
+from dllm.api.tools import ToolCall
 
 
 @dataclass(kw_only=True, slots=True)
@@ -22,6 +23,7 @@ class GenerationOutput:
     decode_order: list[list[int]] = field(default_factory=list)  # forward index per answer token
     memory: dict[str, int] = field(default_factory=dict)  # dllm.engine.memory plan + kv_cache_peak_bytes
     logprobs: list[list[TokenLogprob]] | None = None  # per row, one per id of token_ids (logprobs=k asked)
+    tool_calls: list[list[ToolCall]] | None = None  # per row, the calls read from its text (tools given)
 
 
 def cut_answer(ids: Sequence[int], decode: Callable[[list[int]], str], eos_ids: Sequence[int],

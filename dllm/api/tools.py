@@ -190,6 +190,24 @@ def _named(choice: Any) -> str:
     return function["name"]
 
 
+def check_readable(choice: ToolChoice | None, tokenizer, chosen: bool = True) -> None:
+    """``auto`` needs a chat template that shows the tools in the one form dllm reads calls from
+    (Hermes' ``<tool_call>``): a model that never sees them, or writes calls dllm cannot read,
+    would answer as if there were none. ``chosen``: tool_choice was given (else "auto" is the
+    default of a request with tools)."""
+    if choice is None or choice.mode != "auto":
+        return
+    shown = template_format(tokenizer)
+    if shown != "hermes":
+        how = ("ignores tools" if shown is None else
+               "shows tools in a form whose calls dllm does not read (it reads Hermes' <tool_call> form)")
+        default = "" if chosen else " (the default with tools)"
+        raise ToolError(f'tool_choice "auto"{default} lets the model decide to call a tool in its chat template\'s '
+                        f"form, and this model's template {how}: set tool_choice \"required\" or "
+                        '{"type": "function", "function": {"name": ...}} (dllm decodes the answer as a call '
+                        'of the tools), or "none"', "tool_choice")
+
+
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """OpenAI's messages -> what chat templates read: an assistant turn's ``tool_calls`` carry their
     arguments as objects (OpenAI sends JSON text; the Qwen templates write ``arguments | tojson``),

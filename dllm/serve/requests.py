@@ -29,7 +29,7 @@ from dllm.serve.limits import ServerLimits
 from dllm.serve.structured_fields import FIELDS as CONSTRAINT_FIELDS, ConstraintFieldError, requested_constraint
 from dllm.api.request import canvas_length
 from dllm.api.structured import answer_bound, parse_constraint, row_constraint
-from dllm.api.tools import ToolChoice, ToolError, parse_tool_choice, template_format
+from dllm.api.tools import ToolChoice, ToolError, check_readable, parse_tool_choice
 from dllm.samplers.constraints import ConstraintSpec, RowConstraint
 from dllm.api.stops import StopConditions
 
@@ -320,22 +320,12 @@ def _content_text(parts: list[Any], j: int) -> str:
 
 
 def _tools(body: dict, model) -> ToolChoice | None:
-    """The request's tools checked, and ``auto`` refused where the model's chat template does not
-    show them in the one form dllm reads calls from (Hermes' ``<tool_call>``)."""
+    """The request's tools checked (``auto`` only where the chat template shows them readably)."""
     try:
         tools = parse_tool_choice(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"))
+        check_readable(tools, model.tokenizer, chosen="tool_choice" in body)
     except ToolError as err:
         raise RequestError(str(err), err.field) from None
-    if tools is not None and tools.mode == "auto":
-        shown = template_format(model.tokenizer)
-        if shown != "hermes":
-            how = ("ignores tools" if shown is None else
-                   "shows tools in a form whose calls dllm does not read (it reads Hermes' <tool_call> form)")
-            default = "" if "tool_choice" in body else " (the default with tools)"
-            raise RequestError(f'tool_choice "auto"{default} lets the model decide to call a tool in its chat template\'s '
-                               f"form, and this model's template {how}: set tool_choice \"required\" or "
-                               '{"type": "function", "function": {"name": ...}} (dllm decodes the answer as a call '
-                               'of the tools), or "none"', "tool_choice")
     return tools
 
 
