@@ -61,7 +61,7 @@ def test_a_choice_without_a_length_decodes_its_longest_word_as_the_api(tiny_dirs
 ])
 def test_bad_structured_options_are_one_error_line_before_loading(monkeypatch, capsys, tmp_path, argv, expected):
     monkeypatch.setattr("dllm.load", lambda *a, **k: pytest.fail("the model was loaded before the check"))
-    (tmp_path / "bounded.json").write_text(json.dumps({"type": "number", "minimum": 3}))
+    (tmp_path / "bounded.json").write_text(json.dumps({"type": "number", "minimum": 3, "multipleOf": 0.5}))
     assert main(["generate", "hi", *[a.format(tmp=tmp_path) for a in argv]]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dllm generate: error: ") and expected in err and len(err.splitlines()) == 1

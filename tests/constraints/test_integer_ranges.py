@@ -57,7 +57,7 @@ def test_bounds_under_refs_and_unused_defs():
 
 
 @pytest.mark.parametrize("schema, words", [
-    ({"type": "number", "minimum": 0}, "'minimum' at /"),
+    ({"type": "number", "minimum": 0, "enum": [1, 2]}, "'minimum' at /"),
     ({"type": "integer", "minimum": 0, "multipleOf": 2}, "'minimum' at /"),
     ({"type": "integer", "minimum": 5, "maximum": 4}, "leave no integer (5 > 4)"),
     ({"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2}, "leave no integer (2 > 1)"),

@@ -13,18 +13,20 @@ from dllm.samplers.constraints.schema_support import unenforced_keywords
 def test_keywords_are_found_in_subschemas_only():
     schema = {"type": "object", "properties": {"minimum": {"type": "integer"},
                                                "tags": {"type": "array", "items": {"uniqueItems": True}}},
-              "$defs": {"n": {"anyOf": [{"type": "number", "maximum": 3}]}}}
+              "$defs": {"n": {"anyOf": [{"type": "number", "maximum": 3, "multipleOf": 0.5}]}}}
     assert unenforced_keywords(schema) == [("uniqueItems", "/properties/tags/items"),
-                                           ("maximum", "/$defs/n/anyOf/0")]
+                                           ("maximum", "/$defs/n/anyOf/0"), ("multipleOf", "/$defs/n/anyOf/0")]
     assert unenforced_keywords({"type": "object", "properties": {"minimum": {"type": "integer"}}}) == []
     assert unenforced_keywords({"type": "integer", "maximum": 3}) == []  # an exact range (integer_ranges.py)
+    assert unenforced_keywords({"type": "number", "maximum": 3}) == []  # and a number's (number_ranges.py)
     assert unenforced_keywords({"type": "integer", "maximum": 3, "multipleOf": 2}) == [("maximum", "/"),
                                                                                       ("multipleOf", "/")]
 
 
 def test_the_api_refuses_them_before_any_model_work():
     with pytest.raises(ValueError, match=r"'exclusiveMaximum' at /items.*drop the bound"):
-        ConstraintSpec.parse(json_schema={"type": "array", "items": {"type": "number", "exclusiveMaximum": 1}})
+        ConstraintSpec.parse(json_schema={"type": "array", "items": {"type": "number", "exclusiveMaximum": 1,
+                                                                      "enum": [0, 0.5]}})
     assert ConstraintSpec.parse(json_schema={"type": "integer", "enum": [1, 2]}) is not None
 
 

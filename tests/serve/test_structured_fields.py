@@ -69,7 +69,7 @@ def test_grammar_aliases(tiny):
     ({"guided_regex": "a+", "structured_outputs": {"json": NAMES}}, "structured_outputs", "keep one"),
     ({"structured_outputs": {"structural_tag": "x"}}, "structured_outputs", "structural_tag is not supported"),
     ({"structured_outputs": ["a"]}, "structured_outputs", "must be an object"),
-    ({"guided_json": {"type": "number", "minimum": 5}}, "guided_json", "'minimum' at /"),
+    ({"guided_json": {"type": "number", "minimum": 5, "multipleOf": 0.5}}, "guided_json", "'minimum' at /"),
     ({"guided_json": {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}}, "guided_json",
      "'multipleOf' at /properties/n"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"oneOf": [

@@ -5,7 +5,7 @@ without a word: an answer of such a regex can break the schema (measured on 0.2.
 4 >= 5 passes, ``uniqueItems`` [1, 1] passes, ``oneOf`` of integer and number takes 1). Those
 keywords are refused here by name and place (``minProperties`` {} passes too), and so are the
 shapes it writes wrongly (schema_shapes.py), so every constrained answer validates against its
-schema; integer bounds are written as exact ranges (integer_ranges.py); the rest (types,
+schema; integer and number bounds are written as exact ranges (integer_ranges.py); the rest (types,
 properties, required, additionalProperties, enum, const, items,
 prefixItems, min/maxItems, min/maxLength, pattern, format, anyOf, allOf of one schema, $ref)
 is enforced by the regex.
@@ -14,16 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from dllm.samplers.constraints.integer_ranges import BOUNDS, integer_bounds
+from dllm.samplers.constraints.integer_ranges import BOUNDS, bounded
 from dllm.samplers.constraints.schema_walk import subschemas
 
 # keyword -> what to do instead
 UNENFORCED = {
-    # bounds are enforced on an integer of its own (integer_ranges.py), not on numbers or beside other keywords
-    "minimum": "bound integers only (type integer, no multipleOf), or drop the bound",
-    "maximum": "bound integers only (type integer, no multipleOf), or drop the bound",
-    "exclusiveMinimum": "bound integers only (type integer, no multipleOf), or drop the bound",
-    "exclusiveMaximum": "bound integers only (type integer, no multipleOf), or drop the bound",
+    # bounds are enforced on an integer or number of its own (integer_ranges.py), not beside other keywords
+    **{key: "bound a schema of type integer or number alone (no multipleOf, enum, const or anyOf beside the bound), "
+            "or drop the bound" for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")},
     "multipleOf": "drop it (or use an enum)", "uniqueItems": "drop it",
     "contains": "drop it", "minContains": "drop it", "maxContains": "drop it",
     "patternProperties": "list the properties instead", "propertyNames": "list the properties instead",
@@ -36,7 +34,7 @@ def unenforced_keywords(schema: Any) -> list[tuple[str, str]]:
     """(keyword, JSON pointer of the schema using it) for every keyword of ``UNENFORCED`` in
     ``schema`` and its subschemas."""
     return [(key, where) for sub, where in subschemas(schema) for key in sub if key in UNENFORCED
-            and not (key in BOUNDS and integer_bounds(sub) is not None)]  # written as an exact range
+            and not (key in BOUNDS and bounded(sub))]  # written as an exact range
 
 
 def check_enforceable(schema: dict) -> None:

@@ -83,7 +83,7 @@ class ConstraintSpec:
         except Exception as err:  # noqa: BLE001  the Rust extension's errors are plain exceptions
             raise ValueError(f"json_schema cannot be turned into a regular expression ({err}); "
                              "outlines-core covers types, properties, required, enum, const, items, "
-                             "min/maxItems, min/maxLength, pattern, integer bounds, format (date, time, date-time, "
+                             "min/maxItems, min/maxLength, pattern, integer and number bounds, format (date, time, date-time, "
                              "email, uri, uuid), anyOf, allOf of one schema, $ref (not recursive); "
                              "a recursive schema needs grammar=") from err
 
