@@ -75,11 +75,15 @@ class ToolChoice:
             return next(f["parameters"] for f in self.functions if f["name"] == self.name)
         if self.mode != "required":
             return None
-        calls = [{"type": "object", "properties": {"name": {"const": f["name"]}, "arguments": f["parameters"]},
+        definitions: dict[str, Any] = {}
+        calls = [{"type": "object", "properties": {"name": {"const": f["name"]},
+                                                   "arguments": _hoisted(f["parameters"], f["name"], definitions)},
                   "required": ["name", "arguments"], "additionalProperties": False} for f in self.functions]
         schema: dict[str, Any] = {"type": "array", "items": {"anyOf": calls}, "minItems": 1}
         if not self.parallel:
             schema["maxItems"] = 1
+        if definitions:
+            schema["$defs"] = definitions
         return schema
 
     def read(self, text: str) -> tuple[str | None, list[ToolCall]]:
@@ -98,6 +102,26 @@ class ToolChoice:
             if calls and len(calls) == text.count(HERMES_OPEN):
                 return before if before.strip() else None, calls
         return text, []
+
+
+def _hoisted(parameters: dict[str, Any], name: str, definitions: dict[str, Any]) -> dict[str, Any]:
+    """``parameters`` to nest in another schema: its ``$defs`` / ``definitions`` (pydantic writes
+    nested models there, referred to as ``#/$defs/Model``) moved into ``definitions`` under the
+    function's name, and its references rewritten to them, so they still resolve from the new root."""
+    local = {f"#/{key}/{entry}": f"{name}.{entry}" for key in ("$defs", "definitions")
+             for entry in parameters.get(key, {}) if isinstance(parameters.get(key), dict)}
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: (f"#/$defs/{local[v]}" if k == "$ref" and v in local else rewrite(v)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [rewrite(v) for v in node]
+        return node
+
+    for key in ("$defs", "definitions"):
+        for entry, sub in (parameters.get(key) or {}).items():
+            definitions[f"{name}.{entry}"] = rewrite(sub)
+    return rewrite({k: v for k, v in parameters.items() if k not in ("$defs", "definitions")})
 
 
 def _json_value(text: str) -> Any:

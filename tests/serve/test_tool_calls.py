@@ -113,6 +113,23 @@ def test_streamed_deltas_join_to_the_whole_message_at_every_split(choice, text):
         assert all(delta for delta in deltas)  # no empty delta goes out
 
 
+def test_required_calls_keep_nested_models_definitions(tiny):
+    """pydantic writes nested models under $defs with #/$defs/... references; nested in the list of
+    calls they must still resolve, per tool, when two tools define the same name differently."""
+    place = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 4}}, "required": ["city"],
+             "additionalProperties": False}
+    room = {"type": "object", "properties": {"floor": {"type": "integer", "minimum": 0, "maximum": 9}},
+            "required": ["floor"], "additionalProperties": False}
+    tools = [{"type": "function", "function": {"name": name, "strict": True, "parameters": {
+        "type": "object", "properties": {"at": {"$ref": "#/$defs/Where"}}, "required": ["at"],
+        "additionalProperties": False, "$defs": {"Where": where}}}} for name, where in (("go", place), ("up", room))]
+    out = tiny.generate(ASK, tools=tools, tool_choice="required", seed=1, n=3, max_tokens=64)
+    for calls in out.tool_calls:
+        assert calls
+        for call in calls:
+            jsonschema.validate(json.loads(call.arguments), tools[call.name == "up"]["function"]["parameters"])
+
+
 # ---- requests: what is refused, before any model work ----
 
 @pytest.mark.parametrize("body,field", [
