@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (whole or streamed as
-SSE), and the routes of ``info_routes`` (/v1/models, /health, /metrics, /version, /tokenize,
-/detokenize).
+SSE), /v1/responses (OpenAI's Responses API on the chat path: ``responses_api``), and the routes
+of ``info_routes`` (/v1/models, /health, /metrics, /version, /tokenize, /detokenize).
 
 ``guards.RequestGuard`` refuses what must not reach a handler (Host, API key, content type, body
 size and deadline); CORS headers are sent only for ``--allowed-origins``. Every request is then
@@ -35,10 +35,11 @@ from dllm.serve.protocol import QueueFullError, Scheduler
 from dllm.serve.requests import ParsedRequest, RequestError, ServerDefaults, parse_request
 from dllm.serve.tool_stream import ToolStream
 from dllm.serve.responses import DONE, ResponseWriter, error_body, error_response, internal_error, sse
+from dllm.serve.responses_api import ResponsesCall, Translate
 from dllm.serve.session import RowSession
 
 log = logging.getLogger(__name__)
-ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/v1/responses": "responses"}
 SHUTTING_DOWN = "the server is shutting down; retry on another instance or after it restarts"
 
 
@@ -64,21 +65,25 @@ def create_app(model, scheduler: Scheduler, *, defaults: ServerDefaults | None =
     app.include_router(info_router(model, scheduler, metrics, served_name, limits, executor))
     _add_error_handlers(app, metrics)
 
-    def parse(raw: bytes, chat: bool) -> ParsedRequest:  # on the executor: JSON, Unicode, tokenizing
+    def parse(raw: bytes, chat: bool, translate: Translate | None = None) -> ParsedRequest:  # on the executor
         try:
-            return parse_request(parse_json(raw), model, defaults, chat=chat, served_name=served_name,
-                                 limits=limits, max_rows=scheduler.max_rows_per_request)
+            def parse_body(body: Any) -> ParsedRequest:  # JSON, Unicode, tokenizing
+                return parse_request(body, model, defaults, chat=chat, served_name=served_name,
+                                     limits=limits, max_rows=scheduler.max_rows_per_request)
+            # translate(body, parse_body): another API's request checked, then parsed as the chat one it asks for
+            return translate(parse_json(raw), parse_body) if translate else parse_body(parse_json(raw))
         finally:
             if len(raw) > BIG_BODY:
                 release_memory()
 
-    async def handle(request: Request, *, chat: bool) -> Response:
-        endpoint = "chat" if chat else "completions"
+    async def handle(request: Request, *, chat: bool, endpoint: str | None = None,
+                     translate: Translate | None = None) -> Response:
+        endpoint = endpoint or ("chat" if chat else "completions")
         if shutdown.closing:
             return error_response(metrics, endpoint, SHUTTING_DOWN, 503)
         try:
             raw = await request.body()
-            parsed = await asyncio.get_running_loop().run_in_executor(executor, parse, raw, chat)
+            parsed = await asyncio.get_running_loop().run_in_executor(executor, parse, raw, chat, translate)
             session = RowSession(parsed, model, scheduler, metrics)
             session.submit()
         except RequestError as err:
@@ -133,6 +138,11 @@ def create_app(model, scheduler: Scheduler, *, defaults: ServerDefaults | None =
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         return await handle(request, chat=True)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:  # OpenAI's Responses API, answered by the chat path
+        call = ResponsesCall()
+        return call.respond(await handle(request, chat=True, endpoint="responses", translate=call.parse))
 
     def refused(path: str, status: int) -> None:
         metrics.requests.labels(endpoint=ENDPOINTS.get(path, "other"), status=str(status)).inc()
