@@ -17,6 +17,7 @@ from dllm.models import load_model, load_tokenizer
 from dllm.models.loading import read_config
 from dllm.models.batch_invariant import check_batch_invariant, make_batch_invariant
 from dllm.models.bundled import resolve_model_path
+from dllm.models.chat_template import set_chat_template
 from dllm.models.helper import load_helper
 from dllm.models.placement import resolve_device
 from dllm.models.quantize import check_checkpoint_unquantized, check_quantize, quantize_linears
@@ -224,7 +225,8 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
          dtype: str | torch.dtype = "auto", prepack: bool = False, revision: str | None = None,
          tensor_parallel: int = 1,
          quantize: str | None = None, adapter: str | Path | None = None,
-         helper: str | Path | None = None, batch_invariant: bool = False) -> DiffusionLM:
+         helper: str | Path | None = None, batch_invariant: bool = False,
+         chat_template: str | Path | None = None) -> DiffusionLM:
     """Load a checkpoint directory, a bundled model by name (``dllm models`` lists them;
     default: the bundled LLaDA-layout model), or a Hugging Face hub id (``org/name``) from the
     user's hub cache, fetching only the files dllm reads when they are not there
@@ -261,6 +263,9 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     ranks' parts and adds them in rank order (``TensorShard.fixed_order``). Refused with quantize.
     On the CPU it otherwise changes nothing: there a ragged batch's rows already decode their
     batch-1 tokens.
+    chat_template: the chat template to use instead of the checkpoint's (a file's path or the Jinja
+    text, as vLLM's ``--chat-template``), e.g. one that shows tools; rendered once before any weight
+    is read (``dllm.models.chat_template``).
     """
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise OptionTypeError(f"path must be a checkpoint directory, a bundled model's name or a hub id "
@@ -285,6 +290,8 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     config = read_config(Path(path))[1]
     tokenizer = load_tokenizer(path)  # a tokenizer that is missing or does not fit fails before any weight is read
     check_tokenizer_fits(tokenizer, config, path)
+    if chat_template is not None:
+        set_chat_template(tokenizer, chat_template)
     shard = None
     if tensor_parallel != 1:
         from dllm.parallel.groups import join_tensor_group

@@ -229,7 +229,8 @@ def check_readable(choice: ToolChoice | None, tokenizer, chosen: bool = True) ->
         raise ToolError(f'tool_choice "auto"{default} lets the model decide to call a tool in its chat template\'s '
                         f"form, and this model's template {how}: set tool_choice \"required\" or "
                         '{"type": "function", "function": {"name": ...}} (dllm decodes the answer as a call '
-                        'of the tools), or "none"', "tool_choice")
+                        'of the tools) or "none", or load the model with a chat template that shows tools in '
+                        "that form (--chat-template / chat_template=)", "tool_choice")
 
 
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -264,10 +265,10 @@ def _template_call(call: Any, j: int, k: int) -> dict[str, Any]:
 
 def template_format(tokenizer) -> str | None:
     """How ``tokenizer``'s chat template shows tools to the model: "hermes" (``<tool_call>``),
-    "other" (it renders them some other way), None (it ignores them). Read once per tokenizer."""
-    cached = getattr(tokenizer, "_dllm_tool_format", False)
-    if cached is not False:
-        return cached
+    "other" (it renders them some other way), None (it ignores them). Read once per template."""
+    cached = getattr(tokenizer, "_dllm_tool_format", None)
+    if cached is not None and cached[0] == tokenizer.chat_template:
+        return cached[1]
     messages = [{"role": "user", "content": "Hi"}]
     probe = [{"type": "function", "function": {"name": "dllm_probe_tool", "description": "probe",
                                                "parameters": NO_PARAMETERS}}]
@@ -278,7 +279,7 @@ def template_format(tokenizer) -> str | None:
         if shown != plain:
             found = "hermes" if HERMES_OPEN in shown else "other"
     try:
-        tokenizer._dllm_tool_format = found
+        tokenizer._dllm_tool_format = (tokenizer.chat_template, found)
     except AttributeError:
         pass
     return found

@@ -211,6 +211,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adapter", default=None, metavar="DIR",
                    help="a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) merged "
                         "into the model's weights at load, e.g. a D2F student (default: none)")
+    p.add_argument("--chat-template", default=None, metavar="FILE_OR_TEXT",
+                   help="a chat template to use instead of the checkpoint's: a Jinja file or its text, e.g. one "
+                        "that shows tools (default: the checkpoint's)")
     p.add_argument("--helper", default=None, metavar="DIR_OR_ID",
                    help="an autoregressive helper of the model's tokenizer for --strategy apd: a causal LM "
                         "directory, a bundled helper (dllm-waitingline-ar) or a hub id, loaded through "
@@ -226,7 +229,8 @@ def load_from_args(args: argparse.Namespace, device: str | None = None) -> Diffu
                      prepack=args.prepack, revision=args.revision, quantize=getattr(args, "quantize", None),
                      tensor_parallel=getattr(args, "tensor_parallel", 1), adapter=getattr(args, "adapter", None),
                      helper=getattr(args, "helper", None),
-                     batch_invariant=getattr(args, "batch_invariant", False))
+                     batch_invariant=getattr(args, "batch_invariant", False),
+                     chat_template=getattr(args, "chat_template", None))
 
 
 def add_verbosity_options(p: argparse.ArgumentParser, *, top_level: bool) -> None:
