@@ -6,7 +6,8 @@ model: the function's arguments (named), or a list of ``{"name", "arguments"}`` 
 each (``required``; exactly one when ``parallel_tool_calls`` is false). ``auto`` lets the model answer
 or call, and needs a chat template that shows it the tools in the Hermes form (``<tool_call>{"name":
 ..., "arguments": ...}</tool_call>``: the Qwen2.5 / Qwen3 templates of Dream, Fast-dLLM v2 and SDAR);
-its calls are read from the text as vLLM's ``hermes`` parser reads them. ``none`` answers in text and,
+its calls are read from the text as vLLM's ``hermes`` parser reads them (the first alone when
+``parallel_tool_calls`` is false, as vLLM). ``none`` answers in text and,
 as vLLM by default, keeps the tools out of the prompt.
 """
 from __future__ import annotations
@@ -99,8 +100,8 @@ class ToolChoice:
             before = text[:text.index(HERMES_OPEN)]
             blocks = HERMES_BLOCK.findall(text)
             calls = _calls([_json_value(b) for b in blocks], set(f["name"] for f in self.functions))
-            if calls and len(calls) == text.count(HERMES_OPEN):
-                return before if before.strip() else None, calls
+            if calls and len(calls) == text.count(HERMES_OPEN):  # parallel_tool_calls false: the first, as vLLM
+                return before if before.strip() else None, calls if self.parallel else calls[:1]
         return text, []
 
 
@@ -196,12 +197,14 @@ def _functions(tools: Any) -> list[dict[str, Any]]:
         if not isinstance(function.get("description", ""), str):
             raise ToolError(f"tools[{i}].function.description must be a string", "tools")
         parameters = function.get("parameters")
-        if parameters is None:
+        if parameters is None or parameters == {}:  # left out, or {} (as clients write a tool of no arguments)
             parameters = NO_PARAMETERS
         if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
             raise ToolError(f"tools[{i}].function.parameters must be a JSON schema of an object "
                             '({"type": "object", "properties": {...}}), got ' + repr(parameters)[:80], "tools")
-        functions.append({**function, "parameters": parameters})
+        # the arguments are an object whatever the schema says: without "type", a schema of no
+        # properties would let a forced call's arguments be any JSON value (a list, a string)
+        functions.append({**function, "parameters": {"type": "object", **parameters}})
     return functions
 
 

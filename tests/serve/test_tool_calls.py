@@ -81,6 +81,41 @@ def test_answers_read_back_as_content_and_calls(choice, text, content, calls):
     assert [(c.name, json.loads(c.arguments)) for c in got_calls] == calls
 
 
+def test_auto_with_parallel_tool_calls_false_keeps_the_first_call():
+    """parallel_tool_calls false allows one call; a Hermes model that writes two has its first
+    read (vLLM keeps the first too), in the whole message and the streamed one alike."""
+    single = parse_tool_choice([WEATHER, FORECAST], "auto", parallel_tool_calls=False)
+    content, calls = single.read(HERMES_ANSWER)
+    assert content == "Let me look.\n"
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("weather", {"city": "Paris"})]
+    stream = ToolStream(single)
+    deltas = stream.feed(HERMES_ANSWER) + stream.finish()
+    assert _joined(deltas) == ("Let me look.\n", [("weather", '{"city": "Paris"}')]) and stream.calls == 1
+
+
+@pytest.mark.parametrize("parameters,words,not_words", [
+    ({}, ["{}"], ["[]", '"a"', "1", '{"a": 1}']),  # {}: a tool of no arguments, as left out
+    ({"description": "no type"}, ["{}"], ["[]", '"a"', "null"]),
+    ({"properties": {"x": {"type": "integer"}}, "required": ["x"]}, ['{"x": 1}'], ["[1]", "1"]),
+])
+def test_forced_arguments_are_an_object_when_parameters_give_no_type(parameters, words, not_words):
+    """OpenAI's arguments are a JSON object; a schema without "type" (``{}``, as clients send for a
+    tool without arguments) must not let the named call's arguments, or a required call's, be
+    another JSON value (a required answer whose arguments are not an object reads as no call)."""
+    import re
+
+    from dllm.samplers.constraints.spec import ConstraintSpec
+
+    tool = {"type": "function", "function": {"name": "ping", "parameters": parameters}}
+    for mode, wrap in (({"type": "function", "function": {"name": "ping"}}, "{}"),
+                       ("required", '[{{"name": "ping", "arguments": {}}}]')):
+        regex = ConstraintSpec.parse(json_schema=parse_tool_choice([tool], mode).schema()).to_regex()
+        for word in words:
+            assert re.fullmatch(regex, wrap.format(word)), (mode, word)
+        for word in not_words:
+            assert not re.fullmatch(regex, wrap.format(word)), (mode, word)
+
+
 def _joined(deltas):
     """A streamed message's deltas joined as an OpenAI client joins them."""
     content, calls = None, {}
