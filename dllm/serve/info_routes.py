@@ -15,7 +15,8 @@ from dllm.api.inputs import check_token_ids
 from dllm.serve.body import parse_json
 from dllm.serve.limits import ServerLimits
 from dllm.serve.metrics import ServerMetrics
-from dllm.serve.requests import RequestError, chat_messages
+from dllm.api.tools import ToolError, parse_tool_choice
+from dllm.serve.requests import RequestError, chat_messages, check_chars
 from dllm.serve.responses import error_response
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -96,29 +97,30 @@ def _check_model(body: dict, served_name: str) -> None:
 
 
 def _tokenize(body: dict, model, served_name: str, limits: ServerLimits) -> dict[str, Any]:
-    """{"prompt": str} or {"messages": [...]} (through the chat template) -> token ids."""
+    """{"prompt": str} or {"messages": [...], "tools": [...]} (through the chat template, which shows
+    the tools as a chat request's prompt does; vLLM's field) -> token ids."""
     _check_model(body, served_name)
-    unknown = sorted(set(body) - {"model", "prompt", "messages"})
-    if unknown or ("prompt" in body) == ("messages" in body):
-        raise RequestError('give either "prompt" (a string) or "messages" (chat messages), nothing else'
-                           + (f"; unknown field(s) {unknown}" if unknown else ""))
-    context = model.model.config.max_sequence_length
-    cap = limits.max_prompt_chars(context)
-    if "prompt" in body:
-        prompt = body["prompt"]
+    chat = "messages" in body
+    unknown = sorted(set(body) - {"model", "prompt", "messages"} - ({"tools"} if chat else set()))
+    if unknown or ("prompt" in body) == chat:
+        raise RequestError('give either "prompt" (a string) or "messages" (chat messages, and their "tools"), '
+                           "nothing else" + (f"; unknown field(s) {unknown}" if unknown else ""))
+    if chat:
+        prompt = chat_messages(body["messages"])
+        try:
+            tools = parse_tool_choice(body.get("tools"))
+        except ToolError as err:
+            raise RequestError(str(err), err.field) from None
+    else:
+        prompt, tools = body["prompt"], None
         if not isinstance(prompt, str):
             raise RequestError("prompt must be a string", "prompt")
-        chars = len(prompt)
-    else:
-        prompt = chat_messages(body["messages"])
-        chars = sum(len(m["content"]) for m in prompt)
-    if chars > cap:
-        raise RequestError(f"the text has {chars} characters, more than the server tokenizes (at most {cap}: "
-                           f"{context} tokens x {limits.chars_per_token} characters per token)", "prompt")
+    context = model.model.config.max_sequence_length
+    check_chars([prompt], limits, context, chat, tools)
     try:
-        ids = model.encode(prompt, chat="messages" in body)
+        ids = model.encode(prompt, chat=chat, tools=tools.template_tools() if tools else None)
     except ValueError as err:
-        raise RequestError(str(err), "messages") from None
+        raise RequestError(str(err).replace("prompt 0, ", "", 1), "messages") from None
     return {"tokens": ids, "count": len(ids), "max_model_len": context}
 
 

@@ -149,7 +149,7 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     tools = _tools(body, model) if chat else None
     _check_rows(len(prompts) * n, limits, max_rows)
     context = model.model.config.max_sequence_length
-    _check_chars(prompts, limits, context, chat, tools)
+    check_chars(prompts, limits, context, chat, tools)
     prompt_ids, prompt_texts = (_chat_prompt(prompts[0], model, tools) if chat
                                 else _completion_prompts(prompts, model))
     stream = _flag(body, "stream")
@@ -350,8 +350,8 @@ def _check_rows(rows: int, limits: ServerLimits, max_rows: int | None) -> None:
                            "smaller n", "n")
 
 
-def _check_chars(prompts: list[Any], limits: ServerLimits, context: int, chat: bool,
-                 tools: ToolChoice | None = None) -> None:
+def check_chars(prompts: list[Any], limits: ServerLimits, context: int, chat: bool,
+                tools: ToolChoice | None = None) -> None:
     """Each prompt's characters (a chat's contents, calls and tools together) against the context's
     bound, before the tokenizer sees them."""
     cap = limits.max_prompt_chars(context)

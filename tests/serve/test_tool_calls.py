@@ -283,3 +283,23 @@ def test_refused_tool_requests_run_no_forward(tiny):
             assert calls  # the counter sees a decode's forwards
         finally:
             del tiny.model.forward
+
+
+def test_tokenize_counts_the_prompt_of_a_chat_with_tools_and_tool_turns(hermes):
+    """/tokenize takes the chat's tools (vLLM's field) and a history whose assistant turn only
+    called tools (content null): its ids are the prompt the chat request decodes from (it was a
+    500 on the null content, and tools an unknown field)."""
+    import httpx
+
+    turns = ASK + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "sunny"}]}]
+    expected = parse(hermes, messages=turns, tools=[WEATHER, FORECAST], tool_choice="required").prompt_ids[0]
+    with served_model(hermes, ServerDefaults()) as (_, url):
+        got = httpx.post(url + "/tokenize", json={"messages": turns, "tools": [WEATHER, FORECAST]})
+        assert got.status_code == 200, got.text
+        assert got.json()["tokens"] == expected and got.json()["count"] == len(expected)
+        bad = httpx.post(url + "/tokenize", json={"messages": turns, "tools": [{"type": "function"}]})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools"
+        prompt = httpx.post(url + "/tokenize", json={"prompt": "hi", "tools": [WEATHER]})
+        assert prompt.status_code == 400 and "unknown field(s) ['tools']" in prompt.json()["error"]["message"]
