@@ -5,8 +5,12 @@ fields passed through), and the chat handler's answer (a chat.completion, or its
 a ``response`` object (or the Responses stream events the openai SDK's ``responses.stream``
 consumes). Nothing is decoded twice and nothing is validated twice.
 
-What would change the answer and is not served (``previous_response_id``, ``tools``, ``reasoning``,
-``include``, images and files in the input, ``background``, ``truncation: "auto"``, ...) is a 400
+Function tools are chat's (``responses_tools``): ``tools``, ``tool_choice``, ``parallel_tool_calls``
+and the ``function_call`` / ``function_call_output`` input items become chat's fields and tool turns,
+and chat's calls come back as ``function_call`` output items after the text's message
+(``responses_items``). What would change the answer and is not served (``previous_response_id``,
+tools other than functions, ``reasoning``, ``include``, images and files in the input,
+``background``, ``truncation: "auto"``, ...) is a 400
 naming the field and the fix, before any model work. ``store`` is accepted and nothing is stored
 (there is no retrieval endpoint), as vLLM does without its response store: the response says
 ``"store": false``. A stream ends with ``response.completed`` whatever the status (as vLLM and
@@ -24,25 +28,25 @@ from typing import Any, AsyncIterator, Callable
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from dllm.serve.requests import DLLM_OPTIONS, IGNORED_FIELDS, ParsedRequest, RequestError
+from dllm.serve.responses_items import EventCounter, StreamedItems, output_items
+from dllm.serve.responses_tools import add_call, call_output, chat_tools
 from dllm.serve.structured_fields import FIELDS as CONSTRAINT_FIELDS
 
 TRANSLATED = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "text", "stream",
-              "stream_options"}
+              "stream_options", "tools", "tool_choice", "parallel_tool_calls"}
 # accepted with any value and ignored: they mean nothing for the answer (storage, billing, tracing,
-# caching hints); parallel_tool_calls means nothing without tools
-IGNORED = IGNORED_FIELDS | {"safety_identifier", "prompt_cache_key", "prompt_cache_retention", "parallel_tool_calls"}
+# caching hints)
+IGNORED = IGNORED_FIELDS | {"safety_identifier", "prompt_cache_key", "prompt_cache_retention"}
 PASSED = {*DLLM_OPTIONS, *CONSTRAINT_FIELDS, "seed", "stop", "stop_token_ids"}  # dllm's extras, as on chat
 NO_STORE = ("this server stores no responses: send the earlier turns in input (the assistant's answers as "
             "role assistant messages)")
-NO_TOOLS = "tools are served on /v1/chat/completions (tools, tool_choice); leave them out here"
 # Responses fields that would change the answer and that dllm does not serve: their neutral values,
 # and the fix a refusal names
 UNSUPPORTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "previous_response_id": ((None,), NO_STORE),
     "conversation": ((None,), NO_STORE),
-    "tools": ((None, []), NO_TOOLS),
-    "tool_choice": ((None, "none", "auto"), NO_TOOLS),
-    "max_tool_calls": ((None,), NO_TOOLS),
+    "max_tool_calls": ((None,), "it caps built-in tools' calls, and dllm serves function tools only; leave it out "
+                                "(parallel_tool_calls: false makes one call)"),
     "reasoning": ((None,), "dllm's models have no reasoning settings; leave reasoning out"),
     "include": ((None, []), "nothing more can be included; for logprobs use /v1/chat/completions with "
                             "logprobs=true"),
@@ -57,11 +61,15 @@ TEXT_KEYS = {"format", "verbosity"}
 FORMATS = {"text", "json_object", "json_schema", "grammar"}  # grammar: dllm's Lark EBNF, as on chat
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 MESSAGE_KEYS = {"type", "role", "content", "id", "status"}  # id/status: a previous output item sent back
+ITEMS = ("message", "function_call", "function_call_output")
 TEXT_PARTS = {"input_text", "output_text"}
 # the chat request's field names in its errors -> this endpoint's
 CHAT_NAMES = {"max_completion_tokens": "max_output_tokens", "response_format.json_schema": "text.format",
               "response_format": "text.format",
               "the messages have": "the input has", "messages": "input"}
+# chat's forms in its tool errors (patterns) -> this endpoint's
+CHAT_FORMS = {re.escape('{"type": "function", "function": {"name": ...}}'): '{"type": "function", "name": ...}',
+              r"\btools\[(\d+)\]\.function\b": r"tools[\1]"}
 REASONS = {"length": "max_output_tokens"}  # chat finish reason -> incomplete_details.reason
 # another API's request checker: (its JSON body, the chat request parser) -> the parsed chat request
 Translate = Callable[[Any, Callable[[dict[str, Any]], ParsedRequest]], ParsedRequest]
@@ -84,6 +92,7 @@ def chat_body(body: Any) -> dict[str, Any]:
                       f"{sorted(IGNORED)} and passes dllm's options {sorted(PASSED)}", unknown[0])
     chat: dict[str, Any] = {key: body[key] for key in PASSED | {"model", "temperature", "top_p"} if key in body}
     chat["messages"] = _instructions(body.get("instructions")) + _input(body.get("input"))
+    chat.update(chat_tools(body))
     if body.get("max_output_tokens") is not None:
         chat["max_completion_tokens"] = body["max_output_tokens"]
     response_format = _text_format(body.get("text"))
@@ -110,21 +119,29 @@ def _instructions(value: Any) -> list[dict[str, str]]:
     return [{"role": "system", "content": value}]
 
 
-def _input(value: Any) -> list[dict[str, str]]:
-    """``input``: a string (one user message) or a list of message items -> chat messages."""
+def _input(value: Any) -> list[dict[str, Any]]:
+    """``input``: a string (one user message) or a list of items (messages, function calls and
+    their outputs) -> chat messages."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
         raise _refuse('input must be a string or a non-empty list of messages {"role": ..., "content": ...}',
                       "input")
-    return [_message(item, i) for i, item in enumerate(value)]
+    messages: list[dict[str, Any]] = []
+    for i, item in enumerate(value):
+        kind = item.get("type", "message") if isinstance(item, dict) else type(item).__name__
+        if kind not in ITEMS:
+            raise _refuse(f"input item {i} is {kind!r}; dllm takes {', '.join(ITEMS)} items", "input")
+        if kind == "function_call":
+            add_call(messages, item, i)
+        elif kind == "function_call_output":
+            messages.append(call_output(messages, item, i, _content(item.get("output"), i, "output")))
+        else:
+            messages.append(_message(item, i))
+    return messages
 
 
-def _message(item: Any, i: int) -> dict[str, str]:
-    kind = item.get("type", "message") if isinstance(item, dict) else type(item).__name__
-    if kind != "message":
-        raise _refuse(f"input item {i} is {kind!r}; dllm takes messages only (tool calls and their outputs are "
-                      "served on /v1/chat/completions)", "input")
+def _message(item: dict[str, Any], i: int) -> dict[str, str]:
     extra = sorted(set(item) - MESSAGE_KEYS)
     if extra:
         raise _refuse(f"input item {i} has unknown key(s) {extra}; a message is "
@@ -135,17 +152,18 @@ def _message(item: Any, i: int) -> dict[str, str]:
     return {"role": ROLES[role], "content": _content(item.get("content"), i)}
 
 
-def _content(content: Any, i: int) -> str:
-    """A message's content: a string, or its text parts joined by newlines (as chat joins them)."""
+def _content(content: Any, i: int, key: str = "content") -> str:
+    """A message's content (a function call's output): a string, or its text parts joined by
+    newlines (as chat joins them)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise _refuse(f"input item {i}: content must be a string or a list of input_text parts", "input")
+        raise _refuse(f"input item {i}: {key} must be a string or a list of input_text parts", "input")
     texts = []
     for k, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else type(part).__name__
         if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
-            raise _refuse(f"input item {i}, content part {k} is {kind!r}; dllm reads text only "
+            raise _refuse(f"input item {i}, {key} part {k} is {kind!r}; dllm reads text only "
                           '({"type": "input_text", "text": "..."}): leave images, files and audio out', "input")
         texts.append(part["text"])
     return "\n".join(texts)
@@ -178,6 +196,8 @@ def rename_error(err: RequestError) -> RequestError:
     message = str(err)
     for chat, own in CHAT_NAMES.items():
         message = re.sub(rf"\b{re.escape(chat)}\b", own, message)
+    for pattern, own in CHAT_FORMS.items():
+        message = re.sub(pattern, own, message)
     param = CHAT_NAMES.get(err.param, err.param) if err.param else None
     return RequestError(message, param.split(".")[0] if param else None, err.status)
 
@@ -209,44 +229,40 @@ class ResponsesCall:
             return response
         chat = json.loads(response.body)
         choice = chat["choices"][0]
-        return JSONResponse(self.response(chat, choice["message"]["content"] or "", choice["finish_reason"],
-                                          chat["usage"], choice["dllm"]))
+        message, finish = choice["message"], choice["finish_reason"]
+        output = output_items(chat["id"], message["content"], message.get("tool_calls") or [], _status(finish))
+        return JSONResponse(self.response(chat, finish, output, chat["usage"], choice["dllm"]))
 
-    def response(self, chat: dict[str, Any], text: str | None, finish: str | None,
+    def response(self, chat: dict[str, Any], finish: str | None, output: list[dict[str, Any]],
                  usage: dict[str, int] | None = None, row: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The ``response`` object: in progress (``finish`` None) or finished with ``text``."""
+        """The ``response`` object: in progress (``finish`` None) or finished with its ``output`` items."""
         parsed, body = self.parsed, self.body
-        status = "in_progress" if finish is None else "incomplete" if finish in REASONS else "completed"
+        status = _status(finish)
         form, metadata, user = body.get("text") or {}, body.get("metadata"), body.get("user")
         return {
             "id": _resp_id(chat["id"]), "object": "response", "created_at": self.created, "status": status,
             "completed_at": int(time.time()) if status == "completed" else None, "error": None,
             "incomplete_details": {"reason": REASONS[finish]} if status == "incomplete" else None,
             "instructions": body.get("instructions"), "max_output_tokens": parsed.max_tokens,
-            "metadata": metadata if isinstance(metadata, dict) else {}, "model": chat["model"],
-            "output": [] if text is None else [self.message(chat, text, status)],
+            "metadata": metadata if isinstance(metadata, dict) else {}, "model": chat["model"], "output": output,
             "parallel_tool_calls": body.get("parallel_tool_calls") is not False, "previous_response_id": None,
             "reasoning": None, "store": False, "temperature": parsed.config.temperature,
             "text": {"format": form.get("format") or {"type": "text"}},
             "tool_choice": body.get("tool_choice") or "auto",
-            "tools": [], "top_p": parsed.config.top_p if parsed.config.top_p is not None else 1.0,
+            "tools": body.get("tools") or [], "top_p": parsed.config.top_p if parsed.config.top_p is not None else 1.0,
             "truncation": "disabled", "user": user if isinstance(user, str) else None, "background": False,
             "usage": _usage(usage) if usage else None, "dllm": {**chat.get("dllm", {}), **(row or {})},
         }
 
-    def message(self, chat: dict[str, Any], text: str | None, status: str) -> dict[str, Any]:
-        content = [] if text is None else [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
-        return {"type": "message", "id": _msg_id(chat["id"]), "status": status, "role": "assistant",
-                "content": content}
-
     async def _events(self, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
-        """The chat stream's chunks as Responses events: the response created and in progress, its
-        message and text part added, a text delta per piece of final text, then the text, part,
-        message and response done. An error event (after the headers) ends the stream as chat's
-        does: ``{"error": {...}}``, which the openai client raises as APIError."""
-        events = _EventCounter()
+        """The chat stream's chunks as Responses events: the response created and in progress, then
+        the output items (``StreamedItems``: a message with a text delta per piece of final text, a
+        function_call per tool call with its arguments' deltas), each added and done, then the
+        response. An error event (after the headers) ends the stream as chat's does:
+        ``{"error": {...}}``, which the openai client raises as APIError."""
+        events = EventCounter()
         chat: dict[str, Any] | None = None
-        texts: list[str] = []
+        items: StreamedItems | None = None
         finish = usage = row = None
         try:
             async for piece in chunks:
@@ -255,65 +271,30 @@ class ResponsesCall:
                         yield events.error(data["error"])
                         return
                     if chat is None:
-                        chat = data
-                        yield self._start(events, chat)
+                        chat, items = data, StreamedItems(data["id"], events)
+                        started = self.response(chat, None, [])
+                        yield events.emit("response.created", response=started) + events.emit(
+                            "response.in_progress", response=started)
                     usage = data.get("usage") or usage
                     for choice in data.get("choices", []):
-                        delta = choice.get("delta", {}).get("content")
-                        if delta:
-                            texts.append(delta)
-                            yield events.emit("response.output_text.delta", item_id=_msg_id(chat["id"]),
-                                              output_index=0, content_index=0, delta=delta, logprobs=[])
+                        added = items.delta(choice.get("delta", {}))
+                        if added:
+                            yield added
                         if choice.get("finish_reason") is not None:
                             finish, row = choice["finish_reason"], choice.get("dllm")
-            if chat is None or finish is None:  # the client left (or the server closed): nobody to tell
+            if items is None or finish is None:  # the client left (or the server closed): nobody to tell
                 return
-            yield self._end(events, chat, "".join(texts), finish, usage, row)
+            final = self.response(chat, finish, output_items(chat["id"], items.content, items.calls, _status(finish)),
+                                  usage, row)
+            yield items.finish(final["status"]) + events.emit("response.completed", response=final)
         finally:
             close = getattr(chunks, "aclose", None)
             if close is not None:
                 await close()  # the chat stream's rows are cancelled if still running
 
-    def _start(self, events: "_EventCounter", chat: dict[str, Any]) -> str:
-        """The events before the first text: response created, in progress, message and part added."""
-        item_id = _msg_id(chat["id"])
-        return "".join((
-            events.emit("response.created", response=self.response(chat, None, None)),
-            events.emit("response.in_progress", response=self.response(chat, None, None)),
-            events.emit("response.output_item.added", output_index=0, item=self.message(chat, None, "in_progress")),
-            events.emit("response.content_part.added", item_id=item_id, output_index=0, content_index=0,
-                        part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})))
 
-    def _end(self, events: "_EventCounter", chat: dict[str, Any], text: str, finish: str,
-             usage: dict[str, int] | None, row: dict[str, Any] | None) -> str:
-        """The events after the last text: text, part and message done, then the response."""
-        final = self.response(chat, text, finish, usage, row)
-        item = final["output"][0]
-        item_id = item["id"]
-        return "".join((
-            events.emit("response.output_text.done", item_id=item_id, output_index=0, content_index=0, text=text,
-                        logprobs=[]),
-            events.emit("response.content_part.done", item_id=item_id, output_index=0, content_index=0,
-                        part=item["content"][0]),
-            events.emit("response.output_item.done", output_index=0, item=item),
-            events.emit("response.completed", response=final)))
-
-
-class _EventCounter:
-    """SSE events of one stream, numbered from 0 (``sequence_number``)."""
-
-    def __init__(self) -> None:
-        self.next = 0
-
-    def emit(self, kind: str, **fields: Any) -> str:
-        body = {"type": kind, "sequence_number": self.next, **fields}
-        self.next += 1
-        return f"event: {kind}\ndata: {json.dumps(body)}\n\n"
-
-    def error(self, error: dict[str, Any]) -> str:
-        """Responses' error event, carrying chat's ``error`` object too (what the openai client raises)."""
-        return self.emit("error", code=str(error.get("code")), message=error.get("message"),
-                         param=error.get("param"), error=error)
+def _status(finish: str | None) -> str:
+    return "in_progress" if finish is None else "incomplete" if finish in REASONS else "completed"
 
 
 def _sse_data(piece: str) -> list[dict[str, Any]]:
@@ -327,10 +308,6 @@ def _sse_data(piece: str) -> list[dict[str, Any]]:
 
 def _resp_id(chat_id: str) -> str:
     return "resp_" + chat_id.removeprefix("chatcmpl-")
-
-
-def _msg_id(chat_id: str) -> str:
-    return "msg_" + chat_id.removeprefix("chatcmpl-")
 
 
 def _usage(usage: dict[str, int]) -> dict[str, Any]:

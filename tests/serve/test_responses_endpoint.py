@@ -116,7 +116,7 @@ def test_a_cut_stream_completes_as_incomplete(client):
 
 REFUSED = [
     ({"previous_response_id": "resp_1"}, "previous_response_id", "input"),
-    ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools", "/v1/chat/completions"),
+    ({"tools": [{"type": "web_search"}]}, "tools", "'web_search' tool"),
     ({"reasoning": {"effort": "high"}}, "reasoning", "leave reasoning out"),
     ({"include": ["message.output_text.logprobs"]}, "include", "logprobs"),
     ({"top_logprobs": 3}, "top_logprobs", "/v1/chat/completions"),
@@ -125,7 +125,7 @@ REFUSED = [
     ({"text": {"verbosity": "high"}}, "text", "max_output_tokens"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]}, "input",
      "input_image"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, "input", "function_call_output"),
+    ({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}, "input", "'reasoning'"),
     ({"max_output_tokens": 100000}, "max_output_tokens", "lower max_output_tokens"),
     ({"text": {"format": {"type": "json_schema", "schema": PERSON}}}, "text", "text.format"),
     ({"frequency_penalty": 1.0}, "frequency_penalty", "unknown field"),
