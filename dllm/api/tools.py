@@ -7,8 +7,9 @@ each (``required``; exactly one when ``parallel_tool_calls`` is false). ``auto``
 or call, and needs a chat template that shows it the tools in the Hermes form (``<tool_call>{"name":
 ..., "arguments": ...}</tool_call>``: the Qwen2.5 / Qwen3 templates of Dream, Fast-dLLM v2 and SDAR);
 its calls are read from the text as vLLM's ``hermes`` parser reads them (the first alone when
-``parallel_tool_calls`` is false, as vLLM). ``none`` answers in text and,
-as vLLM by default, keeps the tools out of the prompt.
+``parallel_tool_calls`` is false, as vLLM). ``none`` answers in text and
+keeps the tools out of the prompt (as vLLM's ``--exclude-tools-when-tool-choice-none``; its
+default shows them).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
+
+from dllm.api.structured import parse_constraint
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
@@ -170,7 +173,21 @@ def parse_tool_choice(tools: Any, tool_choice: Any = None, parallel_tool_calls: 
                         f"{[f['name'] for f in functions]}", "tool_choice")
     if not functions:
         return None
+    for i, function in enumerate(functions):  # a forced call decodes under these schemas
+        if mode == "required" or function["name"] == name:
+            _check_parameters(function["parameters"], i)
     return ToolChoice(tuple(functions), mode, name, parallel)
+
+
+def _check_parameters(parameters: dict[str, Any], i: int) -> None:
+    """A forced call's schema, as structured output takes it, refused naming the tool (the
+    schema of ``required`` nests every tool's deep inside the list of calls)."""
+    try:
+        parse_constraint(None, None, parameters).to_regex()
+    except ValueError as err:
+        raise ToolError(f"tools[{i}].function.parameters " + str(err).removeprefix("json_schema "), "tools") from None
+    except ImportError as err:  # an install without the structured extra: a 400 that says so
+        raise ToolError(f"a forced tool call decodes under tools[{i}].function.parameters, and {err}", "tools") from None
 
 
 def _functions(tools: Any) -> list[dict[str, Any]]:

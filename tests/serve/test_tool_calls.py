@@ -189,6 +189,21 @@ def test_tool_requests_that_cannot_be_honoured_are_refused_on_their_field(tiny, 
     assert err.value.param == field
 
 
+def test_a_schema_a_forced_call_cannot_enforce_is_refused_naming_its_tool(tiny):
+    """A required call nests every tool's parameters deep in the list of calls; the 400 (and the
+    API's error) names the tool and the place in its own parameters, not the nested schema's."""
+    bad = {"type": "function", "function": {"name": "pick", "parameters": {
+        "type": "object", "properties": {"x": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}}}}
+    for choice in ("required", {"type": "function", "function": {"name": "pick"}}):
+        with pytest.raises(RequestError) as err:
+            parse(tiny, tools=[WEATHER, bad], tool_choice=choice)
+        assert err.value.param == "tools"
+        assert str(err.value).startswith("tools[1].function.parameters uses 'oneOf' at /properties/x,")
+    with pytest.raises(ValueError, match=r"^tools\[1\]\.function\.parameters uses 'oneOf' at /properties/x,"):
+        tiny.generate(ASK, tools=[WEATHER, bad], tool_choice="required", max_tokens=8)
+    parse(tiny, tools=[WEATHER, bad], tool_choice={"type": "function", "function": {"name": "weather"}})  # not called
+
+
 def test_a_forced_call_decodes_under_its_schema_and_auto_needs_a_template_that_shows_tools(tiny, hermes):
     assert parse(tiny, tools=[WEATHER], tool_choice="none").constraint is None
     assert parse(tiny, tools=[WEATHER], tool_choice="required").constraint is not None
