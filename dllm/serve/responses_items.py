@@ -67,14 +67,14 @@ class EventCounter:
 class StreamedItems:
     """One streamed answer's items, as events: ``delta`` for each chat delta (its ``content`` and
     ``tool_calls`` pieces), ``finish`` at the end. The message item opens at the first text; a call
-    opens at its first delta (chat's id and name) and its arguments follow as they arrive."""
+    opens at its first delta (chat's id and name) and its arguments follow as they arrive; chat
+    sends an answer's text before its calls (``tool_stream``)."""
 
     def __init__(self, chat_id: str, events: EventCounter) -> None:
         self.chat_id, self.events = chat_id, events
         self.content: str | None = None  # None until the first text
         self.calls: list[dict[str, Any]] = []  # chat's tool calls, their arguments joined so far
-        self.index = -1  # the open item's output_index (-1: none yet)
-        self.open = False
+        self.index = -1  # the open item's output_index (-1: none yet); it stays open until the next opens
 
     def delta(self, delta: dict[str, Any]) -> str:
         events = self._text(delta["content"]) if delta.get("content") else ""
@@ -102,8 +102,9 @@ class StreamedItems:
         events = ""
         function = delta.get("function") or {}
         if delta["index"] == len(self.calls):  # a new call: chat's first delta of it has its id and name
-            if self.open:
-                events += self._close(self._item(self.index, "completed"))
+            if self.index >= 0:  # the item before it is done: the previous call, or the message
+                events += self._close(call_item(self.calls[-1], "completed") if self.calls
+                                      else message_item(self.chat_id, self.content, "completed"))
             self.calls.append({"id": delta["id"], "type": "function",
                                "function": {"name": function["name"], "arguments": ""}})
             events += self._add(call_item(self.calls[-1], "in_progress"))
@@ -115,21 +116,12 @@ class StreamedItems:
                                        output_index=self.index, delta=piece)
         return events
 
-    def _item(self, index: int, status: str) -> dict[str, Any]:
-        """Item ``index`` as it stands, with ``status``."""
-        has_message = self.content is not None
-        if has_message and index == 0:
-            return message_item(self.chat_id, self.content, status)
-        return call_item(self.calls[index - has_message], status)
-
     def _add(self, item: dict[str, Any]) -> str:
         self.index += 1
-        self.open = True
         return self.events.emit("response.output_item.added", output_index=self.index, item=item)
 
     def _close(self, item: dict[str, Any]) -> str:
         """The open item's done events, ``item`` its final form."""
-        self.open = False
         emit, index = self.events.emit, self.index
         if item["type"] == "message":
             part = item["content"][0]
