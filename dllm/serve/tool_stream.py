@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dllm.api.stops import StopConditions, first_stop_string, safe_text_length
 from dllm.api.tools import HERMES_OPEN, ToolChoice, new_call_id
+
+CALL_TAG = StopConditions(strings=(HERMES_OPEN,))  # content ends where a call's tag begins
 
 
 def finish_reason(choice: ToolChoice | None, calls: int, reason: str | None) -> str | None:
@@ -59,16 +62,11 @@ class ToolStream:
 
     def _content_end(self) -> int:
         """Characters of ``auto`` text that are content whatever follows: all before a
-        ``<tool_call>``, or before a tail that could begin one; none while they are blank (an
-        answer of blanks and calls has no content)."""
-        end = len(self.text)
-        if HERMES_OPEN in self.text:
-            end = self.text.index(HERMES_OPEN)
-        else:
-            for keep in range(min(len(HERMES_OPEN) - 1, end), 0, -1):
-                if HERMES_OPEN.startswith(self.text[-keep:]):
-                    end -= keep
-                    break
+        ``<tool_call>``, or before a tail that could begin one (held back as a stop string's
+        start is); none while they are blank (an answer of blanks and calls has no content)."""
+        end = first_stop_string(self.text, CALL_TAG)
+        if end is None:
+            end = safe_text_length(self.text, CALL_TAG)
         return end if self.text[:end].strip() else 0
 
     def _content(self, end: int) -> list[dict[str, Any]]:
