@@ -211,8 +211,9 @@ def _functions(tools: Any) -> list[dict[str, Any]]:
         if unknown:
             raise ToolError(f"tools[{i}].function has unknown field(s) {sorted(unknown)}; a function has name, "
                             "description, parameters and strict", "tools")
-        if not isinstance(function.get("description", ""), str):
+        if function.get("description") is not None and not isinstance(function["description"], str):
             raise ToolError(f"tools[{i}].function.description must be a string", "tools")
+        function = {key: value for key, value in function.items() if value is not None}  # null: left out
         parameters = function.get("parameters")
         if parameters is None or parameters == {}:  # left out, or {} (as clients write a tool of no arguments)
             parameters = NO_PARAMETERS

@@ -214,6 +214,13 @@ def test_a_forced_call_decodes_under_its_schema_and_auto_needs_a_template_that_s
     assert parse(hermes, tools=[WEATHER], tool_choice="none").prompt_ids == plain.prompt_ids  # and not with none
 
 
+def test_null_fields_of_a_function_mean_left_out(tiny):
+    """Clients serialise unset optional fields as null (description, parameters, strict)."""
+    tool = {"type": "function", "function": {"name": "now", "description": None, "parameters": None, "strict": None}}
+    parsed = parse(tiny, tools=[tool], tool_choice="required")
+    assert parsed.tools.functions == ({"name": "now", "parameters": {"type": "object", "properties": {}}},)
+
+
 def test_tools_belong_to_chat():
     with pytest.raises(ToolError):
         parse_tool_choice([WEATHER], {"type": "function"})
