@@ -27,6 +27,7 @@ from dllm.api.request import OutputRequest, merge_config, row_seeds
 from dllm.api.streaming import StreamUpdate, stream_decoding
 from dllm.api.structured import default_max_tokens, parse_constraint, row_constraint
 from dllm.api.tools import ToolChoice, check_readable, parse_tool_choice, template_messages
+from dllm.samplers.constraints import TableTooLarge
 from dllm.validation import OptionTypeError
 
 Message = dict[str, str]
@@ -99,8 +100,13 @@ class DiffusionLM:
         tool = self._tool_choice(tools, tool_choice, parallel_tool_calls, echo, regex, choice, json_schema, grammar)
         if tool is not None and tool.forced:
             json_schema = tool.schema()
-        request, config, constraint = self._prepare(config, options, self._request(
-            stop, stop_token_ids, max_tokens, n, echo, logprobs), regex, choice, json_schema, grammar)
+        try:
+            request, config, constraint = self._prepare(config, options, self._request(
+                stop, stop_token_ids, max_tokens, n, echo, logprobs), regex, choice, json_schema, grammar)
+        except TableTooLarge as err:  # a required call over many tools: the fixes are the tools'
+            if tool is None:
+                raise
+            raise TableTooLarge(f"{err}{tool.too_large_hint()}") from None
         shown = None if tool is None else tool.template_tools()
         ids = [self.encode(p, chat, tools=shown) for p in prompt_batch(prompts)]
         out = self._generate(ids, config, seeds, request, constraint)

@@ -90,6 +90,15 @@ class ToolChoice:
             schema["$defs"] = definitions
         return schema
 
+    def too_large_hint(self) -> str:
+        """What to change when a forced call's constraint is too large to build: a required call
+        holds every tool's arguments, twice with parallel calls (the list's first call, the rest)."""
+        if self.mode != "required":
+            return ""
+        parallel = ", set parallel_tool_calls false (one call: about half the states)" if self.parallel else ""
+        return ('; a "required" call may be any of the tools\', so its constraint grows with each: name one '
+                f'(tool_choice {{"type": "function", "function": {{"name": ...}}}}){parallel} or send fewer tools')
+
     def read(self, text: str) -> tuple[str | None, list[ToolCall]]:
         """``text`` -> (the message's content, its tool calls). A named call's arguments are the text
         (cut short when the answer ran out of tokens, as OpenAI's); other text that is not whole

@@ -30,7 +30,7 @@ from dllm.serve.structured_fields import FIELDS as CONSTRAINT_FIELDS, Constraint
 from dllm.api.request import canvas_length
 from dllm.api.structured import answer_bound, parse_constraint, row_constraint
 from dllm.api.tools import ToolChoice, ToolError, check_readable, parse_tool_choice
-from dllm.samplers.constraints import ConstraintSpec, RowConstraint
+from dllm.samplers.constraints import ConstraintSpec, RowConstraint, TableTooLarge
 from dllm.api.stops import StopConditions
 
 DEFAULT_BLOCK_LENGTH = 32  # the server's block when no option sets one (ServerDefaults)
@@ -164,7 +164,8 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     block = canvas_length(model.model) or defaults.block_length  # a uniform-state model decodes whole canvases
     echo = _flag(body, "echo")
     asked = _asked_constraint(body, tools)
-    bound = None if asked is None else _constraint_field(asked[0], answer_bound, model, asked[1])
+    bound = None if asked is None else _constraint_field(asked[0], answer_bound, model, asked[1],
+                                                         too_large=tools.too_large_hint() if tools else "")
     config, max_tokens, length_field = _config(body, defaults, chat, max(map(len, prompt_ids)), context, block,
                                                prompt_only=echo and not chat, bound=bound)
     try:  # what only the first batch's decode would refuse: a 400 now, not a failed batch
@@ -215,13 +216,15 @@ def _asked_constraint(body: dict, tools: ToolChoice | None = None) -> tuple[str,
                                     argument.get("json_schema"), argument.get("grammar"))
 
 
-def _constraint_field(field: str, compute, *args):
+def _constraint_field(field: str, compute, *args, too_large: str = ""):
     """``compute(*args)`` on a constraint from ``field``; what it refuses (a bad value, one this
-    model cannot write, a server without the structured extra) is a 400 on that field."""
+    model cannot write, a server without the structured extra) is a 400 on that field;
+    ``too_large``: what to change when its table is too large to build."""
     try:
         return compute(*args)
     except (ValueError, TypeError) as err:
-        raise RequestError(f"{field}: {err}", field.split(".")[0]) from None
+        more = too_large if isinstance(err, TableTooLarge) else ""
+        raise RequestError(f"{field}: {err}{more}", field.split(".")[0]) from None
     except ImportError as err:  # the server lacks the structured extra: say so, not a bare 500
         raise RequestError(f"{field}: this server cannot serve it: {err}", field.split(".")[0]) from None
 

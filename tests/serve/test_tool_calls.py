@@ -5,6 +5,7 @@ message, tool turns reach the template, and what cannot be honoured is a 400 bef
 from __future__ import annotations
 
 import json
+import re
 from itertools import combinations
 
 import jsonschema
@@ -102,8 +103,6 @@ def test_forced_arguments_are_an_object_when_parameters_give_no_type(parameters,
     """OpenAI's arguments are a JSON object; a schema without "type" (``{}``, as clients send for a
     tool without arguments) must not let the named call's arguments, or a required call's, be
     another JSON value (a required answer whose arguments are not an object reads as no call)."""
-    import re
-
     from dllm.samplers.constraints.spec import ConstraintSpec
 
     tool = {"type": "function", "function": {"name": "ping", "parameters": parameters}}
@@ -325,3 +324,26 @@ def test_tokenize_counts_the_prompt_of_a_chat_with_tools_and_tool_turns(hermes):
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools"
         prompt = httpx.post(url + "/tokenize", json={"prompt": "hi", "tools": [WEATHER]})
         assert prompt.status_code == 400 and "unknown field(s) ['tools']" in prompt.json()["error"]["message"]
+
+
+def test_a_required_call_too_large_to_build_names_the_tool_fixes(tiny, monkeypatch):
+    """A required call's constraint holds every tool's arguments (twice with parallel calls); past
+    the table dllm builds (a real vocabulary reaches it with a few tools) the 400, and generate's
+    error, say what to change in the tools' terms, not only "simplify the pattern"."""
+    from dllm.samplers.constraints import token_dfa
+
+    monkeypatch.setattr(token_dfa, "MAX_TABLE_BYTES", 1 << 10)  # a state or two of the tiny vocabulary
+    token_dfa.cached_dfa.cache_clear()
+    fixes = 'name one (tool_choice {"type": "function", "function": {"name": ...}})'
+    with pytest.raises(RequestError) as err:
+        parse(tiny, tools=[WEATHER, FORECAST], tool_choice="required")
+    assert err.value.param == "tools" and fixes in str(err.value) and "parallel_tool_calls false" in str(err.value)
+    with pytest.raises(RequestError) as err:
+        parse(tiny, tools=[WEATHER, FORECAST], tool_choice="required", parallel_tool_calls=False)
+    assert fixes in str(err.value) and "parallel_tool_calls" not in str(err.value)
+    with pytest.raises(ValueError, match=re.escape(fixes)):
+        tiny.generate(ASK, tools=[WEATHER, FORECAST], tool_choice="required", max_tokens=64)
+    with pytest.raises(RequestError) as err:  # a named call's schema is the client's own: no tool advice
+        parse(tiny, tools=[WEATHER, FORECAST], tool_choice={"type": "function", "function": {"name": "weather"}})
+    assert "states" in str(err.value) and fixes not in str(err.value)
+    token_dfa.cached_dfa.cache_clear()

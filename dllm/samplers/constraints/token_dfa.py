@@ -25,6 +25,10 @@ import numpy as np
 MAX_TABLE_BYTES = 1 << 30
 
 
+class TableTooLarge(ValueError):
+    """A constraint whose token table would take more than ``MAX_TABLE_BYTES``: refused, not built."""
+
+
 def _interegular():
     try:
         import interegular
@@ -139,7 +143,7 @@ def compile_regex(regex: str, spelled: tuple[bytes | None, ...], eos_id: int) ->
     dead, symbols = len(states), max(fsm.alphabet.values(), default=-1) + 1
     V = len(spelled)
     if (dead + 1) * (V + 1) * 4 > MAX_TABLE_BYTES:
-        raise ValueError(f"the regex's DFA has {dead} states over {V} tokens: its table would take "
+        raise TableTooLarge(f"the regex's DFA has {dead} states over {V} tokens: its table would take "
                          f"{(dead + 1) * (V + 1) * 4 >> 20} MiB; simplify the pattern or the schema")
     # the character DFA, plus a padding symbol that leaves every state where it is and a symbol
     # for characters outside the alphabet (a regex without a catch-all class has none for them)
