@@ -40,7 +40,7 @@ JSON_ESCAPED = ('"', "\\", *map(chr, range(0x20)))
 
 def shape_errors(schema: dict) -> list[str]:
     """What the schema -> regex would write wrongly, one sentence each, with its JSON pointer."""
-    validator = _validator_class(schema)
+    validator = _validator(schema)
     errors: list[str] = []
     for sub, where in subschemas(schema):
         kept = next((key for key in DISPATCH if key in sub), None)
@@ -126,15 +126,22 @@ def _prefix_errors(sub: dict, where: str) -> list[str]:
 
 
 def _value_errors(sub: dict, where: str, kept: str, validator) -> list[str]:
-    """enum / const values are written as listed: each must satisfy the keywords beside them."""
+    """enum / const values are written as listed: each must satisfy the keywords beside them (a
+    ``$ref`` among them resolved in the whole schema, as ``validator``, the whole schema's, does)."""
+    from referencing.exceptions import Unresolvable
+
     rest = {key: value for key, value in sub.items() if key in ASSERTIONS and key not in ("enum", "const")}
-    if not rest or "$ref" in rest:
+    if not rest:
         return []
     values = sub["enum"] if kept == "enum" else [sub["const"]]
     if not isinstance(values, list):
         return []
-    check = validator(rest)
-    broken = [value for value in values if not check.is_valid(value)]
+    check = validator.evolve(schema=rest)
+    try:
+        broken = [value for value in values if not check.is_valid(value)]
+    except Unresolvable as err:
+        return [f"has a '$ref' at {where} (or inside it) to {err.ref!r}, which is nothing in the schema; define "
+                "what it points to"]
     if not broken:
         return []
     return [f"lists {broken[0]!r} in {kept!r} at {where}, which the keywords beside it "
@@ -142,7 +149,9 @@ def _value_errors(sub: dict, where: str, kept: str, validator) -> list[str]:
             "are, so drop the value or the keyword"]
 
 
-def _validator_class(schema: dict) -> Any:
+def _validator(schema: dict) -> Any:
+    """A validator of the whole ``schema``: its ``evolve(schema=sub)`` checks ``sub`` with refs
+    resolved in ``schema``."""
     import jsonschema
 
-    return jsonschema.validators.validator_for(schema)
+    return jsonschema.validators.validator_for(schema)(schema)
