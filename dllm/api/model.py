@@ -97,7 +97,8 @@ class DiffusionLM:
         choice decodes every answer as a call, and ``output.tool_calls`` holds each row's calls read
         from its text. All of it is checked before any model work.
         """
-        tool = self._tool_choice(tools, tool_choice, parallel_tool_calls, echo, regex, choice, json_schema, grammar)
+        tool = self._tool_choice(tools, tool_choice, parallel_tool_calls, echo, chat, regex, choice, json_schema,
+                                 grammar)
         if tool is not None and tool.forced:
             json_schema = tool.schema()
         try:
@@ -114,10 +115,14 @@ class DiffusionLM:
             out.tool_calls = [tool.read(text)[1] for text in out.texts]
         return out
 
-    def _tool_choice(self, tools, tool_choice, parallel_tool_calls, echo, *constraints) -> ToolChoice | None:
-        """generate's tools checked: ``auto`` only for a template that shows them readably, and
-        nothing else saying what the answer is (a constraint) or putting text before it (echo)."""
+    def _tool_choice(self, tools, tool_choice, parallel_tool_calls, echo, chat, *constraints) -> ToolChoice | None:
+        """generate's tools checked: shown through the chat template (not with ``chat=False``),
+        ``auto`` only for a template that shows them readably, and nothing else saying what the
+        answer is (a constraint) or putting text before it (echo)."""
         tool = parse_tool_choice(tools, tool_choice, parallel_tool_calls)
+        if tool is not None and tool.mode != "none" and chat is False:
+            raise ValueError("tools are shown to the model through its chat template, which chat=False skips; "
+                             "drop chat=False (or the tools)")
         check_readable(tool, self.tokenizer, chosen=tool_choice is not None)
         if tool is not None and tool.mode != "none":
             if any(c is not None for c in constraints):

@@ -66,3 +66,9 @@ def test_generate_refuses_tool_requests_before_any_forward(tiny, kwargs, match):
         assert calls == []
     finally:
         del tiny.model.forward
+
+
+def test_tools_with_a_plain_prompt_are_refused(tiny):
+    """chat=False reads the prompt as it is, so the tools could never be shown."""
+    with pytest.raises(ValueError, match="through its chat template"):
+        tiny.generate("Weather in Paris?", chat=False, tools=[WEATHER], tool_choice="required", max_tokens=8)
