@@ -147,6 +147,7 @@ class DiffusionLM:
                seed: int | None = None, stop: Any = None, stop_token_ids: Any = None,
                max_tokens: int | None = None, logprobs: int | None = None, regex: str | None = None,
                choice: Sequence[str] | None = None, json_schema: dict | str | None = None, grammar: str | None = None,
+               tools: list[dict] | None = None, tool_choice: Any = None, parallel_tool_calls: bool | None = None,
                **options: Any) -> Iterator[StreamUpdate]:
         """Decode one prompt, yielding a ``StreamUpdate`` after each forward (newly committed
         positions, the canvas, the final prefix and its new text), then a last one with
@@ -154,14 +155,20 @@ class DiffusionLM:
         text (and the decode) at the first stop, ``max_tokens`` sets the answer length as in
         ``generate``, and so do ``regex`` / ``choice`` / ``json_schema`` / ``grammar`` (the final
         prefix of a constrained answer is a prefix of a word); ``logprobs`` as ``generate``'s, on every
-        update (one per id of its ``final_ids``). Bad input raises here, before any model work."""
+        update (one per id of its ``final_ids``); ``tools`` as ``generate``'s, the calls on the last
+        update (``tool_calls``). Bad input raises here, before any model work."""
+        tool = self._tool_choice(tools, tool_choice, parallel_tool_calls, False, chat, regex, choice, json_schema,
+                                 grammar)
+        if tool is not None and tool.forced:
+            json_schema = tool.schema()
         request, config, constraint = self._prepare(config, options, self._request(
             stop, stop_token_ids, max_tokens, 1, False, logprobs), regex, choice, json_schema, grammar)
         prompts = prompt_batch(prompt)
         if len(prompts) != 1:
             raise ValueError(f"stream takes one prompt (a string or chat messages), got {len(prompts)}; "
                              "call it once per prompt, or use generate for a batch")
-        ids = check_token_ids([self.encode(prompts[0], chat)], self.model.config.vocab_size)
+        shown = None if tool is None else tool.template_tools()
+        ids = check_token_ids([self.encode(prompts[0], chat, tools=shown)], self.model.config.vocab_size)
         check_prompts(ids, config, self.model.config.max_sequence_length, request.max_tokens)
         if request.logprobs is not None:
             check_logprobs(request.logprobs, config)
@@ -170,7 +177,7 @@ class DiffusionLM:
         decoding = Decoding(self.model, [row], config)
         if request.logprobs is not None:
             decoding.record_logprobs(request.logprobs)
-        return stream_decoding(self, decoding, request)
+        return stream_decoding(self, decoding, request, tool)
 
     def _prepare(self, config: GenerationConfig | None, options: dict[str, Any], request: OutputRequest,
                  regex, choice, json_schema, grammar) -> tuple[OutputRequest, GenerationConfig, Any]:

@@ -19,6 +19,7 @@ from dllm.engine.logprobs import TokenLogprob
 from dllm.api.outputs import cut_answer, end_row
 from dllm.api.request import OutputRequest
 from dllm.api.stops import safe_text_length
+from dllm.api.tools import ToolCall, ToolChoice
 
 
 @dataclass(kw_only=True, slots=True)
@@ -31,7 +32,8 @@ class StreamUpdate:
     ``generate``'s: nfe, tpf, token_forwards, draft_rows, tokens, seconds). ``in_flight``: the
     answer spans [start, end) being decoded after the round: the active block, or in the
     pipelined mode (``block_add_threshold``) every block in flight; ``pipelined`` says which.
-    ``logprobs`` (when asked): one ``TokenLogprob`` per id of ``final_ids``, as they stand after the round."""
+    ``logprobs`` (when asked): one ``TokenLogprob`` per id of ``final_ids``, as they stand after the round.
+    ``tool_calls`` (a stream with tools, on the last update): the calls read from ``final_text``."""
 
     committed: dict[int, int]
     canvas: list[int]
@@ -44,11 +46,14 @@ class StreamUpdate:
     in_flight: list[tuple[int, int]] = field(default_factory=list)
     pipelined: bool = False
     logprobs: list[TokenLogprob] | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
-def stream_decoding(lm, decoding: Decoding, request: OutputRequest) -> Iterator[StreamUpdate]:
+def stream_decoding(lm, decoding: Decoding, request: OutputRequest,
+                    tools: ToolChoice | None = None) -> Iterator[StreamUpdate]:
     """Step ``decoding`` (one row of ``lm``'s model) to its end, yielding after each round; the
-    text is cut as ``generate`` cuts it (``outputs.cut_answer``: stops, ``max_tokens``)."""
+    text is cut as ``generate`` cuts it (``outputs.cut_answer``: stops, ``max_tokens``); with
+    ``tools``, the last update carries the calls read from its text."""
     stops = request.stops
     mask_id, eos = lm.model.mask_token_id, lm.model.eos_token_ids
 
@@ -81,7 +86,10 @@ def stream_decoding(lm, decoding: Decoding, request: OutputRequest) -> Iterator[
                            logprobs=logprobs)
     while not decoding.done:  # text final at end-of-text: the rest runs as in generate
         decoding.step()
-    yield _last(lm, decoding, request, sent, text_of)
+    last = _last(lm, decoding, request, sent, text_of)
+    if tools is not None:
+        last.tool_calls = tools.read(last.final_text)[1]
+    yield last
 
 
 def blocks_in_flight(decoding: Decoding, row: int = 0) -> list[tuple[int, int]]:

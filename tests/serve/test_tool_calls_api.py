@@ -72,3 +72,12 @@ def test_tools_with_a_plain_prompt_are_refused(tiny):
     """chat=False reads the prompt as it is, so the tools could never be shown."""
     with pytest.raises(ValueError, match="through its chat template"):
         tiny.generate("Weather in Paris?", chat=False, tools=[WEATHER], tool_choice="required", max_tokens=8)
+
+
+def test_stream_ends_with_generates_calls(tiny):
+    """stream(tools=...) decodes as generate does and its last update reads the same calls."""
+    asked = dict(tools=[WEATHER, FORECAST], tool_choice="required", max_tokens=48)
+    whole = tiny.generate(ASK, seeds=[9], **asked)
+    updates = list(tiny.stream(ASK, seed=9, **asked))
+    assert updates[-1].final_text == whole.texts[0] and updates[-1].tool_calls == whole.tool_calls[0]
+    assert updates[-1].tool_calls and all(u.tool_calls is None for u in updates[:-1])
