@@ -3,7 +3,8 @@ from each state, with tokens of identical behaviour grouped into classes.
 
 interegular parses the regex (Python's syntax; outlines-core's ``build_regex_from_schema`` writes
 JSON schemas in it) into a character DFA; this module walks every token's text through it from
-every state at once (numpy, one gather per character position) and keeps dense tables the canvas
+every state at once (numpy, one gather per character position, a chunk of tokens at a time so a
+150k-token vocabulary never needs a states x vocabulary table) and keeps dense tables the canvas
 check reads with array operations: ``table`` (S + 1, C) next state per (state, token class), row
 and column S being the dead state, ``token_class`` (V,) the class of each id. Special tokens, the
 mask id, end-of-text and tokens that are not whole UTF-8 characters (a byte-level piece of one)
@@ -21,12 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# the dense (states x vocabulary) table built before the classes are found: refused above this
+# a DFA's tables (next state per state and token class, and state-to-state successors): refused above
 MAX_TABLE_BYTES = 1 << 30
+CHUNK_BYTES = 64 << 20  # the tokens walked at once: a (states x chunk) int32 block of this size
 
 
 class TableTooLarge(ValueError):
-    """A constraint whose token table would take more than ``MAX_TABLE_BYTES``: refused, not built."""
+    """A constraint whose tables would take more than ``MAX_TABLE_BYTES``: refused, not built."""
 
 
 def _interegular():
@@ -142,9 +144,9 @@ def compile_regex(regex: str, spelled: tuple[bytes | None, ...], eos_id: int) ->
     number = {name: i for i, name in enumerate(states)}
     dead, symbols = len(states), max(fsm.alphabet.values(), default=-1) + 1
     V = len(spelled)
-    if (dead + 1) * (V + 1) * 4 > MAX_TABLE_BYTES:
-        raise TableTooLarge(f"the regex's DFA has {dead} states over {V} tokens: its table would take "
-                         f"{(dead + 1) * (V + 1) * 4 >> 20} MiB; simplify the pattern or the schema")
+    if (dead + 1) ** 2 > MAX_TABLE_BYTES:  # succ below, one byte per pair of states
+        raise TableTooLarge(f"the regex's DFA has {dead} states: its successor table would take "
+                            f"{(dead + 1) ** 2 >> 20} MiB; simplify the pattern or the schema")
     # the character DFA, plus a padding symbol that leaves every state where it is and a symbol
     # for characters outside the alphabet (a regex without a catch-all class has none for them)
     chars = np.full((dead + 1, symbols + 2), dead, dtype=np.int32)
@@ -163,19 +165,19 @@ def compile_regex(regex: str, spelled: tuple[bytes | None, ...], eos_id: int) ->
         texts.append((token, [_symbol(fsm.alphabet[ch], symbols + 1) for ch in decoded]))
     texts.sort(key=lambda item: -len(item[1]))  # the tokens still walking are a prefix at each step
     ids = np.array([t for t, _ in texts], dtype=np.int64)
-    longest = len(texts[0][1]) if texts else 0
-    walk = np.full((len(texts), longest), symbols, dtype=np.int32)
-    for row, (_, syms) in enumerate(texts):
-        walk[row, : len(syms)] = syms
-    lengths = np.array([len(syms) for _, syms in texts])
-    current = np.repeat(np.arange(dead + 1, dtype=np.int32)[:, None], len(texts), 1)  # (S + 1, T)
-    for j in range(longest):
-        live = int((lengths > j).sum())
-        current[:, :live] = chars[current[:, :live], walk[None, :live, j]]
-    dense = np.full((dead + 1, V + 1), dead, dtype=np.int32)  # column V: the dead class
-    dense[:, ids] = current
-    table, token_class = np.unique(dense, axis=1, return_inverse=True)
-    token_class = token_class.reshape(-1).astype(np.int64)
+    token_class = np.zeros(V + 1, dtype=np.int64)  # class 0: never allowed (and column V, the dead class)
+    columns = {np.full(dead + 1, dead, dtype=np.int32).tobytes(): 0}
+    step = max(1, CHUNK_BYTES // (4 * (dead + 1)))
+    for lo in range(0, len(texts), step):
+        current = _walk(chars, texts[lo:lo + step], dead, symbols)  # (S + 1, chunk)
+        unique, inverse = _distinct_columns(current)
+        found = np.array([columns.setdefault(unique[:, k].tobytes(), len(columns)) for k in range(unique.shape[1])])
+        token_class[ids[lo:lo + step]] = found[inverse]
+        if (dead + 1) * len(columns) * 4 > MAX_TABLE_BYTES:
+            raise TableTooLarge(f"the regex's DFA has {dead} states and its tokens behave in at least {len(columns)} "
+                                f"ways: its table would take over {(dead + 1) * len(columns) * 4 >> 20} MiB; "
+                                "simplify the pattern or the schema")
+    table = np.stack([np.frombuffer(column, dtype=np.int32) for column in columns], axis=1)
     final = np.zeros(dead + 1, dtype=bool)
     final[[number[s] for s in fsm.finals]] = True
     succ = np.zeros((dead + 1, dead + 1), dtype=bool)
@@ -185,6 +187,36 @@ def compile_regex(regex: str, spelled: tuple[bytes | None, ...], eos_id: int) ->
     return TokenDFA(regex=regex, start=number[fsm.initial], final=final,
                     table=np.ascontiguousarray(table, dtype=np.int32), token_class=token_class[:V], succ=succ,
                     dead_class=int(token_class[V]))
+
+
+def _walk(chars: np.ndarray, texts: list[tuple[int, list[int]]], dead: int, padding: int) -> np.ndarray:
+    """(S + 1, len(texts)): the state each token's text (character symbols, longest first) leads to
+    from every state, one gather per character position over the tokens still walking."""
+    longest = len(texts[0][1]) if texts else 0
+    walk = np.full((len(texts), longest), padding, dtype=np.int32)
+    for row, (_, syms) in enumerate(texts):
+        walk[row, : len(syms)] = syms
+    lengths = np.array([len(syms) for _, syms in texts])
+    current = np.repeat(np.arange(dead + 1, dtype=np.int32)[:, None], len(texts), 1)
+    flat, width = chars.ravel(), chars.shape[1]
+    for j in range(longest):
+        live = int((lengths > j).sum())
+        current[:, :live] = flat[current[:, :live] * width + walk[None, :live, j]]  # chars[state, symbol]
+    return current
+
+
+def _distinct_columns(current: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct columns of ``current``, each column's index among them): grouped by a random
+    64-bit hash of each column, then checked equal to their group's first (``np.unique(axis=1)``
+    when a collision is found: it sorts whole columns, tens of times slower)."""
+    weights = np.random.default_rng(0).integers(1, 1 << 62, size=current.shape[0], dtype=np.int64)
+    with np.errstate(over="ignore"):
+        hashes = weights @ current.astype(np.int64)  # wraps around: a hash, not a sum
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    if not (current == current[:, first[inverse]]).all():  # two columns of one hash differ
+        unique, inverse = np.unique(current, axis=1, return_inverse=True)
+        return unique, inverse.reshape(-1)
+    return current[:, first], inverse.reshape(-1)
 
 
 def _symbol(symbol: int | None, outside: int) -> int:
