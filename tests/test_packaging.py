@@ -17,6 +17,7 @@ USED_INDIRECTLY = {"jinja2": "transformers' apply_chat_template renders the chat
 OPTIONAL = {"matplotlib": "plot", "triton": "gpu", "fastapi": "serve", "uvicorn": "serve", "h11": "serve",
             "prometheus_client": "serve", "httpx": "serve", "lm_eval": "eval",
             "torchao": "quant", "interegular": "structured", "jsonschema": "structured",
+            "referencing": "structured",
             "outlines_core": "structured"}  # imported lazily / guarded, from an extra
 
 
