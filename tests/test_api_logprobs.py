@@ -55,13 +55,14 @@ def test_no_logprobs_unless_asked_and_zero_gives_the_token_alone(model):
     ({"logprobs": True}, "must be an int"),
     ({"top_logprobs": 2}, "did you mean 'logprobs'"),
 ])
-def test_refused_before_model_work(model, monkeypatch, kwargs, words):
+@pytest.mark.parametrize("call", ["generate", "stream"])
+def test_refused_before_model_work(model, monkeypatch, kwargs, words, call):
     def forbidden(*args, **kw):
         raise AssertionError("the model ran")
 
     monkeypatch.setattr(model.model, "forward", forbidden)
-    with pytest.raises((ValueError, TypeError), match=None) as err:
-        model.generate("Bob", chat=False, max_tokens=8, block_length=BLOCK, **kwargs)
+    with pytest.raises((ValueError, TypeError), match=None) as err:  # stream refuses at the call, not the first update
+        getattr(model, call)("Bob", chat=False, max_tokens=8, block_length=BLOCK, **kwargs)
     assert words in str(err.value)
 
 
