@@ -126,7 +126,8 @@ def _hoisted(parameters: dict[str, Any], name: str, definitions: dict[str, Any])
 
     def rewrite(node: Any) -> Any:
         if isinstance(node, dict):
-            return {k: (f"#/$defs/{local[v]}" if k == "$ref" and v in local else rewrite(v)) for k, v in node.items()}
+            return {k: (f"#/$defs/{local[v]}" if k == "$ref" and isinstance(v, str) and v in local else rewrite(v))
+                    for k, v in node.items()}
         if isinstance(node, list):
             return [rewrite(v) for v in node]
         return node

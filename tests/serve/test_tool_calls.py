@@ -213,6 +213,14 @@ def test_a_forced_call_decodes_under_its_schema_and_auto_needs_a_template_that_s
     assert parse(hermes, tools=[WEATHER], tool_choice="none").prompt_ids == plain.prompt_ids  # and not with none
 
 
+def test_a_property_named_ref_is_a_property():
+    """A property may be called "$ref" (its value a schema, not a reference to rewrite)."""
+    odd = {"type": "function", "function": {"name": "odd", "parameters": {
+        "type": "object", "properties": {"$ref": {"type": "string"}}, "$defs": {"x": {"type": "integer"}}}}}
+    arguments = parse_tool_choice([odd], "required").schema()["items"]["anyOf"][0]["properties"]["arguments"]
+    assert arguments["properties"] == {"$ref": {"type": "string"}}
+
+
 def test_null_fields_of_a_function_mean_left_out(tiny):
     """Clients serialise unset optional fields as null (description, parameters, strict)."""
     tool = {"type": "function", "function": {"name": "now", "description": None, "parameters": None, "strict": None}}
