@@ -99,15 +99,8 @@ class DiffusionLM:
         """
         tool = self._tool_choice(tools, tool_choice, parallel_tool_calls, echo, chat, regex, choice, json_schema,
                                  grammar)
-        if tool is not None and tool.forced:
-            json_schema = tool.schema()
-        try:
-            request, config, constraint = self._prepare(config, options, self._request(
-                stop, stop_token_ids, max_tokens, n, echo, logprobs), regex, choice, json_schema, grammar)
-        except TableTooLarge as err:  # a required call over many tools: the fixes are the tools'
-            if tool is None:
-                raise
-            raise TableTooLarge(f"{err}{tool.too_large_hint()}") from None
+        request, config, constraint = self._prepare(config, options, self._request(
+            stop, stop_token_ids, max_tokens, n, echo, logprobs), regex, choice, json_schema, grammar, tool)
         shown = None if tool is None else tool.template_tools()
         ids = [self.encode(p, chat, tools=shown) for p in prompt_batch(prompts)]
         out = self._generate(ids, config, seeds, request, constraint)
@@ -159,10 +152,8 @@ class DiffusionLM:
         update (``tool_calls``). Bad input raises here, before any model work."""
         tool = self._tool_choice(tools, tool_choice, parallel_tool_calls, False, chat, regex, choice, json_schema,
                                  grammar)
-        if tool is not None and tool.forced:
-            json_schema = tool.schema()
         request, config, constraint = self._prepare(config, options, self._request(
-            stop, stop_token_ids, max_tokens, 1, False, logprobs), regex, choice, json_schema, grammar)
+            stop, stop_token_ids, max_tokens, 1, False, logprobs), regex, choice, json_schema, grammar, tool)
         prompts = prompt_batch(prompt)
         if len(prompts) != 1:
             raise ValueError(f"stream takes one prompt (a string or chat messages), got {len(prompts)}; "
@@ -180,10 +171,16 @@ class DiffusionLM:
         return stream_decoding(self, decoding, request, tool)
 
     def _prepare(self, config: GenerationConfig | None, options: dict[str, Any], request: OutputRequest,
-                 regex, choice, json_schema, grammar) -> tuple[OutputRequest, GenerationConfig, Any]:
-        """The request, the decode's config and the rows' constraint (None: free), all checked. A
-        constraint with a longest word sets the answer length of a call that set none
-        (``structured.default_max_tokens``)."""
+                 regex, choice, json_schema, grammar,
+                 tool: ToolChoice | None = None) -> tuple[OutputRequest, GenerationConfig, Any]:
+        """The request, the decode's config and the rows' constraint (None: free; a forced tool
+        call's schema), all checked. A constraint with a longest word sets the answer length of a
+        call that set none (``structured.default_max_tokens``)."""
+        if tool is not None and tool.forced:
+            try:
+                return self._prepare(config, options, request, None, None, tool.schema(), None)
+            except TableTooLarge as err:  # a required call over many tools: the fixes are the tools'
+                raise TableTooLarge(f"{err}{tool.too_large_hint()}") from None
         spec = parse_constraint(regex, choice, json_schema, grammar)
         merged = merge_config(config, options, request.max_tokens, model=self.model)
         bounded = default_max_tokens(self, spec, request.max_tokens, config is not None or "gen_length" in options,
