@@ -76,7 +76,7 @@ class DiffusionLM:
                  echo: bool = False, logprobs: int | None = None, regex: str | None = None,
                  choice: Sequence[str] | None = None, json_schema: dict | str | None = None, grammar: str | None = None,
                  tools: list[dict] | None = None, tool_choice: Any = None, parallel_tool_calls: bool | None = None,
-                 **options: Any) -> GenerationOutput:
+                 tool_call_parser: str | None = None, **options: Any) -> GenerationOutput:
         """Generate for one prompt or many (ragged lengths are fine): a string, chat messages
         (``[{"role": "user", "content": ...}]``) or a list of those; token ids go to ``generate_ids``.
 
@@ -95,10 +95,12 @@ class DiffusionLM:
         ``dllm.samplers.constraints``). ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` are
         OpenAI's (``dllm.api.tools``): the chat template shows the tools, a named or "required"
         choice decodes every answer as a call, and ``output.tool_calls`` holds each row's calls read
-        from its text. All of it is checked before any model work.
+        from its text; ``tool_call_parser`` names the form "auto" calls take (vLLM's
+        ``--tool-call-parser``: ``dllm.api.tool_parsers``; default Hermes', where the template shows
+        it). All of it is checked before any model work.
         """
         tool = self._tool_choice(tools, tool_choice, parallel_tool_calls, echo, chat, regex, choice, json_schema,
-                                 grammar)
+                                 grammar, parser=tool_call_parser)
         request, config, constraint = self._prepare(config, options, self._request(
             stop, stop_token_ids, max_tokens, n, echo, logprobs), regex, choice, json_schema, grammar, tool)
         shown = None if tool is None else tool.template_tools()
@@ -108,11 +110,12 @@ class DiffusionLM:
             out.tool_calls = [tool.read(text)[1] for text in out.texts]
         return out
 
-    def _tool_choice(self, tools, tool_choice, parallel_tool_calls, echo, chat, *constraints) -> ToolChoice | None:
+    def _tool_choice(self, tools, tool_choice, parallel_tool_calls, echo, chat, *constraints,
+                     parser: str | None = None) -> ToolChoice | None:
         """generate's tools checked: shown through the chat template (not with ``chat=False``),
-        ``auto`` only for a template that shows them readably, and nothing else saying what the
-        answer is (a constraint) or putting text before it (echo)."""
-        tool = parse_tool_choice(tools, tool_choice, parallel_tool_calls)
+        ``auto`` only for a template that shows them readably or with a named ``parser``, and
+        nothing else saying what the answer is (a constraint) or putting text before it (echo)."""
+        tool = parse_tool_choice(tools, tool_choice, parallel_tool_calls, parser)
         if tool is not None and tool.mode != "none" and chat is False:
             raise ValueError("tools are shown to the model through its chat template, which chat=False skips; "
                              "drop chat=False (or the tools)")
@@ -141,7 +144,7 @@ class DiffusionLM:
                max_tokens: int | None = None, logprobs: int | None = None, regex: str | None = None,
                choice: Sequence[str] | None = None, json_schema: dict | str | None = None, grammar: str | None = None,
                tools: list[dict] | None = None, tool_choice: Any = None, parallel_tool_calls: bool | None = None,
-               **options: Any) -> Iterator[StreamUpdate]:
+               tool_call_parser: str | None = None, **options: Any) -> Iterator[StreamUpdate]:
         """Decode one prompt, yielding a ``StreamUpdate`` after each forward (newly committed
         positions, the canvas, the final prefix and its new text), then a last one with
         ``finished=True``. Same tokens as ``generate``; ``stop`` / ``stop_token_ids`` end the
@@ -151,7 +154,7 @@ class DiffusionLM:
         update (one per id of its ``final_ids``); ``tools`` as ``generate``'s, the calls on the last
         update (``tool_calls``). Bad input raises here, before any model work."""
         tool = self._tool_choice(tools, tool_choice, parallel_tool_calls, False, chat, regex, choice, json_schema,
-                                 grammar)
+                                 grammar, parser=tool_call_parser)
         request, config, constraint = self._prepare(config, options, self._request(
             stop, stop_token_ids, max_tokens, 1, False, logprobs), regex, choice, json_schema, grammar, tool)
         prompts = prompt_batch(prompt)

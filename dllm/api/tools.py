@@ -4,10 +4,11 @@ constraint a forced call decodes under, and an answer read back as tool calls.
 A named function or ``required`` decodes under a JSON schema, so the answer is a call whatever the
 model: the function's arguments (named), or a list of ``{"name", "arguments"}`` objects, one tool's
 each (``required``; exactly one when ``parallel_tool_calls`` is false). ``auto`` lets the model answer
-or call, and needs a chat template that shows it the tools in the Hermes form (``<tool_call>{"name":
-..., "arguments": ...}</tool_call>``: the Qwen2.5 / Qwen3 templates of Dream, Fast-dLLM v2 and SDAR);
-its calls are read from the text as vLLM's ``hermes`` parser reads them (the first alone when
-``parallel_tool_calls`` is false, as vLLM). ``none`` answers in text and
+or call, its calls read from the text in the form a tool call parser names (``tool_parsers``; the
+first alone when ``parallel_tool_calls`` is false, as vLLM): one the user names (trusted, as vLLM's
+``--tool-call-parser``), else Hermes' (``<tool_call>{"name": ..., "arguments": ...}</tool_call>``),
+which needs a chat template that shows the tools in that form (the Qwen2.5 / Qwen3 templates of
+Dream, Fast-dLLM v2 and SDAR, Ling 2.0's of LLaDA2.x). ``none`` answers in text and
 keeps the tools out of the prompt (as vLLM's ``--exclude-tools-when-tool-choice-none``; its
 default shows them).
 """
@@ -20,10 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dllm.api.structured import parse_constraint
+from dllm.api.tool_parsers import HERMES_OPEN, NAMES as PARSER_NAMES, ToolParser, tool_parser
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
-HERMES_BLOCK = re.compile(re.escape(HERMES_OPEN) + r"\s*(.*?)\s*" + re.escape(HERMES_CLOSE), re.DOTALL)
 NO_PARAMETERS = {"type": "object", "properties": {}}
 MODES = ("none", "auto", "required")
 
@@ -55,12 +55,19 @@ def new_call_id() -> str:
 @dataclass(frozen=True, slots=True)
 class ToolChoice:
     """A request's tools (OpenAI's function definitions, ``parameters`` filled in) and how it
-    lets the model use them: ``mode`` "none", "auto", "required" or "named" (``name``)."""
+    lets the model use them: ``mode`` "none", "auto", "required" or "named" (``name``); ``parser``:
+    the form ``auto`` calls are read in, as the user named it (None: Hermes', the template's)."""
 
     functions: tuple[dict[str, Any], ...]
     mode: str
     name: str | None = None
     parallel: bool = True
+    parser: str | None = None
+
+    @property
+    def calls_form(self) -> ToolParser:
+        """How ``auto`` answers write their calls."""
+        return tool_parser(self.parser or "hermes")
 
     @property
     def forced(self) -> bool:
@@ -108,12 +115,10 @@ class ToolChoice:
         if self.mode == "required":
             calls = _calls(_json_value(text))
             return (None, calls) if calls else (text, [])
-        if self.mode == "auto" and HERMES_OPEN in text:  # every block a call, or none is
-            before = text[:text.index(HERMES_OPEN)]
-            blocks = HERMES_BLOCK.findall(text)
-            calls = _calls([_json_value(b) for b in blocks], set(f["name"] for f in self.functions))
-            if calls and len(calls) == text.count(HERMES_OPEN):  # parallel_tool_calls false: the first, as vLLM
-                return before if before.strip() else None, calls if self.parallel else calls[:1]
+        if self.mode == "auto":  # every call whole, or none is
+            content, read = self.calls_form.split(text, {f["name"] for f in self.functions})
+            calls = [ToolCall(name, arguments) for name, arguments in read]
+            return content, calls if self.parallel else calls[:1]  # parallel_tool_calls false: the first, as vLLM
         return text, []
 
 
@@ -145,22 +150,29 @@ def _json_value(text: str) -> Any:
         return None
 
 
-def _calls(value: Any, names: set[str] | None = None) -> list[ToolCall]:
-    """A list of ``{"name", "arguments"}`` objects -> calls; [] unless every item is one (of ``names``)."""
+def _calls(value: Any) -> list[ToolCall]:
+    """A list of ``{"name", "arguments"}`` objects -> calls; [] unless every item is one."""
     if not isinstance(value, list) or not value:
         return []
     calls = []
     for item in value:
         if not (isinstance(item, dict) and isinstance(item.get("name"), str)
-                and isinstance(item.get("arguments"), dict) and (names is None or item["name"] in names)):
+                and isinstance(item.get("arguments"), dict)):
             return []
         calls.append(ToolCall(item["name"], json.dumps(item["arguments"], ensure_ascii=False)))
     return calls
 
 
-def parse_tool_choice(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any = None) -> ToolChoice | None:
+def parse_tool_choice(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any = None,
+                      parser: str | None = None) -> ToolChoice | None:
     """OpenAI's ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` checked -> a ToolChoice (None:
-    no tools, or ``none`` without any). A ToolError names the field and the fix."""
+    no tools, or ``none`` without any); ``parser``: the form of ``auto`` calls (``tool_parsers``,
+    None: Hermes' where the template shows it). A ToolError names the field and the fix."""
+    if parser is not None:
+        try:
+            tool_parser(parser)
+        except ValueError as err:
+            raise ToolError(str(err), "tool_call_parser") from None
     functions = _functions(tools)
     if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
         raise ToolError(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}",
@@ -186,7 +198,7 @@ def parse_tool_choice(tools: Any, tool_choice: Any = None, parallel_tool_calls: 
     for i, function in enumerate(functions):  # a forced call decodes under these schemas
         if mode == "required" or function["name"] == name:
             _check_parameters(function["parameters"], i)
-    return ToolChoice(tuple(functions), mode, name, parallel)
+    return ToolChoice(tuple(functions), mode, name, parallel, parser)
 
 
 def _check_parameters(parameters: dict[str, Any], i: int) -> None:
@@ -246,22 +258,23 @@ def _named(choice: Any) -> str:
 
 
 def check_readable(choice: ToolChoice | None, tokenizer, chosen: bool = True) -> None:
-    """``auto`` needs a chat template that shows the tools in the one form dllm reads calls from
-    (Hermes' ``<tool_call>``): a model that never sees them, or writes calls dllm cannot read,
-    would answer as if there were none. ``chosen``: tool_choice was given (else "auto" is the
-    default of a request with tools)."""
-    if choice is None or choice.mode != "auto":
+    """``auto`` without a named parser needs a chat template that shows the tools in the form dllm
+    reads calls from by default (Hermes' ``<tool_call>``): a model that never sees them, or writes
+    calls dllm cannot read, would answer as if there were none. A named parser is trusted, as
+    vLLM's. ``chosen``: tool_choice was given (else "auto" is the default of a request with tools)."""
+    if choice is None or choice.mode != "auto" or choice.parser is not None:
         return
     shown = template_format(tokenizer)
     if shown != "hermes":
         how = ("ignores tools" if shown is None else
-               "shows tools in a form whose calls dllm does not read (it reads Hermes' <tool_call> form)")
+               "shows tools in a form other than Hermes' <tool_call>, the one dllm reads unless told")
         default = "" if chosen else " (the default with tools)"
         raise ToolError(f'tool_choice "auto"{default} lets the model decide to call a tool in its chat template\'s '
                         f"form, and this model's template {how}: set tool_choice \"required\" or "
                         '{"type": "function", "function": {"name": ...}} (dllm decodes the answer as a call '
-                        'of the tools) or "none", or load the model with a chat template that shows tools in '
-                        "that form (--chat-template / chat_template=)", "tool_choice")
+                        'of the tools) or "none", name the form its calls take (--tool-call-parser / '
+                        f"tool_call_parser=: {', '.join(PARSER_NAMES)}), or load the model with a chat template "
+                        "that shows tools in Hermes' form (--chat-template / chat_template=)", "tool_choice")
 
 
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

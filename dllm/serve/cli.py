@@ -11,6 +11,7 @@ from dllm.cli.options import (
     add_generation_options, add_model_options, add_tensor_parallel_option, generation_config, load_from_args,
     positive_int,
 )
+from dllm.api.tool_parsers import NAMES as PARSER_NAMES
 from dllm.cli.output import LOGGER_NAME
 from dllm.serve.listen import listening_socket, port_number
 from dllm.serve.serve_options import add_server_options
@@ -33,7 +34,7 @@ def server_defaults(args: argparse.Namespace):
     options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     options.pop("gen_length")
     options.update(block_length=args.block_length, steps=args.steps)
-    return ServerDefaults(options=options, max_tokens=args.gen_length)
+    return ServerDefaults(options=options, max_tokens=args.gen_length, tool_call_parser=args.tool_call_parser)
 
 
 def make_scheduler(model, limits):
@@ -152,6 +153,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="block-causal models under the prefix / dual cache: prompt blocks already computed for "
                         "earlier requests (a shared system prompt) are reused, exactly, from a store of at most "
                         "this many MiB on the model's device, least recently used out first (0: off)")
+    p.add_argument("--tool-call-parser", type=tool_call_parser_name, default=None, metavar="NAME",
+                   help='the form the model writes tool calls in, read from tool_choice "auto" answers, as '
+                        f"vLLM's --tool-call-parser: {', '.join(PARSER_NAMES)} (default: hermes, served only "
+                        "where the chat template shows tools in its <tool_call> form; a named parser is trusted)")
     add_server_options(p)
     add_model_options(p)
     add_tensor_parallel_option(p)
@@ -179,6 +184,13 @@ def _serve_help(p: argparse.ArgumentParser) -> None:
         flag = next((f for f in action.option_strings if f in meanings), None)
         if flag is not None:
             action.help = meanings[flag]
+
+
+def tool_call_parser_name(text: str) -> str:
+    """--tool-call-parser's value: a parser dllm has (``dllm.api.tool_parsers``), else the known ones."""
+    if text not in PARSER_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown parser {text!r}; dllm reads {', '.join(PARSER_NAMES)}")
+    return text
 
 
 def non_negative_float(text: str) -> float:

@@ -128,6 +128,7 @@ class ServerDefaults:
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     max_tokens: int = 128
     block_length: int = DEFAULT_BLOCK_LENGTH
+    tool_call_parser: str | None = None  # the form of "auto" tool calls (None: Hermes', where the template shows it)
 
 
 def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, served_name: str,
@@ -146,7 +147,7 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     n = _n(body)
     top_logprobs = _logprobs(body, chat)
     prompts = [chat_messages(body.get("messages"))] if chat else _raw_prompts(body)
-    tools = _tools(body, model) if chat else None
+    tools = _tools(body, model, defaults.tool_call_parser) if chat else None
     _check_rows(len(prompts) * n, limits, max_rows)
     context = model.model.config.max_sequence_length
     check_chars(prompts, limits, context, chat, tools)
@@ -322,10 +323,11 @@ def _content_text(parts: list[Any], j: int) -> str:
     return "\n".join(texts)
 
 
-def _tools(body: dict, model) -> ToolChoice | None:
-    """The request's tools checked (``auto`` only where the chat template shows them readably)."""
+def _tools(body: dict, model, parser: str | None = None) -> ToolChoice | None:
+    """The request's tools checked (``auto`` only where the chat template shows them readably, or
+    the server names the form of their calls)."""
     try:
-        tools = parse_tool_choice(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"))
+        tools = parse_tool_choice(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"), parser)
         check_readable(tools, model.tokenizer, chosen="tool_choice" in body)
     except ToolError as err:
         raise RequestError(str(err), err.field) from None

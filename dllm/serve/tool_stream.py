@@ -1,8 +1,9 @@
 """A streamed chat choice of a request with tools: its final text -> OpenAI's deltas.
 
 The answer's text arrives as it becomes final (a prefix that never changes), so a named call's
-arguments stream as they come, content before an ``auto`` answer's first ``<tool_call>`` streams
-as content (held back only while it could be the start of that tag), and a ``required`` answer's
+arguments stream as they come, content before an ``auto`` answer's calls (Hermes' first
+``<tool_call>``, or the form its parser names) streams as content (held back only while it could
+begin them: ``ToolParser.content_end``), and a ``required`` answer's
 calls, or an ``auto`` answer's, go out whole at the end, when the text is known to be calls: the
 deltas joined give the message of the whole response.
 """
@@ -10,10 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dllm.api.stops import StopConditions, first_stop_string, safe_text_length
-from dllm.api.tools import HERMES_OPEN, ToolChoice, new_call_id
-
-CALL_TAG = StopConditions(strings=(HERMES_OPEN,))  # content ends where a call's tag begins
+from dllm.api.tools import ToolChoice, new_call_id
 
 
 def finish_reason(choice: ToolChoice | None, calls: int, reason: str | None) -> str | None:
@@ -37,7 +35,7 @@ class ToolStream:
             return [self._named(text)] if text else []
         if self.choice.mode == "required":
             return []
-        safe = len(self.text) if self.choice.mode == "none" else self._content_end()
+        safe = len(self.text) if self.choice.mode == "none" else self.choice.calls_form.content_end(self.text)
         return self._content(safe)
 
     def finish(self) -> list[dict[str, Any]]:
@@ -59,15 +57,6 @@ class ToolStream:
         self.sent = 1
         call = self.choice.read(arguments)[1][0].openai(self.call_id)
         return {"tool_calls": [dict(call, index=0)]}
-
-    def _content_end(self) -> int:
-        """Characters of ``auto`` text that are content whatever follows: all before a
-        ``<tool_call>``, or before a tail that could begin one (held back as a stop string's
-        start is); none while they are blank (an answer of blanks and calls has no content)."""
-        end = first_stop_string(self.text, CALL_TAG)
-        if end is None:
-            end = safe_text_length(self.text, CALL_TAG)
-        return end if self.text[:end].strip() else 0
 
     def _content(self, end: int) -> list[dict[str, Any]]:
         if end <= self.sent:
