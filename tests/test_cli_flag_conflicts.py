@@ -83,7 +83,7 @@ def test_stray_words_are_explained_by_what_the_command_takes(capsys):
     """A command without a prompt says it takes options only; generate, whose prompts were split
     by an option, says where prompts go (the words were quoted: quoting is not the fix)."""
     for argv, expected in ((["models", "extra"], "dllm models takes options only"),
-                           (["serve", "extra"], "dllm serve takes options only"),
+                           (["serve", "model", "extra"], "dllm serve takes one MODEL and options only"),
                            (["generate", "one", "--json", "two"], "before or after the options")):
         with pytest.raises(SystemExit) as exit_:
             main(argv)

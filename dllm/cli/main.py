@@ -16,15 +16,17 @@ from typing import Iterator, Sequence
 import dllm
 
 from dllm.cli.options import (
-    HelpFormatter, add_generation_options, add_model_options, add_request_options, add_tensor_parallel_option,
-    add_verbosity_options,
+    HelpFormatter, add_generation_options, add_model_argument, add_model_options, add_request_options,
+    add_tensor_parallel_option, add_verbosity_options,
     generation_config, given_block, length_flag, load_from_args, model_block, output_request, positive_int,
     refuse_idle_pipeline_options,
 )
 from dllm.cli.parser import EXIT_USAGE, CommandParser, name_command_parsers
 from dllm.cli.output import LOGGER_NAME, configure_logging
 from dllm.cli.progress import answer_bar, describe, generate_batch
-from dllm.cli.prompts import PromptLine, check_prompt_lengths, echo_text, read_prompts, refuse_messages_under_raw
+from dllm.cli.prompts import (
+    STDIN, PromptLine, check_prompt_lengths, echo_text, read_prompts, read_stdin_prompt, refuse_messages_under_raw,
+)
 from dllm.cli.structured import add_structured_options, bounded_length, constraint_spec, row_constraint_of
 
 log = logging.getLogger(LOGGER_NAME)
@@ -139,8 +141,12 @@ def _generate_prompts(args: argparse.Namespace) -> list[PromptLine]:
             taken = ", ".join(map(repr, args.choice))
             raise ValueError(f"no prompt given: --choice took every word after it ({taken}); put the prompt before "
                              '--choice, or end the choices with -- (--choice yes no -- "PROMPT")')
-        raise ValueError('no prompt given; pass "PROMPT" arguments or --prompts-file FILE (- for stdin)')
-    return [PromptLine("argument", i, text) for i, text in enumerate(args.prompt, start=1)]
+        raise ValueError('no prompt given; pass "PROMPT" arguments (- reads one from stdin) or --prompts-file FILE '
+                         "(- for stdin, one prompt per line)")
+    if args.prompt.count(STDIN) > 1:
+        raise ValueError("the prompt argument - (stdin) was given twice; stdin holds one prompt, give - once")
+    return [PromptLine("argument", i, read_stdin_prompt() if text == STDIN else text)
+            for i, text in enumerate(args.prompt, start=1)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -150,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_verbosity_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="generate text for one or more prompts")
-    gen.add_argument("prompt", nargs="*", help="prompt text (chat template applied when the tokenizer has one)")
+    gen.add_argument("prompt", nargs="*", help="prompt text (chat template applied when the tokenizer has one); "
+                                               "- reads one prompt from stdin")
     gen.add_argument("--prompts-file", metavar="FILE", default=None,
                      help="read prompts from FILE (- for stdin): one per text line, or .jsonl (or .json) lines "
                           'with "prompt" or "messages"')
@@ -171,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--system", "--system-prompt", metavar="TEXT", default=None,
                       help="a system message sent before the conversation at every turn, kept across /reset "
                            "(default: none)")
+    add_model_argument(chat)
     add_model_options(chat)
     add_generation_options(chat)
     chat.set_defaults(func=cmd_chat)

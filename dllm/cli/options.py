@@ -125,7 +125,7 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=positive_int, default=None, help="top-k filter (default: off)")
     g.add_argument("--cfg-scale", type=float, default=0.0, help="classifier-free guidance")
     g.add_argument("--no-stop-at-eos", action="store_true", help="decode every position even after end-of-text")
-    g.add_argument("--seed", type=int, default=0, help="sampling seed")
+    g.add_argument("--seed", type=int, default=0, action=_RecordGiven, help="sampling seed")
     g.add_argument("--block-add-threshold", type=float, default=None,
                    help="pipelined decoding of block-causal models (D2F): add a block once the last one has "
                         "decoded this share; needs a rule with a threshold (default: one block at a time)")
@@ -181,9 +181,10 @@ def add_tensor_parallel_option(p: argparse.ArgumentParser, *, copies: bool = Fal
     """--tensor-parallel N: split the model over N processes of a torchrun job; ``copies``: the
     command runs one copy of the model per N ranks of a larger job (data / branch parallel)."""
     launch = "a multiple of N: one copy of the model per N ranks" if copies else "N"
-    p.add_argument("--tensor-parallel", type=positive_int, default=1, metavar="N",
+    p.add_argument("--tensor-parallel", "--tensor-parallel-size", "-tp", type=positive_int, default=1, metavar="N",
                    help=f"split the model over N processes (run under torchrun --nproc_per_node {launch}): heads, "
-                        "MLPs, experts and vocabulary divided, each rank reads only its slices (default: 1)")
+                        "MLPs, experts and vocabulary divided, each rank reads only its slices; "
+                        "--tensor-parallel-size and -tp are vLLM's names for it (default: 1)")
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
@@ -195,9 +196,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                    help="branch, tag or commit of a hub id given to --model (default: main)")
     p.add_argument("--device", default="auto",
                    help="torch device: auto (CUDA when present, else cpu; $DLLM_DEVICE overrides), cpu, cuda, cuda:1")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+    p.add_argument("--dtype", default="auto", type=_dtype_name, choices=["auto", "float32", "bfloat16", "float16"],
                    help="weight and activation dtype: auto is the checkpoint's torch_dtype, else "
-                        "bfloat16 on a GPU and float32 on the CPU")
+                        "bfloat16 on a GPU and float32 on the CPU; vLLM's half and float are float16 and float32")
     p.add_argument("--prepack", action="store_true",
                    help="CPU only: reorder the linear weights for oneDNN once at load (faster decode steps; "
                         "logits move by float rounding from the default path)")
@@ -214,10 +215,37 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat-template", default=None, metavar="FILE_OR_TEXT",
                    help="a chat template to use instead of the checkpoint's: a Jinja file or its text, e.g. one "
                         "that shows tools (default: the checkpoint's)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="accepted as vLLM and transformers take it, and changes nothing: dllm never runs code "
+                        "shipped with a checkpoint (its own model classes read the weights)")
     p.add_argument("--helper", default=None, metavar="DIR_OR_ID",
                    help="an autoregressive helper of the model's tokenizer for --strategy apd: a causal LM "
                         "directory, a bundled helper (dllm-waitingline-ar) or a hub id, loaded through "
                         "transformers (default: none)")
+
+
+def add_model_argument(p: argparse.ArgumentParser) -> None:
+    """The model as a positional argument too: ``dllm serve MODEL`` as ``vllm serve MODEL``,
+    ``dllm chat MODEL`` as ``ollama run MODEL`` (``model_of`` reads it)."""
+    p.add_argument("model_tag", nargs="?", default=None, metavar="MODEL",
+                   help=f"the model, as --model takes it ({p.prog} MODEL, or {p.prog} --model MODEL)")
+
+
+def model_of(args: argparse.Namespace) -> str | None:
+    """The model asked for: the positional MODEL or --model (the same one if both), else None
+    (the bundled default)."""
+    tag, flag = getattr(args, "model_tag", None), args.model
+    if tag is not None and flag is not None and tag != flag:
+        raise ValueError(f"two models given, {tag!r} and --model {flag!r}; give one")
+    return flag if tag is None else tag
+
+
+DTYPE_ALIASES = {"half": "float16", "float": "float32"}  # vLLM's --dtype names
+
+
+def _dtype_name(text: str) -> str:
+    """argparse type of --dtype: vLLM's aliases as the dtype they name (then checked by ``choices``)."""
+    return DTYPE_ALIASES.get(text, text)
 
 
 def load_from_args(args: argparse.Namespace, device: str | None = None) -> DiffusionLM:
@@ -225,7 +253,7 @@ def load_from_args(args: argparse.Namespace, device: str | None = None) -> Diffu
     (torchrun's per-rank device)."""
     import dllm
 
-    return dllm.load(args.model, device=args.device if device is None else device, dtype=args.dtype,
+    return dllm.load(model_of(args), device=args.device if device is None else device, dtype=args.dtype,
                      prepack=args.prepack, revision=args.revision, quantize=getattr(args, "quantize", None),
                      tensor_parallel=getattr(args, "tensor_parallel", 1), adapter=getattr(args, "adapter", None),
                      helper=getattr(args, "helper", None),

@@ -12,15 +12,43 @@ from typing import Iterable, NoReturn, Sequence
 
 EXIT_USAGE = 2  # bad input, as argparse
 
-# flags of other tools people type, and what dllm calls them
+# flags of other tools (transformers, vLLM, llama.cpp) people type, and what dllm calls them: the
+# first of the names the command takes
 FOREIGN_FLAGS = {
-    "--max-new-tokens": "--max-tokens",
-    "--max-length": "--max-tokens",
-    "--num-return-sequences": "--n",
-    "--prompt-file": "--prompts-file",
-    "--prompts": "--prompts-file",
+    "--max-new-tokens": ("--max-tokens",),
+    "--max-length": ("--max-tokens",),
+    "--n-predict": ("--max-tokens",),
+    "--num-return-sequences": ("--n",),
+    "--prompt-file": ("--prompts-file",),
+    "--prompts": ("--prompts-file",),
+    "--max-num-seqs": ("--max-batch", "--batch-size"),
+    "--quantization": ("--quantize",),
+    "--tokenizer-revision": ("--revision",),
+    "--code-revision": ("--revision",),
 }
-FOREIGN_NOTES = {"--stream": "generate prints each answer once it is final; `dllm chat` shows it as it fills"}
+# flags of other tools dllm has no counterpart of: what it does instead (never a near-miss guess,
+# which would name an option of another meaning: --max-model-len is not --max-tokens)
+FOREIGN_NOTES = {
+    "--stream": "generate prints each answer once it is final; `dllm chat` shows it as it fills",
+    "--max-model-len": "dllm's context is the checkpoint's (config.json); a prompt and its answer that do not fit "
+                       "are refused, and --max-tokens caps the answer",
+    "--ctx-size": "dllm's context is the checkpoint's (config.json); --max-tokens caps the answer",
+    "--gpu-memory-utilization": "dllm allocates what each decode needs; --memory-budget-mb refuses a decode "
+                                "planned past a budget",
+    "--generation-config": "dllm reads only generation_config.json's end-of-text ids; set the sampling defaults "
+                           "with --temperature, --top-p, --top-k and --max-tokens",
+    "--enforce-eager": "dllm runs eagerly unless --cuda-graphs is given; drop it",
+    "--tokenizer": "dllm reads the tokenizer from the checkpoint directory (--model)",
+    "--do-sample": "dllm samples when --temperature is above 0 (0: greedy)",
+    "--pipeline-parallel-size": "dllm splits a model by tensor parallelism only (--tensor-parallel N)",
+    "--data-parallel-size": "run one `dllm serve` per copy of the model behind a load balancer, or "
+                            "`dllm bench throughput` under torchrun for offline batches",
+    "--enable-log-requests": "dllm does not log requests' contents; --uvicorn-log-level info logs one access "
+                             "line per request",
+    "--block-size": "dllm has no paged KV cache to size; --block-length is the diffusion block (the tokens "
+                    "decoded together), another thing",
+    "--download-dir": "dllm reads the Hugging Face cache ($HF_HOME, $HF_HUB_CACHE); or pass a directory to --model",
+}
 
 
 def did_you_mean(value: str, names: Iterable[str]) -> str:
@@ -76,8 +104,8 @@ def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str
     dashed = flag.replace("_", "-")
     if dashed != flag and dashed in known:
         hint = f" (did you mean {dashed!r}?)"
-    elif FOREIGN_FLAGS.get(dashed) in known:
-        hint = f" (did you mean {FOREIGN_FLAGS[dashed]!r}?)"
+    elif (meant := next((name for name in FOREIGN_FLAGS.get(dashed, ()) if name in known), None)) is not None:
+        hint = f" (did you mean {meant!r}?)"
     elif dashed in FOREIGN_NOTES:
         hint = f"; {FOREIGN_NOTES[dashed]}"
     else:
@@ -88,9 +116,11 @@ def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str
 def _stray_words_hint(parser: argparse.ArgumentParser) -> str:
     """Why words were left over: a command without positional arguments takes options only; one
     with a list (generate's prompts) takes it in one piece, so an option inside split it."""
-    lists = [a for a in parser._actions if not a.option_strings and a.nargs in ("*", "+")]
+    positionals = [a for a in parser._actions if not a.option_strings and a.nargs not in (argparse.PARSER,)]
+    lists = [a for a in positionals if a.nargs in ("*", "+")]
     if not lists:
-        return f": {parser.prog} takes options only"
+        one = [a.metavar or a.dest for a in positionals if a.nargs == "?"]
+        return f": {parser.prog} takes {f'one {one[0]} and ' if one else ''}options only"
     name = lists[0].dest
     return f": give every {name} together, before or after the options (a {name} with spaces needs quotes)"
 

@@ -16,6 +16,7 @@ from typing import Any
 
 BOM = "\ufeff"  # the byte-order mark some editors put before UTF-8 text
 JSON_SUFFIXES = (".jsonl", ".json")  # a .json file holds JSON too: read as lines, never as raw text
+STDIN = "-"  # a prompts file, or a prompt argument, read from stdin
 JSONL_HELP = 'one JSON object per line with "prompt" (text) or "messages" (a chat list)'
 
 
@@ -34,7 +35,7 @@ class PromptLine:
 
 def read_prompts(path: str | Path) -> list[PromptLine]:
     """Every prompt of a prompts file (``-``: stdin), in order; a clear error on bad input."""
-    if str(path) == "-":
+    if str(path) == STDIN:
         source, text = "stdin", sys.stdin.read().removeprefix(BOM)
     else:
         source = str(path)
@@ -54,6 +55,16 @@ def read_prompts(path: str | Path) -> list[PromptLine]:
     if not jsonl:
         return [PromptLine(source, n, line) for n, line in lines]
     return [PromptLine(source, n, _jsonl_prompt(source, n, line)) for n, line in lines]
+
+
+def read_stdin_prompt() -> str:
+    """The prompt argument ``-``: all of stdin as one prompt (lines and all, as ``cat`` gives it),
+    without the newline that ends it, so ``echo hi | dllm generate -`` asks "hi"."""
+    text = sys.stdin.read().removeprefix(BOM).removesuffix("\n")
+    if not text.strip():
+        raise ValueError("the prompt argument - reads stdin, which held no text; pipe the prompt in "
+                         "(echo PROMPT | dllm generate -), or use --prompts-file - for one prompt per line")
+    return text
 
 
 def _jsonl_prompt(source: str, n: int, line: str) -> Any:

@@ -8,8 +8,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from dllm.cli.options import (
-    add_generation_options, add_model_options, add_tensor_parallel_option, generation_config, load_from_args,
-    positive_int,
+    add_generation_options, add_model_argument, add_model_options, add_tensor_parallel_option, generation_config,
+    load_from_args, positive_int,
 )
 from dllm.api.tool_parsers import NAMES as PARSER_NAMES
 from dllm.cli.output import LOGGER_NAME
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from dllm.serve.requests import ServerDefaults
 
 log = logging.getLogger(LOGGER_NAME)
+SEED_MEANING = ("dllm serve gives each request without a seed a fresh random one, reported in its response, "
+                "and a request that sends it back replays the answer")
 DEFAULT_PROMPT_CACHE_MB = 256.0  # a 7B Fast-dLLM v2 (28 layers, 4 K/V heads of 128, bf16): ~4,600 tokens
 
 
@@ -30,6 +32,8 @@ def server_defaults(args: argparse.Namespace):
     is the default max_tokens, block_length and steps stay unset unless given."""
     from dllm.serve.requests import ServerDefaults
 
+    if "seed" in getattr(args, "given_options", ()):
+        raise ValueError(f"--seed {args.seed}: {SEED_MEANING}; drop --seed (a client sends seed to replay an answer)")
     config = generation_config(args)
     options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     options.pop("gen_length")
@@ -158,6 +162,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"vLLM's --tool-call-parser: {', '.join(PARSER_NAMES)} (default: hermes, served only "
                         "where the chat template shows tools in its <tool_call> form; a named parser is trusted)")
     add_server_options(p)
+    add_model_argument(p)
     add_model_options(p)
     add_tensor_parallel_option(p)
     add_generation_options(p)
@@ -177,8 +182,7 @@ def _serve_help(p: argparse.ArgumentParser) -> None:
         "--block-length": f"block size of every request that sets no block_length; requests join running batches "
                           f"at block boundaries (default: {DEFAULT_BLOCK_LENGTH})",
         "--steps": "step budget of a request of --gen-length tokens (default: one token per step)",
-        "--seed": "not used: a request without a seed gets a fresh random one, reported in its response, "
-                  "and sending it replays the answer (default: a fresh seed per request)",
+        "--seed": f"refused: {SEED_MEANING} (default: a fresh seed per request)",
     }
     for action in p._actions:
         flag = next((f for f in action.option_strings if f in meanings), None)

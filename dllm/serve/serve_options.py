@@ -41,6 +41,27 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
                         "event and the server exits (a second signal: at once)")
     g.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads for the model (default: the CPUs this process may run on)")
+    g.add_argument("--uvicorn-log-level", default="warning", choices=UVICORN_LOG_LEVELS,
+                   help="uvicorn's own log lines: info adds its start-up lines and one access line per request "
+                        "(dllm's lines follow -v / -q)")
+    add_vllm_names(p)
+
+
+UVICORN_LOG_LEVELS = ["critical", "error", "warning", "info", "debug", "trace"]
+
+
+def add_vllm_names(p: argparse.ArgumentParser) -> None:
+    """vLLM's serve flags that mean a dllm one, and those that change nothing in dllm (accepted so
+    a vLLM command line runs, their help says why); vLLM flags dllm has no counterpart of are
+    refused with what dllm does instead (``dllm.cli.parser.FOREIGN_NOTES``)."""
+    g = p.add_argument_group("vLLM's names")
+    g.add_argument("--max-num-seqs", dest="max_batch", type=positive_int, default=argparse.SUPPRESS, metavar="N",
+                   help="vLLM's name for --max-batch")
+    g.add_argument("--disable-log-requests", action="store_true",
+                   help="accepted, changes nothing: dllm never logs requests' prompts or answers")
+    g.add_argument("--enable-auto-tool-choice", action="store_true",
+                   help='accepted, changes nothing: dllm answers tool_choice "auto" wherever the chat template '
+                        "shows tools, or --tool-call-parser names the form of their calls")
 
 
 def server_limits(args: argparse.Namespace) -> ServerLimits:
@@ -89,7 +110,7 @@ def serve_forever(app, args: argparse.Namespace, limits: ServerLimits, sock: soc
     from dllm.serve.connections import header_deadline_protocol
     from dllm.serve.shutdown import DeadlineServer
 
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="off",
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.uvicorn_log_level, lifespan="off",
                             http=header_deadline_protocol(limits.header_timeout_s), ws="none")
     DeadlineServer(config, app.state.shutdown, limits.shutdown_timeout_s).run(sockets=[sock])
 

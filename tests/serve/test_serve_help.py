@@ -30,7 +30,7 @@ def test_serve_help_gives_the_servers_own_defaults():
     serve = _help("serve")
     assert f"(default: {DEFAULT_BLOCK_LENGTH})" in serve["--block-length"]
     assert server_defaults(build_parser().parse_args(["serve"])).block_length == DEFAULT_BLOCK_LENGTH
-    assert serve["--seed"].startswith("not used") and "(default: 0)" not in serve["--seed"]
+    assert serve["--seed"].startswith("refused") and "(default: 0)" not in serve["--seed"]
     assert serve["--gen-length"].startswith("max_tokens of a request") and "(default: 128)" in serve["--gen-length"]
     assert server_defaults(build_parser().parse_args(["serve"])).max_tokens == 128
     assert serve["--max-tokens"].startswith("max_tokens of a request")

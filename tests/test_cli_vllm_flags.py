@@ -1,0 +1,135 @@
+"""Command lines written for vLLM, transformers or ollama: the flags that mean a dllm one are
+taken as it, those that change nothing in dllm are accepted (their help says why), and those
+dllm has no counterpart of are refused naming what dllm does instead, never with a "did you
+mean" of another meaning; ``dllm serve MODEL`` / ``dllm chat MODEL`` name the model as vLLM's
+and ollama's commands do; ``dllm generate -`` reads the prompt from stdin."""
+from __future__ import annotations
+
+import io
+import json
+import types
+
+import pytest
+
+from dllm.cli import build_parser, main
+
+
+def _refused(capsys, argv: list[str]) -> str:
+    """The one error line of ``argv`` (status 2, before any model work)."""
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = exit_.code
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["serve", "--max-model-len", "4096"], "dllm's context is the checkpoint's"),
+    (["generate", "hi", "--max-model-len", "4096"], "--max-tokens caps the answer"),
+    (["serve", "--block-size", "16"], "no paged KV cache"),
+    (["serve", "--generation-config", "vllm"], "only generation_config.json's end-of-text ids"),
+    (["serve", "--gpu-memory-utilization", "0.9"], "--memory-budget-mb"),
+    (["serve", "--enforce-eager"], "unless --cuda-graphs"),
+    (["serve", "--enable-log-requests"], "--uvicorn-log-level info"),
+    (["generate", "hi", "--do-sample"], "--temperature is above 0"),
+])
+def test_vllm_flags_without_a_counterpart_say_what_dllm_does(capsys, argv, expected):
+    err = _refused(capsys, argv)
+    flag = next(a for a in argv if a.startswith("--"))
+    assert f"unknown option {flag!r}; " in err and expected in err, err
+    assert "did you mean" not in err  # --max-model-len is not --max-tokens, --block-size not --block-length
+
+
+@pytest.mark.parametrize("argv, meant", [
+    (["serve", "--quantization", "int8"], "--quantize"),
+    (["generate", "hi", "--max-num-seqs", "4"], "--batch-size"),  # generate has no --max-batch
+    (["chat", "--n-predict", "4"], "--max-tokens"),
+])
+def test_other_tools_names_point_to_the_flag_of_the_command(capsys, argv, meant):
+    assert f"(did you mean {meant!r}?)" in _refused(capsys, argv)
+
+
+def test_vllm_names_of_dllm_flags_are_taken_as_them():
+    args = build_parser().parse_args(["serve", "--max-num-seqs", "3", "--tensor-parallel-size", "2", "--dtype", "half",
+                                      "--uvicorn-log-level", "info", "--trust-remote-code", "--disable-log-requests",
+                                      "--enable-auto-tool-choice"])
+    assert (args.max_batch, args.tensor_parallel, args.dtype, args.uvicorn_log_level) == (3, 2, "float16", "info")
+    plain = build_parser().parse_args(["serve"])
+    assert (plain.max_batch, plain.tensor_parallel, plain.dtype, plain.uvicorn_log_level) == (8, 1, "auto", "warning")
+    args = build_parser().parse_args(["generate", "hi", "-tp", "2", "--dtype", "float", "--trust-remote-code"])
+    assert (args.tensor_parallel, args.dtype) == (2, "float32")
+
+
+def test_a_dtype_that_is_no_alias_is_still_refused(capsys):
+    err = _refused(capsys, ["generate", "hi", "--dtype", "double"])
+    assert "invalid choice 'double'" in err and "one of: auto, float32, bfloat16, float16" in err
+
+
+def test_the_no_op_flags_say_so_in_the_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for flag in ("--trust-remote-code", "--disable-log-requests", "--enable-auto-tool-choice"):
+        assert "changes nothing" in help_text.split(f"{flag} accepted", 1)[1][:80], flag
+    assert "--max-num-seqs N vLLM's name for --max-batch" in help_text
+
+
+def test_uvicorn_log_level_reaches_uvicorn(monkeypatch):
+    from dllm.serve.limits import ServerLimits
+    from dllm.serve.serve_options import serve_forever
+
+    seen = {}
+    monkeypatch.setattr("uvicorn.Config", lambda app, **kwargs: seen.update(kwargs) or kwargs)
+    monkeypatch.setattr("dllm.serve.shutdown.DeadlineServer.__init__", lambda self, *a: None)
+    monkeypatch.setattr("dllm.serve.shutdown.DeadlineServer.run", lambda self, sockets: None)
+    app = types.SimpleNamespace(state=types.SimpleNamespace(shutdown=None))
+    for argv, level in ((["serve"], "warning"), (["serve", "--uvicorn-log-level", "debug"], "debug")):
+        serve_forever(app, build_parser().parse_args(argv), ServerLimits(), sock=None)
+        assert seen["log_level"] == level
+
+
+def test_serve_refuses_seed_naming_what_it_does_instead(capsys, monkeypatch):
+    monkeypatch.setattr("dllm.load", lambda *a, **k: pytest.fail("loaded before refusing --seed"))
+    err = _refused(capsys, ["serve", "--seed", "0", "--port", "0"])
+    assert err.startswith("dllm serve: error: --seed 0: ") and "fresh random one" in err and "drop --seed" in err
+
+
+def test_the_model_may_be_the_positional_argument(capsys, monkeypatch):
+    from dllm.cli.options import load_from_args
+
+    asked = []
+
+    def load(path, **kwargs):
+        asked.append(path)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr("dllm.load", load)
+    assert main(["chat", "dllm-waitingline-bd"]) == 2
+    assert main(["chat", "--model", "dllm-waitingline-moe"]) == 2
+    assert main(["chat", "dllm-waitingline-bd", "--model", "dllm-waitingline-bd"]) == 2
+    with pytest.raises(ValueError, match="stop here"):
+        load_from_args(build_parser().parse_args(["serve", "dllm-waitingline-d2f", "--port", "0"]))
+    assert asked == ["dllm-waitingline-bd", "dllm-waitingline-moe", "dllm-waitingline-bd", "dllm-waitingline-d2f"]
+    capsys.readouterr()
+    assert main(["chat", "dllm-waitingline-bd", "--model", "dllm-waitingline-moe"]) == 2
+    assert len(asked) == 4  # refused before loading
+    assert capsys.readouterr().err == ("dllm chat: error: two models given, 'dllm-waitingline-bd' and --model "
+                                       "'dllm-waitingline-moe'; give one\n")
+
+
+def _answers(capsys, argv: list[str]) -> list[str]:
+    assert main(argv) == 0
+    return [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()]
+
+
+def test_a_dash_prompt_reads_stdin_as_one_prompt(tiny_dirs, capsys, monkeypatch):
+    common = ["--model", str(tiny_dirs["llada"]), "--gen-length", "8", "--json", "--raw", "-q"]
+    expected = _answers(capsys, ["generate", *common, "first", "two lines\nof stdin"])
+    monkeypatch.setattr("sys.stdin", io.StringIO("two lines\nof stdin\n"))  # its last newline is no part of it
+    assert _answers(capsys, ["generate", *common, "first", "-"]) == expected
+    monkeypatch.setattr("sys.stdin", io.StringIO(" \n"))
+    assert "reads stdin, which held no text" in _refused(capsys, ["generate", *common, "-"])
+    assert "given twice" in _refused(capsys, ["generate", *common, "-", "-"])
