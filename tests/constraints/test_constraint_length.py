@@ -50,3 +50,12 @@ def test_a_set_length_or_an_unbounded_language_keeps_its_canvas(tiny_models):
     assert lm.generate(PROMPTS[1], GenerationConfig(gen_length=16), chat=False, choice=CHOICES).stats[0]["nfe"] == 16
     free = lm.generate(PROMPTS[1], chat=False, regex="[a-z ]+")
     assert re.fullmatch("[a-z ]+", free.texts[0]) and free.stats[0]["nfe"] == GenerationConfig().gen_length
+
+
+def test_a_word_longer_than_max_tokens_is_refused_counting_max_tokens_not_the_canvas(tiny_models):
+    """max_tokens=13 in blocks of 8 makes a 16-token canvas: a language whose shortest word takes
+    14 tokens (the tiny tokenizer writes one character a token at most) fits the canvas, not the
+    answer, and is refused before the decode with both counts named."""
+    lm = tiny_models["llada"]
+    with pytest.raises(ValueError, match=f"takes {len('ab' * 7)} tokens, more than the 13 the answer may have"):
+        lm.generate(PROMPTS[1], chat=False, regex="(ab){7}", max_tokens=13, block_length=8)
