@@ -35,6 +35,10 @@ def _refused(capsys, argv: list[str]) -> str:
     (["serve", "--enforce-eager"], "unless --cuda-graphs"),
     (["serve", "--enable-log-requests"], "--uvicorn-log-level info"),
     (["generate", "hi", "--do-sample"], "--temperature is above 0"),
+    (["serve", "--max-num-batched-tokens", "2048"], "dllm batches rows, not tokens"),
+    (["serve", "--kv-cache-dtype", "fp8"], "the model's dtype (--dtype)"),
+    (["serve", "--enable-lora"], "--adapter DIR"),
+    (["serve", "--ssl-keyfile", "k.pem"], "TLS reverse proxy"),
 ])
 def test_vllm_flags_without_a_counterpart_say_what_dllm_does(capsys, argv, expected):
     err = _refused(capsys, argv)
@@ -52,10 +56,32 @@ def test_other_tools_names_point_to_the_flag_of_the_command(capsys, argv, meant)
     assert f"(did you mean {meant!r}?)" in _refused(capsys, argv)
 
 
+def test_max_logprobs_names_the_bound_the_server_keeps(capsys):
+    from dllm.engine.logprobs import MAX_TOP_LOGPROBS
+
+    assert f"up to {MAX_TOP_LOGPROBS} alternatives per token" in _refused(capsys, ["serve", "--max-logprobs", "5"])
+
+
+def test_a_far_flag_gets_no_suggestion_of_another_meaning(capsys):
+    """Flags that share only dashes and a word with a dllm flag: no "did you mean" (at difflib's
+    0.6 --task was --threads); a typo still gets one."""
+    for flag in ("--task", "--swap-space", "--load-format"):
+        err = _refused(capsys, ["serve", flag, "x"])
+        assert f"unknown option {flag!r} (see dllm serve --help)" in err, err
+    assert "(did you mean '--temperature'?)" in _refused(capsys, ["serve", "--tempreture", "1"])
+
+
+def test_served_model_name_takes_one_name(capsys):
+    assert build_parser().parse_args(["serve", "--served-model-name", "gpt"]).served_model_name == "gpt"
+    assert build_parser().parse_args(["serve"]).served_model_name is None
+    err = _refused(capsys, ["serve", "--served-model-name", "a", "b"])
+    assert "argument --served-model-name: dllm serves one name, got 2 (a b); give one" in err  # b was read as MODEL
+
+
 def test_vllm_names_of_dllm_flags_are_taken_as_them():
     args = build_parser().parse_args(["serve", "--max-num-seqs", "3", "--tensor-parallel-size", "2", "--dtype", "half",
                                       "--uvicorn-log-level", "info", "--trust-remote-code", "--disable-log-requests",
-                                      "--enable-auto-tool-choice"])
+                                      "--enable-auto-tool-choice", "--disable-log-stats"])
     assert (args.max_batch, args.tensor_parallel, args.dtype, args.uvicorn_log_level) == (3, 2, "float16", "info")
     plain = build_parser().parse_args(["serve"])
     assert (plain.max_batch, plain.tensor_parallel, plain.dtype, plain.uvicorn_log_level) == (8, 1, "auto", "warning")
@@ -72,7 +98,7 @@ def test_the_no_op_flags_say_so_in_the_help(capsys):
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    for flag in ("--trust-remote-code", "--disable-log-requests", "--enable-auto-tool-choice"):
+    for flag in ("--trust-remote-code", "--disable-log-requests", "--enable-auto-tool-choice", "--disable-log-stats"):
         assert "changes nothing" in help_text.split(f"{flag} accepted", 1)[1][:80], flag
     assert "--max-num-seqs N vLLM's name for --max-batch" in help_text
 

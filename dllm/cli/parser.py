@@ -47,13 +47,28 @@ FOREIGN_NOTES = {
                              "line per request",
     "--block-size": "dllm has no paged KV cache to size; --block-length is the diffusion block (the tokens "
                     "decoded together), another thing",
+    "--max-logprobs": "dllm returns up to 20 alternatives per token (top_logprobs, OpenAI's bound); nothing to set",
+    "--max-num-batched-tokens": "dllm batches rows, not tokens: --max-batch rows decode together, --max-queue "
+                                "more wait",
+    "--kv-cache-dtype": "dllm keeps its KV cache in the model's dtype (--dtype)",
+    "--enable-prefix-caching": "block-causal models under --cache prefix or dual reuse the prompt blocks of earlier "
+                               "requests on their own (--prompt-cache-mb sizes the store)",
+    "--enable-lora": "dllm merges one LoRA adapter into the weights at load (--adapter DIR)",
+    "--lora-modules": "dllm merges one LoRA adapter into the weights at load (--adapter DIR)",
+    "--ssl-keyfile": "dllm serves plain HTTP; put a TLS reverse proxy in front (--allowed-hosts names it)",
+    "--ssl-certfile": "dllm serves plain HTTP; put a TLS reverse proxy in front (--allowed-hosts names it)",
     "--download-dir": "dllm reads the Hugging Face cache ($HF_HOME, $HF_HUB_CACHE); or pass a directory to --model",
 }
 
 
-def did_you_mean(value: str, names: Iterable[str]) -> str:
+# a flag's near miss is closer than a value's: at difflib's 0.6, the dashes and "--max-" shared by
+# flags of other meanings suggested --max-tokens for --max-model-len and --max-logprobs
+FLAG_CUTOFF = 0.7
+
+
+def did_you_mean(value: str, names: Iterable[str], cutoff: float = 0.6) -> str:
     """``" (did you mean 'x'?)"`` for the closest of ``names`` to ``value``, else ``""``."""
-    close = difflib.get_close_matches(value, list(names), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(value, list(names), n=1, cutoff=cutoff)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
@@ -109,7 +124,7 @@ def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str
     elif dashed in FOREIGN_NOTES:
         hint = f"; {FOREIGN_NOTES[dashed]}"
     else:
-        hint = did_you_mean(dashed, known)
+        hint = did_you_mean(dashed, known, FLAG_CUTOFF)
     return f"unknown option {flag!r}{hint}"
 
 

@@ -143,7 +143,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (completions, chat, streaming)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=port_number, default=8000, help="port to listen on (0: any free port, logged)")
-    p.add_argument("--served-model-name", default=None, help="model name clients use (default: the directory's name)")
+    p.add_argument("--served-model-name", default=None, nargs="+", action=_OneName, metavar="NAME",
+                   help="model name clients use (default: the directory's name)")
     p.add_argument("--max-batch", type=positive_int, default=8, help="rows decoded together")
     p.add_argument("--max-queue", type=positive_int, default=64,
                    help="rows waiting beyond them (then 429; a request of more rows than this is a 400)")
@@ -195,6 +196,17 @@ def tool_call_parser_name(text: str) -> str:
     if text not in PARSER_NAMES:
         raise argparse.ArgumentTypeError(f"unknown parser {text!r}; dllm reads {', '.join(PARSER_NAMES)}")
     return text
+
+
+class _OneName(argparse.Action):
+    """--served-model-name takes words as vLLM's does, so that vLLM's second name is refused here
+    (dllm serves one name) rather than read as the positional MODEL."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if len(values) > 1:
+            raise argparse.ArgumentError(self, f"dllm serves one name, got {len(values)} ({' '.join(values)}); "
+                                               "give one (and a positional MODEL before --served-model-name)")
+        setattr(namespace, self.dest, values[0])
 
 
 def non_negative_float(text: str) -> float:

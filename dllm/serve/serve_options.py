@@ -59,6 +59,8 @@ def add_vllm_names(p: argparse.ArgumentParser) -> None:
                    help="vLLM's name for --max-batch")
     g.add_argument("--disable-log-requests", action="store_true",
                    help="accepted, changes nothing: dllm never logs requests' prompts or answers")
+    g.add_argument("--disable-log-stats", action="store_true",
+                   help="accepted, changes nothing: dllm logs no periodic statistics (GET /metrics has them)")
     g.add_argument("--enable-auto-tool-choice", action="store_true",
                    help='accepted, changes nothing: dllm answers tool_choice "auto" wherever the chat template '
                         "shows tools, or --tool-call-parser names the form of their calls")
