@@ -11,6 +11,7 @@ from dllm.serve.limits import AccessSettings, ServerLimits, default_allowed_host
 from dllm.serve.listen import origin
 
 API_KEY_ENV = "DLLM_API_KEY"
+VLLM_API_KEY_ENV = "VLLM_API_KEY"  # read after ours: a server moved from vLLM keeps the key its users set
 log = logging.getLogger(__name__)
 
 
@@ -18,7 +19,8 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     d = ServerLimits()
     g = p.add_argument_group("limits and access (README: Serving)")
     g.add_argument("--api-key", default=None,
-                   help=f"require 'Authorization: Bearer KEY' on every request (default: ${API_KEY_ENV}, else none; "
+                   help=f"require 'Authorization: Bearer KEY' on every request (default: ${API_KEY_ENV}, else "
+                        f"${VLLM_API_KEY_ENV} as vLLM reads it, else none; "
                         "an empty key is refused, never taken as 'no key')")
     g.add_argument("--protect-health-metrics", action="store_true",
                    help="/health, /metrics and /version need the API key too (default: open)")
@@ -83,14 +85,15 @@ def access_settings(args: argparse.Namespace) -> AccessSettings:
 
 
 def api_key(args: argparse.Namespace) -> str | None:
-    """The key from --api-key, else $DLLM_API_KEY, else None. An empty one is a ValueError: a
-    script's ``--api-key "$KEY"`` with KEY unset must not serve an open server."""
-    source, key = ("--api-key", args.api_key) if args.api_key is not None else (f"${API_KEY_ENV}",
-                                                                                 os.environ.get(API_KEY_ENV))
+    """The key from --api-key, else $DLLM_API_KEY, else $VLLM_API_KEY, else None. An empty one is a
+    ValueError: a script's ``--api-key "$KEY"`` with KEY unset must not serve an open server."""
+    given = [("--api-key", args.api_key)] if args.api_key is not None else []
+    given += [(f"${name}", os.environ[name]) for name in (API_KEY_ENV, VLLM_API_KEY_ENV) if name in os.environ]
+    source, key = given[0] if given else (None, None)
     if key is not None and not key.strip():
         raise ValueError(f"{source} is empty, which would serve without authentication; give a non-empty key "
                          f"(e.g. $(openssl rand -hex 16)), or to serve without one leave out --api-key and unset "
-                         f"{API_KEY_ENV}")
+                         f"{API_KEY_ENV} and {VLLM_API_KEY_ENV}")
     return key
 
 

@@ -8,7 +8,7 @@ import pytest
 
 import dllm.serve.cli as serve_cli
 from dllm.cli.main import main
-from dllm.serve.serve_options import API_KEY_ENV, access_settings
+from dllm.serve.serve_options import API_KEY_ENV, VLLM_API_KEY_ENV, access_settings
 
 
 def args(api_key: str | None) -> argparse.Namespace:
@@ -52,3 +52,17 @@ def test_given_keys_are_used(monkeypatch):
     assert access_settings(args("cli-key")).api_key == "cli-key"  # an empty variable under a given key is unused
     monkeypatch.delenv(API_KEY_ENV)
     assert access_settings(args(None)).api_key is None  # neither: no authentication (loopback only by default)
+
+
+def test_vllm_api_key_is_read_after_ours(monkeypatch, capsys, no_model_load):
+    """A server moved from vLLM keeps the key its clients send (it served them open before)."""
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    monkeypatch.setenv(VLLM_API_KEY_ENV, "vllm-key")
+    assert access_settings(args(None)).api_key == "vllm-key"
+    assert access_settings(args("cli-key")).api_key == "cli-key"
+    monkeypatch.setenv(API_KEY_ENV, "dllm-key")
+    assert access_settings(args(None)).api_key == "dllm-key"
+    monkeypatch.delenv(API_KEY_ENV)
+    monkeypatch.setenv(VLLM_API_KEY_ENV, "")
+    assert main(["serve", "--port", "1"]) == 2
+    assert capsys.readouterr().err.startswith(f"dllm serve: error: ${VLLM_API_KEY_ENV} is empty")
