@@ -101,3 +101,25 @@ def test_top_level_holds_packages_and_no_loose_modules():
     assert loose == set(), f"modules belong in a layer's package: {sorted(loose)}"
     for layer in LAYERS:
         assert (PACKAGE / layer / "__init__.py").is_file(), layer
+
+
+# packages that import no other dllm package (docs/ARCHITECTURE.md: "a leaf"); kernels/ too
+LEAVES = ("validation", "kernels", "data")
+
+
+def _imported_packages(graph: dict[str, set[str]], package: str) -> set[str]:
+    """The other dllm packages (or top-level modules) that ``package``'s modules import."""
+    return {_layer(d) or d for m, deps in graph.items() if _layer(m) == package for d in deps} - {package}
+
+
+def test_leaves_import_no_other_dllm_package():
+    graph = _import_graph()
+    imports = {leaf: sorted(_imported_packages(graph, leaf)) for leaf in LEAVES}
+    assert imports == {leaf: [] for leaf in LEAVES}
+
+
+def test_leaf_check_sees_an_import():
+    """A leaf module importing another package is caught (the check above can fail)."""
+    graph = {"dllm.data.names": {"dllm.models.config"}, "dllm.models.config": set(), "dllm.validation": set()}
+    assert _imported_packages(graph, "data") == {"models"}
+    assert _imported_packages(graph, "validation") == set()
