@@ -2,7 +2,8 @@
 taken as it, those that change nothing in dllm are accepted (their help says why), and those
 dllm has no counterpart of are refused naming what dllm does instead, never with a "did you
 mean" of another meaning; ``dllm serve MODEL`` / ``dllm chat MODEL`` name the model as vLLM's
-and ollama's commands do; ``dllm generate -`` reads the prompt from stdin."""
+and ollama's commands do; ``dllm generate -`` reads the prompt from stdin, and ``-p/--prompt``
+gives one as llama.cpp's does (``--prompt`` was read as an abbreviation of --prompts-file)."""
 from __future__ import annotations
 
 import io
@@ -159,3 +160,13 @@ def test_a_dash_prompt_reads_stdin_as_one_prompt(tiny_dirs, capsys, monkeypatch)
     monkeypatch.setattr("sys.stdin", io.StringIO(" \n"))
     assert "reads stdin, which held no text" in _refused(capsys, ["generate", *common, "-"])
     assert "given twice" in _refused(capsys, ["generate", *common, "-", "-"])
+
+
+def test_p_and_prompt_give_prompts_as_arguments_do(tiny_dirs, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("from stdin"))
+    common = ["--model", str(tiny_dirs["llada"]), "--gen-length", "8", "--json", "--raw", "-q"]
+    expected = _answers(capsys, ["generate", *common, "hello there", "from stdin"])
+    assert _answers(capsys, ["generate", *common, "--prompt", "hello there", "-p", "-"]) == expected
+    assert "or with -p/--prompt, not both" in _refused(capsys, ["generate", *common, "-p", "a", "b"])
+    assert "or with --prompts-file, not both" in _refused(capsys, ["generate", *common, "-p", "a",
+                                                                   "--prompts-file", "x.txt"])

@@ -129,24 +129,27 @@ def _line_editing() -> None:
 
 
 def _generate_prompts(args: argparse.Namespace) -> list[PromptLine]:
-    if args.prompt and args.prompts_file:
+    if args.prompt and args.prompt_option:
+        raise ValueError("give prompts as PROMPT arguments or with -p/--prompt, not both")
+    texts = args.prompt or args.prompt_option or []
+    if texts and args.prompts_file:
         raise ValueError("give prompts as arguments or with --prompts-file, not both")
     if args.prompts_file:
         prompts = read_prompts(args.prompts_file)
         if args.raw:
             refuse_messages_under_raw(prompts)
         return prompts
-    if not args.prompt:
+    if not texts:
         if args.choice and len(args.choice) > 1:  # nargs="+": a prompt written after the choices joined them
             taken = ", ".join(map(repr, args.choice))
             raise ValueError(f"no prompt given: --choice took every word after it ({taken}); put the prompt before "
                              '--choice, or end the choices with -- (--choice yes no -- "PROMPT")')
         raise ValueError('no prompt given; pass "PROMPT" arguments (- reads one from stdin) or --prompts-file FILE '
                          "(- for stdin, one prompt per line)")
-    if args.prompt.count(STDIN) > 1:
+    if texts.count(STDIN) > 1:
         raise ValueError("the prompt argument - (stdin) was given twice; stdin holds one prompt, give - once")
     return [PromptLine("argument", i, read_stdin_prompt() if text == STDIN else text)
-            for i, text in enumerate(args.prompt, start=1)]
+            for i, text in enumerate(texts, start=1)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate text for one or more prompts")
     gen.add_argument("prompt", nargs="*", help="prompt text (chat template applied when the tokenizer has one); "
                                                "- reads one prompt from stdin")
+    gen.add_argument("-p", "--prompt", dest="prompt_option", action="append", metavar="TEXT",
+                     help="a prompt, as a PROMPT argument (llama.cpp's -p), repeatable")
     gen.add_argument("--prompts-file", metavar="FILE", default=None,
                      help="read prompts from FILE (- for stdin): one per text line, or .jsonl (or .json) lines "
                           'with "prompt" or "messages"')
