@@ -73,3 +73,49 @@ def test_readme_chat_settings_examples_are_accepted(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "error" not in err and err.count("(set ") == len([c for c in commands if c.startswith("/set")])
     assert "max_tokens=32" in err  # /show after /set max-tokens=32
+
+
+def _commands() -> dict[str, set[str]]:
+    """``"generate"``, ``"bench serve"``, ... -> the option strings that command takes."""
+    import argparse
+
+    from dllm.cli.main import build_parser
+
+    found: dict[str, set[str]] = {}
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, command in action.choices.items():
+                    key = f"{path} {name}".strip()
+                    found[key] = {o for a in command._actions for o in a.option_strings}
+                    walk(command, key)
+
+    walk(build_parser(), "")
+    return found
+
+
+def unknown_cli_flags(block: str, commands: dict[str, set[str]]) -> list[str]:
+    """Flags on the block's ``dllm ...`` lines (``torchrun ... -m dllm ...``, ``VAR=x dllm ...``
+    too) that their command does not take, as ``"command --flag"``."""
+    bad = []
+    for line in block.splitlines():
+        match = re.search(r"(?:^|\s)dllm ((?:bench )?[a-z-]+)(.*)", line.split("   #", 1)[0])
+        if match and match.group(1) in commands:
+            flags = re.findall(r"(?<![\w-])--[a-z][\w-]*", match.group(2))
+            bad += [f"{match.group(1)} {f}" for f in flags if f not in commands[match.group(1)]]
+    return bad
+
+
+def test_readme_cli_examples_use_flags_their_commands_take():
+    commands = _commands()
+    assert {"generate", "chat", "serve", "models", "bench parallelbench", "bench throughput"} <= set(commands)
+    blocks = README.split("```")[1::2]
+    assert CLI_BLOCK in blocks and sum("dllm serve" in b for b in blocks) >= 2  # every code block
+    assert unknown_cli_flags("\n".join(blocks), commands) == []
+
+
+def test_cli_flag_check_sees_a_flag_the_command_lacks():
+    commands = _commands()
+    block = "dllm serve --model PATH --gen-length 8   # x\ntorchrun --nproc_per_node=2 -m dllm bench throughput --out x --rates 1"
+    assert unknown_cli_flags(block, commands) == ["bench throughput --rates"]
