@@ -141,3 +141,18 @@ def test_a_block_longer_than_max_tokens_is_the_canvas_generate_decodes(lm, monke
     monkeypatch.setattr("sys.stdin", io.StringIO("Copy: Ann Lee\n"))
     assert main(["chat", "--no-live", "--block-length", "32", "--max-tokens", "6"]) == 0
     assert capsys.readouterr().out == expected + "\n"
+
+
+def test_ollamas_commands_and_set_without_equals(lm, monkeypatch, capsys):
+    """/set key value (and ollama's /set parameter key value) set as key=value does; /clear, /?
+    and /bye are ollama's /reset, /help and /exit."""
+    expected = _conversation_answers(lm, [("Copy: Ann Lee", {"steps": 8}), (None, {}),
+                                          ("Copy: Ann Lee", {"steps": 8, "temperature": 0.5})])
+    stdin = ("/set steps 8\nCopy: Ann Lee\n/clear\n/set parameter temperature 0.5\n/?\nCopy: Ann Lee\n/bye\n"
+             "never\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    assert main(["chat", "--no-live", *ARGS]) == 0  # no line failed
+    captured = capsys.readouterr()
+    assert captured.out == "".join(answer + "\n" for answer in expected)
+    assert "(set steps=8)" in captured.err and "(set temperature=0.5)" in captured.err
+    assert "(conversation cleared)" in captured.err and "commands: /reset" in captured.err

@@ -7,8 +7,9 @@ in flight, each block's start marked with ``BLOCK_GLYPH``); the turn ends with i
 it (pipes, ``--no-live``) the final text is printed left to right as it becomes final.
 A message of several lines goes between triple double quotes (``QUOTE``, as in ollama), so a
 pasted prompt is one turn. Commands: ``/reset`` (forget the conversation), ``/set key=value`` (a
-generation option for the next turns, ``cli.chat_settings``), ``/show`` (the settings), ``/exit``
-(or end of input), ``/help``; ``--system`` sends a system message before every turn.
+generation option for the next turns, ``cli.chat_settings``; ``key value`` too), ``/show`` (the
+settings), ``/exit`` (or end of input), ``/help``, and ollama's ``/bye``, ``/clear``, ``/?``;
+``--system`` sends a system message before every turn.
 Ctrl-C cancels the answer in progress (or the line being typed) and keeps the conversation; a
 second Ctrl-C in a row, or Ctrl-D, ends the session.
 """
@@ -32,6 +33,7 @@ MASK_GLYPH = "_"
 BLOCK_GLYPH = "|"  # where a block in flight begins (pipelined decodes)
 QUOTE = '"""'  # opens and closes a message of several lines, as in ollama
 COMMANDS = ("/reset", "/set", "/show", "/exit", "/quit", "/help")
+OLLAMA_COMMANDS = {"/bye": "/exit", "/clear": "/reset", "/?": "/help"}  # what ollama's users type
 HELP = (f"commands: /reset (forget the conversation), /set key=value (a generation option, {SET_EXAMPLES}), "
         f"/show (the settings), /exit (or Ctrl-D), /help; {QUOTE} opens and closes a message of several lines; "
         "Ctrl-C cancels an answer")
@@ -82,6 +84,7 @@ class ChatSession:
 
     def _command(self, text: str) -> bool:
         name, _, rest = text.partition(" ")
+        name = OLLAMA_COMMANDS.get(name, name)
         if name in ("/exit", "/quit"):
             return False
         if name == "/reset":
@@ -99,6 +102,7 @@ class ChatSession:
 
     def _set(self, text: str) -> None:
         """Apply key=value options if the config they make is valid; otherwise keep the old ones."""
+        text = _one_setting(text)
         try:
             settings = self.settings.updated(text)
             check_answer_room(self.model, settings.config(), settings.length_setting(), "/set max-tokens=",
@@ -147,6 +151,14 @@ class ChatSession:
         and counted; the session goes on."""
         self.errors += 1
         log.error("%s", message, exc_info=exc_info, extra={"prog": PROG})
+
+
+def _one_setting(text: str) -> str:
+    """``key value`` (ollama's ``/set parameter key value`` too) as ``key=value``; other text as given."""
+    words = text.split()
+    if words[:1] == ["parameter"]:
+        words = words[1:]
+    return f"{words[0]}={words[1]}" if len(words) == 2 and "=" not in text else text
 
 
 class _LiveLine:
