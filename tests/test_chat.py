@@ -156,3 +156,19 @@ def test_ollamas_commands_and_set_without_equals(lm, monkeypatch, capsys):
     assert captured.out == "".join(answer + "\n" for answer in expected)
     assert "(set steps=8)" in captured.err and "(set temperature=0.5)" in captured.err
     assert "(conversation cleared)" in captured.err and "commands: /reset" in captured.err
+
+
+def test_the_live_line_is_the_default_on_terminals_that_move_the_cursor(monkeypatch):
+    from dllm.cli.chat import redraws_in_place
+
+    class Out(io.StringIO):
+        def __init__(self, tty: bool) -> None:
+            super().__init__()
+            self.tty = tty
+
+        def isatty(self) -> bool:
+            return self.tty
+
+    for tty, term, live in ((True, "xterm-256color", True), (True, "dumb", False), (False, "xterm", False)):
+        monkeypatch.setenv("TERM", term)
+        assert redraws_in_place(Out(tty)) is live

@@ -16,6 +16,7 @@ second Ctrl-C in a row, or Ctrl-D, ends the session.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
@@ -189,6 +190,12 @@ class _LiveLine:
 
     def clear(self) -> None:
         self.out.write("\r\x1b[K")
+
+
+def redraws_in_place(out: TextIO) -> bool:
+    """The live line's default: ``out`` is a terminal that moves the cursor (TERM=dumb, as an
+    editor's shell buffer, prints the escape codes as text)."""
+    return out.isatty() and os.environ.get("TERM") != "dumb"
 
 
 def banner(model) -> str:

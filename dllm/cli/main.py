@@ -92,7 +92,7 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from dllm.api.request import merge_config
-    from dllm.cli.chat import HELP, banner, require_chat_template, run_chat
+    from dllm.cli.chat import HELP, banner, redraws_in_place, require_chat_template, run_chat
     from dllm.cli.chat_context import check_answer_room
     from dllm.engine.model_fit import check_model_fit
 
@@ -108,7 +108,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     check_answer_room(model, merged, f"{flag} {merged.gen_length if args.max_tokens is None else args.max_tokens}",
                       f"{flag} ", args.system)
     interactive = sys.stdin.isatty()
-    live = sys.stdout.isatty() if args.live is None else args.live
+    live = redraws_in_place(sys.stdout) if args.live is None else args.live
     log.debug("%s", describe(model, config))
     if interactive:
         _line_editing()
@@ -178,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=cmd_generate)
     chat = sub.add_parser("chat", help="a terminal chat with multi-turn history, showing the canvas filling")
     chat.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
-                      help="redraw the filling canvas in place (default: on when stdout is a terminal); "
+                      help="redraw the filling canvas in place (default: on when stdout is a terminal "
+                           "other than TERM=dumb); "
                            "--no-live prints the final text as it becomes final")
     chat.add_argument("--system", "--system-prompt", metavar="TEXT", default=None,
                       help="a system message sent before the conversation at every turn, kept across /reset "
