@@ -23,7 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dllm.samplers.constraints.canvas import allowed_classes, canvas_sets, position_kinds
+from dllm.samplers.constraints.canvas import (allowed_classes, canvas_sets, completable, completable_between,
+                                              position_kinds)
 from dllm.samplers.constraints.token_dfa import TokenDFA
 
 
@@ -55,6 +56,11 @@ class CanvasConstraints:
         self.rows, self.mask_id = rows, mask_id
         self.eos_ids = np.asarray(eos_ids, dtype=np.int64)
         self.scores: Tensor | None = None  # (B, W) the last canvas statistics' probabilities: the commit order
+        # row -> (kinds, sets) of the last canvas whose sets were computed: a commit filter's trial,
+        # and the next step's canvas, differ from it in the window only, so they walk only there
+        # (canvas.completable_between, canvas_sets(held=))
+        self._held: dict[int, tuple[np.ndarray, object]] = {}
+        self._columns: dict[tuple, Tensor] = {}  # (row's dfa, vocab_start, width, device) -> id's column
 
     def _regions(self, state, tokens: Tensor | None = None,
                  rows: Tensor | None = None) -> tuple[np.ndarray, list[int], list[tuple[int, int]]]:
@@ -67,13 +73,27 @@ class CanvasConstraints:
         ends = state.end.tolist()
         return host, row_of, [(P + lead[r], ends[r]) for r in row_of]
 
+    def _kinds(self, row: int, region: np.ndarray) -> np.ndarray:
+        constraint = self.rows[row]
+        return position_kinds(constraint.dfa, region, self.mask_id, self.eos_ids, constraint.limit)
+
     def _sets(self, row: int, region: np.ndarray):
         constraint = self.rows[row]
-        kinds = position_kinds(constraint.dfa, region, self.mask_id, self.eos_ids, constraint.limit)
-        return canvas_sets(constraint.dfa, kinds, constraint.state, constraint.limit)
+        kinds = self._kinds(row, region)
+        sets = canvas_sets(constraint.dfa, kinds, constraint.state, constraint.limit, self._held.get(row))
+        if isinstance(constraint.dfa, TokenDFA):
+            self._held[row] = (kinds, sets)
+        return sets
 
     def _completable(self, row: int, region: np.ndarray) -> bool:
-        return self._sets(row, region).completable(self.rows[row].state)
+        constraint, kinds = self.rows[row], self._kinds(row, region)
+        held = self._held.get(row)
+        if held is not None and len(held[0]) == len(kinds):
+            changed = np.flatnonzero(held[0] != kinds)
+            if len(changed) == 0:
+                return held[1].completable(constraint.state)
+            return completable_between(constraint.dfa, held[1], kinds, changed[0], changed[-1] + 1)
+        return completable(constraint.dfa, kinds, constraint.state, constraint.limit)
 
     def check_start(self, state) -> None:
         """Refuse, before any forward, a row whose canvas holds no word of its language."""
@@ -98,7 +118,7 @@ class CanvasConstraints:
         active = state.runner.active if rows is None else state.runner.active[rows]
         eligible = (state.eligible(tokens) & active[:, None]).cpu().numpy()
         host, row_of, spans = self._regions(state, tokens, rows)
-        keep = None  # (N, W, V) bool, built on the host and applied in one masked_fill
+        drop = None  # (N, W, V) bool: the ids masked, on the logits' device
         for n, row in enumerate(row_of):
             constraint = self.rows[row]
             cols = np.flatnonzero(eligible[n])
@@ -110,23 +130,44 @@ class CanvasConstraints:
                 if rows is None:  # every commit and cut keeps the canvas completable: a bug if not
                     raise RuntimeError(f"row {row}'s canvas no longer holds a word of its constraint")
                 continue
-            if keep is None:
-                keep = np.ones(logits.shape, dtype=bool)
-            keep[n, cols] = self._allowed(row, sets, cols + state.bs - lo, vocab_start, logits.shape[-1])
-        if keep is None:
-            return logits
-        return logits.masked_fill(~torch.from_numpy(keep).to(logits.device), float("-inf"))
+            if drop is None:
+                drop = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+            kept = self._allowed(row, sets, cols + state.bs - lo, vocab_start, logits.shape[-1], logits.device)
+            if drop.device.type == "cpu":  # numpy writes rows of a host array several times faster than torch
+                drop.numpy()[n, cols] = ~kept.numpy()
+            else:  # indices made on the host: a copy to the device, no sync
+                drop[n, torch.from_numpy(cols).to(drop.device)] = ~kept
+        return logits if drop is None else logits.masked_fill(drop, float("-inf"))
 
-    def _allowed(self, row: int, sets, positions: np.ndarray, vocab_start: int, width: int) -> np.ndarray:
-        """(K, width) bool: ids [vocab_start, vocab_start + width) (end-of-text among them) that
-        keep the canvas of ``sets`` completable at each of its holes ``positions`` (K,)."""
+    def _allowed(self, row: int, sets, positions: np.ndarray, vocab_start: int, width: int,
+                 device: torch.device) -> Tensor:
+        """(K, width) bool on ``device``: ids [vocab_start, vocab_start + width) (end-of-text among
+        them) that keep the canvas of ``sets`` completable at each of its holes ``positions`` (K,).
+        Decided per token class on the host ((K, C + 2): the classes, end-of-text, never) and
+        spread over the ids through each id's column (on the device, off the host, for a GPU)."""
+        classes, eos = allowed_classes(self.rows[row].dfa, sets, positions)
+        per_column = np.zeros((len(positions), classes.shape[1] + 2), dtype=bool)
+        per_column[:, : classes.shape[1]] = classes
+        per_column[:, classes.shape[1]] = eos
+        columns = self._id_columns(row, vocab_start, width, device)
+        if columns.device.type == "cpu":  # numpy's gather is several times torch's on the host
+            return torch.from_numpy(np.take(per_column, columns.numpy(), axis=1))
+        return torch.from_numpy(per_column).to(device)[:, columns]
+
+    def _id_columns(self, row: int, vocab_start: int, width: int, device: torch.device) -> Tensor:
+        """(width,) the column of each id [vocab_start, vocab_start + width) in ``_allowed``'s
+        per-column table: its token class, C for end-of-text, C + 1 (never) past the tokenizer.
+        Built once per decode, row's language and device."""
         dfa = self.rows[row].dfa
-        classes, eos = allowed_classes(dfa, sets, positions)
-        known = len(dfa.token_class)  # ids past the tokenizer: never allowed
-        allowed = np.zeros((len(positions), max(known, vocab_start + width)), dtype=bool)
-        allowed[:, :known] = classes[:, dfa.token_class]  # (K, ids)
-        allowed[:, self.eos_ids] = eos[:, None]
-        return allowed[:, vocab_start : vocab_start + width]
+        key = (id(dfa), vocab_start, width, str(device))
+        if key not in self._columns:
+            # a grammar's classes are the token ids themselves
+            C, known = dfa.table.shape[1] if isinstance(dfa, TokenDFA) else dfa.vocab_size, len(dfa.token_class)
+            columns = np.full(max(known, vocab_start + width), C + 1, dtype=np.int64)
+            columns[:known] = dfa.token_class
+            columns[self.eos_ids] = C
+            self._columns[key] = torch.from_numpy(columns[vocab_start : vocab_start + width]).to(device)
+        return self._columns[key]
 
     def allowed_ids(self, state, tokens: Tensor, rows: Tensor, cols: Tensor, width: int) -> Tensor:
         """(N, width) bool: the ids below ``width`` (end-of-text among them) that keep the canvas of
@@ -136,7 +177,7 @@ class CanvasConstraints:
         then the constrained one given what it accepted before."""
         host_cols = cols.tolist()
         host, row_of, spans = self._regions(state, tokens, rows)
-        out = np.ones((len(row_of), width), dtype=bool)
+        out = torch.ones((len(row_of), width), dtype=torch.bool, device=tokens.device)
         for n, row in enumerate(row_of):
             if self.rows[row] is None:
                 continue
@@ -144,8 +185,8 @@ class CanvasConstraints:
             sets = self._sets(row, host[n, lo:hi])
             if not sets.completable(self.rows[row].state):
                 raise RuntimeError(f"row {row}'s accepted prefix no longer holds a word of its constraint")
-            out[n] = self._allowed(row, sets, np.array([host_cols[n] + state.bs - lo]), 0, width)[0]
-        return torch.from_numpy(out).to(tokens.device)
+            out[n] = self._allowed(row, sets, np.array([host_cols[n] + state.bs - lo]), 0, width, tokens.device)[0]
+        return out
 
     def filter_commit(self, state, mask: Tensor, token: Tensor, *, tokens: Tensor | None = None,
                       rows: Tensor | None = None, scores: Tensor | None = None, offset: int | None = None) -> Tensor:

@@ -124,6 +124,20 @@ class TokenDFA:
                 most[targets] = np.maximum(most[targets], most[state] + 1)
         return int(most[self.final].max())
 
+    @functools.cached_property
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sources, targets) of every pair of ``succ``: a set of states' successors (or
+        predecessors) in one gather over them, far fewer than states^2 (canvas.py)."""
+        return np.nonzero(self.succ)
+
+    @functools.cached_property
+    def moves(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The moves into a live state, grouped by class: (state, target) of each, the classes
+        that have one and where each class's group starts (canvas.allowed_classes)."""
+        classes, states = np.nonzero(self.table.T != self.num_states - 1)
+        present, starts = np.unique(classes, return_index=True)
+        return states, self.table[states, classes].astype(np.int64), present, starts
+
     def run(self, state: int, tokens: list[int]) -> int:
         """The state after ``tokens`` (the dead state if they leave the language's prefixes)."""
         for token in tokens:
