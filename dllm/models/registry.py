@@ -71,10 +71,11 @@ def family_for(model_type: str | None, architectures: Iterable[str] | None = Non
     key = (model_type or "").lower()
     candidates = [f for f in FAMILIES.values() if key in f.model_types]
     if not candidates:
-        known = sorted(t for f in FAMILIES.values() for t in f.model_types)
+        known = sorted({t for f in FAMILIES.values() for t in f.model_types})
         raise ValueError(
-            f"unknown model_type {model_type!r} in config.json; dllm knows {known}. "
-            "Set model_type to one of these if the checkpoint has that architecture."
+            f"unknown model_type {model_type!r} in config.json; dllm runs masked-diffusion models, of model_type "
+            f"{', '.join(map(repr, known))} (an autoregressive model, such as llama or qwen2, is for vLLM or "
+            "transformers). Set model_type to one of these only if the weights have that architecture."
         )
     if len(candidates) == 1 or not architectures:
         return candidates[0]
