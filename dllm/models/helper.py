@@ -13,13 +13,15 @@ strategies that use it (``apd``) find it.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from dllm.models.loading import CheckpointError, read_json_object
+from dllm.models.quantize import quiet_torchao
 from dllm.models.tokenizer import load_tokenizer
 
 BUNDLED_HELPERS = Path(__file__).resolve().parent.parent / "assets" / "helpers"
@@ -78,6 +80,21 @@ def tokenizer_mismatch(model_tokenizer, helper_tokenizer) -> str | None:
     return None
 
 
+@contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """transformers' "Loading weights" bar off while a helper loads (it drew one on stderr even
+    under ``dllm -q`` and into files), restored after."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
 def load_helper(helper: str | os.PathLike, model_tokenizer, *, device: torch.device, dtype: torch.dtype) -> HelperLM:
     """Load ``helper`` (a causal LM) on ``device`` in ``dtype``; its tokenizer must match
     ``model_tokenizer`` (checked before any weight is read)."""
@@ -92,10 +109,11 @@ def load_helper(helper: str | os.PathLike, model_tokenizer, *, device: torch.dev
     if mismatch is not None:
         raise ValueError(f"helper {path} does not share the diffusion model's tokenizer: {mismatch}; "
                          "an autoregressive helper must read and write the model's ids (pick one of its tokenizer)")
-    from transformers import AutoModelForCausalLM
-
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False)
+        with quiet_torchao(), _no_progress_bar():  # a library load prints nothing (dllm -q, pipes)
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False)
     except (ValueError, KeyError) as err:  # not a causal LM transformers knows
         raise CheckpointError(f"helper {path} is not a causal LM transformers can load "
                               f"(model_type {raw.get('model_type')!r}): {err}") from err

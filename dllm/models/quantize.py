@@ -52,9 +52,10 @@ class QuantizedCheckpointError(ValueError):
 
 
 @contextmanager
-def _quiet_import() -> Iterator[None]:
+def quiet_torchao() -> Iterator[None]:
     """torchao's import logs a warning for each CUDA extension a CPU build cannot load, and torch
-    one about an Enum it registers: noise for a user who asked for int8 on the CPU."""
+    one about an Enum it registers: noise for a user who asked for int8 on the CPU (or for a
+    helper, whose transformers imports torchao)."""
     loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
@@ -69,7 +70,7 @@ def _quiet_import() -> Iterator[None]:
 def torchao_unavailable() -> str | None:
     """None when torchao imports here, else why not."""
     try:
-        with _quiet_import():
+        with quiet_torchao():
             import torchao.quantization  # noqa: F401
     except Exception as err:  # ImportError, or a torchao built for another torch
         return f"torchao does not import ({type(err).__name__}: {err})"
@@ -151,7 +152,7 @@ def check_checkpoint_unquantized(path: Path) -> None:
 
 
 def _torchao_config(mode: str):
-    with _quiet_import():
+    with quiet_torchao():
         from torchao.quantization import Float8WeightOnlyConfig, Int8WeightOnlyConfig
         from torchao.quantization.granularity import PerRow
     if mode == "int8":  # set_inductor_config=False: leave torch's global compiler settings alone
@@ -161,7 +162,7 @@ def _torchao_config(mode: str):
 
 def quantize_linears(model: nn.Module, mode: str) -> int:
     """Quantize every ``nn.Linear`` of ``model`` but the kept ones (in place); returns how many."""
-    with _quiet_import():
+    with quiet_torchao():
         from torchao.quantization import quantize_
 
     chosen = {fqn for fqn, m in model.named_modules()

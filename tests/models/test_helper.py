@@ -22,10 +22,14 @@ def helper_dir(tiny_dirs, tmp_path_factory):
     return write_tiny_helper(tmp_path_factory.mktemp("helper") / "qwen2", tiny_dirs["dream"], seed=5)
 
 
-def test_helper_loads_through_transformers(tiny_dirs, helper_dir):
+def test_helper_loads_through_transformers(tiny_dirs, helper_dir, capsys):
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    assert hf_logging.is_progress_bar_enabled()
     lm = dllm.load(tiny_dirs["dream"], device="cpu", dtype="float32", helper=helper_dir)
+    assert capsys.readouterr().err == ""  # transformers' "Loading weights" bar drew even under dllm -q
+    assert hf_logging.is_progress_bar_enabled()  # restored for the caller's own transformers loads
     assert isinstance(lm.model.helper, HelperLM) and lm.model.helper.vocab_size == len(lm.tokenizer)
     assert not any(p is q for p in lm.model.parameters() for q in lm.model.helper.model.parameters())
     reference = AutoModelForCausalLM.from_pretrained(helper_dir, dtype=torch.float32).eval()
