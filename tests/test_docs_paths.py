@@ -90,3 +90,27 @@ def test_listed_check_sees_a_file_that_is_not_there():
     entries = listing_entries(ARCHITECTURE)
     renamed = ARCHITECTURE.replace(entries["cache"], entries["cache"].replace("kv.py", "kv_buffers.py"))
     assert listed_but_missing(renamed) == ["cache: kv_buffers.py"]
+
+
+def families_table_gaps(text: str) -> list[str]:
+    """Registered families (``FAMILIES``) without a row in the "Families" table, or whose row's
+    ``model_type`` column leaves out one the family is loaded by (case-insensitive)."""
+    from dllm.models.registry import FAMILIES
+
+    section = text.split("### Families", 1)[1].split("\n#", 1)[0]
+    table = next(part for part in section.split("\n\n") if part.startswith("| family |"))
+    # family name -> its model_type column, lowercased
+    rows = {line.split("`")[1]: line.split("|")[3].lower() for line in table.splitlines() if line.startswith("| `")}
+    gaps = [name for name in FAMILIES if name not in rows]
+    gaps += [f"{name}: {t}" for name, fam in FAMILIES.items() if name in rows
+             for t in fam.model_types if f"`{t}`" not in rows[name]]
+    return gaps
+
+
+def test_families_table_has_every_family_and_model_type():
+    assert families_table_gaps(ARCHITECTURE) == []
+
+
+def test_families_check_sees_a_missing_model_type():
+    without = ARCHITECTURE.replace("`sdar_moe`", "`sdar-moe`")
+    assert set(families_table_gaps(without)) - set(families_table_gaps(ARCHITECTURE)) == {"sdar: sdar_moe"}
