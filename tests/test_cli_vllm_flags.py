@@ -170,3 +170,14 @@ def test_p_and_prompt_give_prompts_as_arguments_do(tiny_dirs, capsys, monkeypatc
     assert "or with -p/--prompt, not both" in _refused(capsys, ["generate", *common, "-p", "a", "b"])
     assert "or with --prompts-file, not both" in _refused(capsys, ["generate", *common, "-p", "a",
                                                                    "--prompts-file", "x.txt"])
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("run", "(did you mean 'chat'?)"),  # ollama run MODEL
+    ("ls", "(did you mean 'models'?)"),
+    ("complete", "(did you mean 'generate'?)"),  # vllm complete
+    ("help", "; for help, dllm --help or dllm COMMAND --help; commands: generate, chat"),
+])
+def test_other_tools_commands_point_to_dllms(capsys, command, expected):
+    err = _refused(capsys, [command, "x"])
+    assert err.startswith(f"dllm: error: unknown command {command!r}") and expected in err, err

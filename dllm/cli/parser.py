@@ -26,6 +26,9 @@ FOREIGN_FLAGS = {
     "--tokenizer-revision": ("--revision",),
     "--code-revision": ("--revision",),
 }
+# commands of other tools (ollama, vLLM) people type, and dllm's
+FOREIGN_COMMANDS = {"run": "chat", "list": "models", "ls": "models", "complete": "generate"}
+
 # flags of other tools dllm has no counterpart of: what it does instead (never a near-miss guess,
 # which would name an option of another meaning: --max-model-len is not --max-tokens)
 FOREIGN_NOTES = {
@@ -97,8 +100,11 @@ class CommandParser(argparse.ArgumentParser):
             return
         names = [str(c) for c in action.choices]
         if isinstance(action, argparse._SubParsersAction):
-            raise argparse.ArgumentError(None, f"unknown command {value!r}{did_you_mean(str(value), names)}; "
-                                               f"commands: {', '.join(names)}")
+            meant = FOREIGN_COMMANDS.get(str(value))
+            hint = f" (did you mean {meant!r}?)" if meant in names else did_you_mean(str(value), names)
+            if str(value) == "help":
+                hint = f"; for help, {self.prog} --help or {self.prog} COMMAND --help"
+            raise argparse.ArgumentError(None, f"unknown command {value!r}{hint}; commands: {', '.join(names)}")
         raise argparse.ArgumentError(action, f"invalid choice {value!r}{did_you_mean(str(value), names)}; "
                                              f"one of: {', '.join(names)}")
 
