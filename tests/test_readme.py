@@ -119,3 +119,17 @@ def test_cli_flag_check_sees_a_flag_the_command_lacks():
     commands = _commands()
     block = "dllm serve --model PATH --gen-length 8   # x\ntorchrun --nproc_per_node=2 -m dllm bench throughput --out x --rates 1"
     assert unknown_cli_flags(block, commands) == ["bench throughput --rates"]
+
+
+def _names_in_sentence(anchor: str) -> list[str]:
+    """The backticked names of the README sentence that holds ``anchor`` (up to its full stop)."""
+    start = README.index(anchor)
+    return re.findall(r"`(\w+)`", README[start:README.index(". ", start)])
+
+
+def test_readme_lists_every_tool_call_parser_and_tiny_family():
+    from dllm.api.tool_parsers import NAMES
+    from dllm.models.registry import FAMILIES
+
+    assert set(NAMES) <= set(_names_in_sentence("`--tool-call-parser NAME`"))
+    assert set(FAMILIES) <= set(_names_in_sentence("write_tiny_checkpoint(dir, family)"))
