@@ -72,7 +72,8 @@ def check_layout(tensor_size: int, world_size: int | None = None, *, whole_world
         return
     if world == 1:
         raise TensorPlanError(f"tensor_parallel={tensor_size} needs {tensor_size} processes: launch it with "
-                              f"torchrun --nproc_per_node {tensor_size}")
+                              f"torchrun --nproc_per_node {tensor_size} (a dllm command: torchrun --nproc_per_node "
+                              f"{tensor_size} -m dllm COMMAND ...; dllm starts no processes of its own)")
     if whole_world:
         raise TensorPlanError(f"tensor_parallel={tensor_size} runs one copy of the model on exactly {tensor_size} "
                               f"processes, this job has {world}: launch it with torchrun --nproc_per_node "

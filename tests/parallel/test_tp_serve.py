@@ -111,4 +111,5 @@ def test_server_options_the_model_refuses_end_the_tensor_parallel_job_at_start()
 def test_tensor_parallel_serve_without_torchrun_is_refused_before_loading(capsys, monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     assert main([*SERVE[2:], "--tensor-parallel", "2", "--model", "no-such-model"]) == 2
-    assert "needs 2 processes: launch it with torchrun --nproc_per_node 2" in capsys.readouterr().err
+    assert "needs 2 processes: launch it with torchrun --nproc_per_node 2 (a dllm command: torchrun " \
+           "--nproc_per_node 2 -m dllm COMMAND ...; dllm starts no processes of its own)" in capsys.readouterr().err
