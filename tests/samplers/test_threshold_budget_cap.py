@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from dllm import GenerationConfig
 from dllm.engine.decoding import decode
+from dllm.kernels import TokenStats
+from dllm.samplers import RuleInput, make_rule
 from tests.oracles import dream_threshold_generate
 
 PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13], [100, 3], [55, 66, 77, 88, 99]]
@@ -48,3 +51,16 @@ def test_budget_cap_must_be_a_bool():
 
     with pytest.raises(ValueError, match="option 'budget_cap' expects bool"):
         make_rule("threshold", {"budget_cap": "yes"})
+
+
+def test_past_the_last_budgeted_step_the_cap_is_what_the_budget_left():
+    """7 masks over 2 steps: 3 a step, a budget of 6. With 4 committed, any step from the last
+    budgeted one on may commit 6 - 4 = 2 more, not a further share per step beyond the budget;
+    every remaining mask clears tau, so the cap alone decides (the two most confident)."""
+    prob = torch.tensor([[0.95, 0.97, 0.96, 0.2, 0.2, 0.2, 0.2]])
+    stats = TokenStats(torch.zeros_like(prob, dtype=torch.long), prob, prob, prob * 10, -torch.log(prob))
+    eligible = torch.tensor([[True, True, True, False, False, False, False]])  # 4 of the 7 committed
+    rule = make_rule("threshold", {"tau": 0.9, "budget_cap": True})
+    for step in (1, 2, 5):
+        inp = RuleInput(stats=stats, eligible=eligible, step=step, num_steps=2, block_masks=torch.tensor([7]))
+        assert rule(inp).tolist() == [[False, True, True, False, False, False, False]], step
