@@ -40,6 +40,9 @@ def _refused(capsys, argv: list[str]) -> str:
     (["serve", "--kv-cache-dtype", "fp8"], "the model's dtype (--dtype)"),
     (["serve", "--enable-lora"], "--adapter DIR"),
     (["serve", "--ssl-keyfile", "k.pem"], "TLS reverse proxy"),
+    (["serve", "--reasoning-parser", "deepseek_r1"], "reasoning included"),
+    (["serve", "--speculative-config", "{}"], "--strategy apd"),
+    (["serve", "--config", "c.yaml"], "on the command line only"),
 ])
 def test_vllm_flags_without_a_counterpart_say_what_dllm_does(capsys, argv, expected):
     err = _refused(capsys, argv)
@@ -52,6 +55,7 @@ def test_vllm_flags_without_a_counterpart_say_what_dllm_does(capsys, argv, expec
     (["serve", "--quantization", "int8"], "--quantize"),
     (["generate", "hi", "--max-num-seqs", "4"], "--batch-size"),  # generate has no --max-batch
     (["chat", "--n-predict", "4"], "--max-tokens"),
+    (["generate", "hi", "--load-in-8bit"], "--quantize"),
 ])
 def test_other_tools_names_point_to_the_flag_of_the_command(capsys, argv, meant):
     assert f"(did you mean {meant!r}?)" in _refused(capsys, argv)
@@ -181,3 +185,23 @@ def test_p_and_prompt_give_prompts_as_arguments_do(tiny_dirs, capsys, monkeypatc
 def test_other_tools_commands_point_to_dllms(capsys, command, expected):
     err = _refused(capsys, [command, "x"])
     assert err.startswith(f"dllm: error: unknown command {command!r}") and expected in err, err
+
+
+def test_cors_flags_of_vllm_are_answered_with_what_the_server_allows(capsys):
+    from dllm.serve.cors import CORS_HEADERS, CORS_METHODS
+
+    for flag in ("--allowed-methods", "--allowed-headers"):
+        err = _refused(capsys, ["serve", flag, '["*"]'])
+        assert all(name in err for name in (*CORS_METHODS, *CORS_HEADERS)) and "did you mean" not in err, err
+
+
+def test_allowed_origins_takes_vllms_json_list(capsys):
+    parse = build_parser().parse_args
+    assert parse(["serve", "--allowed-origins", '["*"]']).allowed_origins == ("*",)
+    both = '["http://localhost:3000", "https://app.example.com"]'
+    assert parse(["serve", "--allowed-origins", both]).allowed_origins == ("http://localhost:3000",
+                                                                          "https://app.example.com")
+    assert parse(["serve", "--allowed-origins", "http://localhost:3000,https://app.example.com"]).allowed_origins \
+        == ("http://localhost:3000", "https://app.example.com")
+    assert "is not a JSON list" in _refused(capsys, ["serve", "--allowed-origins", '["*"'])
+    assert "not a browser origin" in _refused(capsys, ["serve", "--allowed-origins", '["app.example.com/x"]'])

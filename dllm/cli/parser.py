@@ -25,6 +25,7 @@ FOREIGN_FLAGS = {
     "--quantization": ("--quantize",),
     "--tokenizer-revision": ("--revision",),
     "--code-revision": ("--revision",),
+    "--load-in-8bit": ("--quantize",),
 }
 # commands of other tools (ollama, vLLM) people type, and dllm's
 FOREIGN_COMMANDS = {"run": "chat", "list": "models", "ls": "models", "complete": "generate"}
@@ -60,6 +61,14 @@ FOREIGN_NOTES = {
     "--lora-modules": "dllm merges one LoRA adapter into the weights at load (--adapter DIR)",
     "--ssl-keyfile": "dllm serves plain HTTP; put a TLS reverse proxy in front (--allowed-hosts names it)",
     "--ssl-certfile": "dllm serves plain HTTP; put a TLS reverse proxy in front (--allowed-hosts names it)",
+    "--allowed-methods": "browsers may call GET and POST, with the Authorization and Content-Type headers "
+                         "(--allowed-origins says which origins)",
+    "--allowed-headers": "browsers may call GET and POST, with the Authorization and Content-Type headers "
+                         "(--allowed-origins says which origins)",
+    "--reasoning-parser": "dllm returns the answer as the model wrote it, reasoning included (no reasoning_content)",
+    "--speculative-config": "a diffusion model drafts in parallel already; --strategy apd verifies its drafts with an "
+                            "autoregressive helper (--helper)",
+    "--config": "dllm takes its options on the command line only",
     "--download-dir": "dllm reads the Hugging Face cache ($HF_HOME, $HF_HUB_CACHE); or pass a directory to --model",
 }
 

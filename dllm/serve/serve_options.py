@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import socket
@@ -25,8 +26,8 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--protect-health-metrics", action="store_true",
                    help="/health, /metrics and /version need the API key too (default: open)")
     g.add_argument("--allowed-origins", type=_origins, default=(), metavar="ORIGIN,...",
-                   help="browser origins allowed to call the server (CORS), e.g. https://app.example.com "
-                        "(default: none)")
+                   help="browser origins allowed to call the server (CORS), e.g. https://app.example.com, or "
+                        "vLLM's JSON list '[\"https://app.example.com\"]' (default: none)")
     g.add_argument("--allowed-hosts", type=_names, default=(), metavar="NAME,...",
                    help="Host header names accepted besides the loopback ones when bound to 127.0.0.1 (a "
                         "reverse proxy's public name); on another address, the only ones accepted (default: any)")
@@ -121,6 +122,16 @@ def serve_forever(app, args: argparse.Namespace, limits: ServerLimits, sock: soc
 
 
 def _names(text: str) -> tuple[str, ...]:
+    """Comma-separated names, or vLLM's JSON list of them (``'["https://a.example"]'``)."""
+    if text.lstrip().startswith("["):
+        try:
+            names = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a JSON list ({err.msg}); give NAME,NAME or "
+                                             '\'["NAME", "NAME"]\'') from None
+        if not all(isinstance(name, str) for name in names):
+            raise argparse.ArgumentTypeError(f"{text!r} holds a value that is not a string; give a list of names")
+        return tuple(name.strip() for name in names if name.strip())
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
