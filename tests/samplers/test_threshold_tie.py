@@ -78,3 +78,11 @@ def test_learn2pd_at_the_tie(tmp_path):
     # position 0 ties (sigmoid 0.5), 1 is the floor, 2 passes (sigmoid(6) > 0.5): Learn2PD's >
     out = rule(_inp([0.5, 0.9, 0.8])).tolist()
     assert out == [[False, True, True]]
+
+
+def test_factor_at_the_tie():
+    """``factor``: (n + 1)(1 - c(n)) <= f, Fast-dLLM's get_transfer_index_dynamic. With f = 0.75
+    the second most confident (0.75) ties, 3 x 0.25 = 0.75 exactly, and is committed with the
+    first; the third (0.5: 4 x 0.5 = 2) is not."""
+    rule = make_rule("factor", {"factor": 0.75})
+    assert rule(_inp([0.75, 0.9, 0.5])).tolist() == _or(TIE, ABOVE)
