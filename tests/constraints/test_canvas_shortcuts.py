@@ -38,7 +38,8 @@ def test_backward_pass_alone_and_held_sets_decide_as_brute_force(pattern):
                     continue
                 expected = bool(_words_of(trial, pattern))
                 assert completable_between(dfa, sets, kinds, changed[0], changed[-1] + 1) == expected, (held, trial)
-                fresh, reused = canvas_sets(dfa, kinds, dfa.start), canvas_sets(dfa, kinds, dfa.start, held=(held_kinds, sets))
+                fresh = canvas_sets(dfa, kinds, dfa.start)
+                reused = canvas_sets(dfa, kinds, dfa.start, held=(held_kinds, sets))
                 for field in ("reach", "ended", "ok", "tail_eos"):
                     assert np.array_equal(getattr(reused, field), getattr(fresh, field)), (held, trial, field)
                 trials += 1

@@ -109,7 +109,8 @@ def canvas_sets(dfa: TokenDFA, kinds: np.ndarray, start: int, limit: int | None 
             reach[i + 1], ended[i + 1] = reach[i], ended[i]
         else:
             reach[i + 1], ended[i + 1] = _advance(dfa, reach[i], bool(ended[i]), kind)
-        if old is not None and i + 1 >= hi and ended[i + 1] == old.ended[i + 1] and (reach[i + 1] == old.reach[i + 1]).all():
+        if (old is not None and i + 1 >= hi and ended[i + 1] == old.ended[i + 1]
+                and (reach[i + 1] == old.reach[i + 1]).all()):
             break
     for i in range(hi - 1, -1, -1):
         kind = kinds[i]

@@ -135,7 +135,7 @@ class CanvasConstraints:
             kept = self._allowed(row, sets, cols + state.bs - lo, vocab_start, logits.shape[-1], logits.device)
             if drop.device.type == "cpu":  # numpy writes rows of a host array several times faster than torch
                 drop.numpy()[n, cols] = ~kept.numpy()
-            else:  # indices made on the host: a copy to the device, no sync
+            else:  # the host copies (cols, _allowed's table) wait on a queue the .cpu() above already drained
                 drop[n, torch.from_numpy(cols).to(drop.device)] = ~kept
         return logits if drop is None else logits.masked_fill(drop, float("-inf"))
 
