@@ -10,7 +10,8 @@ costs depends on the DFA's states and the vocabulary's size), driven without a m
 ragged answer lengths, random logits each step, 2 commits per row per step, in 32-token blocks.
 Usage: python bench/constraint_step.py [--revision REV] [--settings bundled synthetic]
 (REV: also run rows.py and canvas.py as they were at that commit, side by side in this process,
-and check both decode the same tokens).
+and check both decode the same tokens). On a shared CPU run it with OMP_NUM_THREADS=1: torch's
+thread pool waiting on other jobs swings the forward's time several-fold between runs.
 """
 from __future__ import annotations
 
