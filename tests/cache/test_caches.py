@@ -157,6 +157,13 @@ def test_unknown_cache_option(tiny_models):
         tiny_models["llada"].generate("hi", gen_length=8, cache="dual", cache_args={"bogus": 1})
 
 
+@pytest.mark.parametrize("every", [0, -2])
+def test_refresh_every_must_be_a_positive_number_of_steps(tiny_models, every):
+    """0 would read as "off" (never refresh) rather than the refusal the option documents."""
+    with pytest.raises(ValueError, match="refresh_every must be a positive number of steps"):
+        tiny_models["llada"].generate("hi", gen_length=8, cache="dual", cache_args={"refresh_every": every})
+
+
 def test_cli_cache_args_reach_the_config():
     from dllm.cli import build_parser
     from dllm.cli.options import generation_config
