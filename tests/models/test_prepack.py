@@ -22,6 +22,10 @@ from dllm.validation import OptionTypeError
 REASON = prepack_unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"prepacking unavailable: {REASON}")
 CPU = dict(device="cpu", dtype="float32")
+# oneDNN's bfloat16 linear needs avx512 (bw, vl, dq) or avx_ne_convert; an AVX2-only CPU has neither
+BF16 = pytest.param(torch.bfloat16, marks=pytest.mark.skipif(
+    REASON is not None or not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+    reason="this CPU has no oneDNN bfloat16 support (test_prepack_refuses_bfloat16_without_support covers it)"))
 
 
 def _linear(in_features: int, out_features: int, bias: bool, dtype=torch.float32) -> nn.Linear:
@@ -29,9 +33,10 @@ def _linear(in_features: int, out_features: int, bias: bool, dtype=torch.float32
     return nn.Linear(in_features, out_features, bias=bias).to(dtype).requires_grad_(False)
 
 
-@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("dtype", [torch.float32, BF16])
 @pytest.mark.parametrize("bias", [False, True])
-def test_prepacked_linear_computes_the_linear(dtype, tol, bias):
+def test_prepacked_linear_computes_the_linear(dtype, bias):
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
     linear = _linear(96, 300, bias, dtype)
     x = torch.randn(3, 7, 96).to(dtype)
     got = PrepackedLinear(linear)(x)
@@ -40,7 +45,7 @@ def test_prepacked_linear_computes_the_linear(dtype, tol, bias):
 
 
 @pytest.mark.parametrize("threads", [1, 4])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, BF16])
 @pytest.mark.parametrize("shape", [(128, 1286), (128, 512), (512, 128), (384, 16000)])
 def test_a_row_has_the_same_bits_at_any_row_count(shape, dtype, threads):
     """The batch invariance the engine relies on: row r of a 1100-row call equals row r of any
@@ -95,6 +100,13 @@ def test_prepacked_bundled_model_decodes_ragged_batches_as_single_rows(options):
     batch = decode(lm.model, prompts, cfg).answer.tolist()
     assert batch == [decode(lm.model, [p], cfg).answer[0].tolist() for p in prompts]
     assert batch == decode(dllm.load(**CPU).model, prompts, cfg).answer.tolist()
+
+
+def test_prepack_refuses_bfloat16_without_support(tiny_dirs, monkeypatch):
+    """A CPU without oneDNN bfloat16 (AVX2 only) is refused before loading, naming float32."""
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    with pytest.raises(ValueError, match="bfloat16 support.*dtype='float32'"):
+        dllm.load(tiny_dirs["llada"], device="cpu", dtype="bfloat16", prepack=True)
 
 
 def test_prepack_refuses_what_it_cannot_do(tiny_dirs):
