@@ -40,13 +40,13 @@ def resolve_device(device: str | torch.device, *, source: str | None = None) -> 
             raise ValueError(
                 f"{named} asked for, but this torch sees no CUDA device "
                 f"(torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}); "
-                "use device='cpu' (or 'auto') or install a CUDA build of torch on a machine with a GPU"
+                "use device='cpu' (--device cpu) or 'auto', or install a CUDA build of torch on a machine with a GPU"
             )
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ValueError(f"{named} asked for, but only {torch.cuda.device_count()} "
                              "CUDA device(s) are visible; use cuda:0 .. cuda:N-1")
     elif device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"{named} asked for, but MPS is not available here; use device='cpu'")
+        raise ValueError(f"{named} asked for, but MPS is not available here; use device='cpu' (--device cpu)")
     return device
 
 
