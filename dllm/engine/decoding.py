@@ -531,6 +531,9 @@ class Decoding:
             config = dataclasses.replace(config, block_length=config.gen_length)
         self.model, self.config = model, config
         self.strategy = make_strategy(config.strategy, config.strategy_args)
+        for check, arg in (("check_config", config), ("check_model", model)):  # refused here, not at step 1
+            if hasattr(self.strategy, check):  # (stream would return and raise at its first update)
+                getattr(self.strategy, check)(arg)
         # aligned rows may have no prompt left: the window's first position reads output P - 1
         # (logit shift), so the canvas keeps one column there
         width = max(1, max(len(r.prefix) for r in rows))
