@@ -32,7 +32,9 @@ MoE combine sums a token's slots in order (no ``index_add_``).
 Status: checked on the CPU under the Triton interpreter (each kernel bit for bit in ragged
 batches of 2..33 rows; a tiny LLaDA's and Dream's ragged canvas forwards 8 of 8 rows equal to
 batch 1 through every kernel, against 1 of 8 without them: ``DLLM_KERNELS=triton TRITON_INTERPRET=1
-python -m dllm.bench.batch_invariance``; a tiny DiffusionGemma's encoder and denoiser logits, 3 of 3
+python -m dllm.bench.batch_invariance``, with ``OPENBLAS_CORETYPE=Sandybridge`` on an AVX2 CPU, where
+OpenBLAS's matmul that the interpreter runs ``tl.dot`` with gives a row other bits at another
+position of a tile; a tiny DiffusionGemma's encoder and denoiser logits, 3 of 3
 ragged rows over two canvases, against 1 of 3 without them: tests/models/test_gemma_batch_invariant.py);
 not yet run on a GPU, where the GPU check's
 batch-invariance section measures it and its cost.

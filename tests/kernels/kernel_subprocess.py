@@ -8,6 +8,7 @@ imported, which pytest has long done by the time a test runs; so each kernel tes
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -50,14 +51,30 @@ SKIP_INTERPRETED = _skip_interpreted_reason()
 skip_interpreted = pytest.mark.skipif(SKIP_INTERPRETED is not None, reason=SKIP_INTERPRETED or "")
 
 
-def run_kernel_check(script: str, device: str, interpret: bool) -> None:
-    """Run ``script`` with ``device`` as its argument; fail with its output unless it printed
-    KERNEL-OK and exited 0."""
+# The interpreter runs ``tl.dot`` as numpy's matmul of the whole tile. OpenBLAS's AVX2 (Haswell)
+# sgemm kernel gives a row other bits at another row position of the same tile, where a GPU's MMA
+# treats every row alike; its Sandybridge kernel does not, so interpreted runs on x86_64 use it and
+# the row checks test the Triton program's order, not the emulator's (test_interpreter_dot.py).
+ROW_UNIFORM_OPENBLAS = "Sandybridge"
+
+
+def kernel_env(interpret: bool) -> dict[str, str]:
+    """The environment a kernel check runs in: the Triton path forced, the repo importable, and
+    under the interpreter TRITON_INTERPRET=1 with a row-uniform OpenBLAS kernel on x86_64."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["DLLM_KERNELS"] = "triton"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     if interpret:
         env["TRITON_INTERPRET"] = "1"
+        if platform.machine().lower() in ("x86_64", "amd64"):
+            env["OPENBLAS_CORETYPE"] = ROW_UNIFORM_OPENBLAS
+    return env
+
+
+def run_kernel_check(script: str, device: str, interpret: bool) -> None:
+    """Run ``script`` with ``device`` as its argument; fail with its output unless it printed
+    KERNEL-OK and exited 0."""
+    env = kernel_env(interpret)
     done = subprocess.run([sys.executable, script, device], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0 and "KERNEL-OK" in done.stdout, done.stdout + done.stderr[-6000:]
