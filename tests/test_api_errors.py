@@ -55,7 +55,8 @@ def test_unknown_keyword_is_named_with_or_without_a_config(model, config):
 
 @pytest.mark.parametrize("keyword, meant", [("gen_lenght", "gen_length"), ("temprature", "temperature"),
                                             ("max_new_tokens", "max_tokens"), ("max_length", "max_tokens"),
-                                            ("num_return_sequences", "n"), ("stop_sequences", "stop")])
+                                            ("num_return_sequences", "n"), ("stop_sequences", "stop"),
+                                            ("generation_config", "config")])
 def test_an_unknown_keyword_is_told_the_one_meant(model, keyword, meant):
     """transformers' and vLLM's names, and typos, get the keyword generate takes (max_tokens, n
     and stop are no GenerationConfig fields, so the list of known fields alone never named them)."""
@@ -167,3 +168,65 @@ def test_a_prompt_past_the_context_names_max_tokens_when_it_set_the_length(model
         next(model.stream(model.tokenizer.decode(prompt), max_tokens=context, chat=False))
     with pytest.raises(ValueError, match=rf"\+ gen_length {context} = .* shorten the prompt or lower gen_length$"):
         model.generate_ids([prompt], gen_length=context)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_do_sample_is_told_the_temperature_that_means_it(model, value):
+    """transformers' do_sample was offered 'compile', its nearest spelling."""
+    with pytest.raises(ValueError, match=r"\['do_sample'\].*do_sample=True is temperature=1\.0 .*do_sample=False "
+                                         r"the default temperature=0 \(argmax\)\)$"):
+        model.generate("hi", max_tokens=8, do_sample=value)
+
+
+@pytest.mark.parametrize("keyword", ["min_tokens", "min_p", "repetition_penalty", "ignore_eos"])
+def test_an_option_with_no_counterpart_is_not_corrected_to_another_meaning(model, keyword):
+    """vLLM's min_tokens was told "did you mean 'max_tokens'?", the opposite bound."""
+    with pytest.raises(ValueError, match=rf"\[{keyword!r}\].*\(another library's option, which dllm has no "
+                                         r"counterpart for\)$") as err:
+        model.generate("hi", max_tokens=8, **{keyword: 1})
+    assert "did you mean" not in str(err.value)
+
+
+@pytest.mark.parametrize("keyword, value, fix", [
+    ("seeds", [1], r"pass seed=N \(generate takes seeds, one per prompt\)"),
+    ("n", 2, r"call it once per seed \(seed=N\), or use generate\(n=\.\.\.\)"),
+    ("echo", True, r"put the prompt before it, or use generate\(echo=True\)"),
+])
+def test_stream_names_what_it_takes_instead_of_generates_batch_keywords(model, keyword, value, fix):
+    """stream(seeds=[1]) was told "unknown generation option(s) ['seeds'] (did you mean 'seeds'?)"."""
+    with pytest.raises(ValueError, match=rf"^stream does not take {keyword}: .*{fix}$"):
+        model.stream("hi", max_tokens=8, **{keyword: value})
+
+
+@pytest.mark.parametrize("prompts", [[[1, 2, 3]], [[1, 2], [3]], [1, 2, 3]])
+def test_token_ids_given_to_generate_name_generate_ids(model, prompts):
+    with pytest.raises(TypeError, match=r"these are token ids, which model\.generate_ids\(\[\[id, \.\.\.\], \.\.\.\]\) takes"):
+        model.generate(prompts, max_tokens=8)
+    with pytest.raises(TypeError, match=r"model\.generate_ids"):
+        model.stream(prompts, max_tokens=8)
+
+
+def test_an_empty_message_list_is_named_as_one(model):
+    with pytest.raises(ValueError, match=r"prompt 1 is an empty list; a chat prompt needs at least one message"):
+        model.generate(["hi", []], max_tokens=8)
+
+
+@pytest.mark.parametrize("keyword, value, meant", [("torch_dtype", "bfloat16", "dtype"), ("device_map", "auto", "device"),
+                                                   ("pretrained_model_name_or_path", "x", "path"),
+                                                   ("devcie", "cpu", "device")])
+def test_load_names_its_keyword_for_transformers_ones_before_reading_files(keyword, value, meant):
+    """from_pretrained's keywords were Python's bare "unexpected keyword argument"; the path
+    does not exist, so only a check made before any file is read can answer."""
+    with pytest.raises(TypeError, match=rf"load\(\) got unknown keyword\(s\) \[{keyword!r}\]; known: .*'dtype'.*"
+                                        rf"\(did you mean {meant!r}\?\)$"):
+        dllm.load("no/such-dir", **{keyword: value})
+
+
+def test_trust_remote_code_is_taken_and_changes_nothing(tiny_dirs):
+    """dllm runs no checkpoint code: True loads the model False loads, bit for bit."""
+    trusted = dllm.load(tiny_dirs["llada"], device="cpu", trust_remote_code=True)
+    plain = dllm.load(tiny_dirs["llada"], device="cpu")
+    ids = [trusted.encode("hi", chat=False)]
+    assert trusted.generate_ids(ids, max_tokens=8).token_ids == plain.generate_ids(ids, max_tokens=8).token_ids
+    with pytest.raises(TypeError, match=r"trust_remote_code must be True or False, got 'yes'"):
+        dllm.load("no/such-dir", trust_remote_code="yes")

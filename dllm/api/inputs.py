@@ -27,16 +27,28 @@ def prompt_batch(prompts: Any) -> list[str | list[dict[str, str]]]:
         raise OptionTypeError(f"prompts must be {PROMPT_FORMS}; got {type(prompts).__name__}")
     if not prompts:
         raise ValueError("no prompts given; pass at least one prompt")
+    if all(isinstance(p, numbers.Integral) for p in prompts) or all(is_token_ids(p) for p in prompts):
+        raise OptionTypeError("prompts are text or chat messages; these are token ids, which "
+                              "model.generate_ids([[id, ...], ...]) takes (one list of ids per prompt)")
     batch = []
     for i, prompt in enumerate(prompts):
         if isinstance(prompt, str):
             batch.append(prompt)
         elif is_messages(prompt):
             batch.append(check_messages(prompt, i))
+        elif isinstance(prompt, (list, tuple)) and not prompt:
+            raise ValueError(f"prompt {i} is an empty list; a chat prompt needs at least one message "
+                             "({'role': 'user', 'content': '...'})")
         else:
             raise OptionTypeError(f"prompt {i} is {type(prompt).__name__}; each prompt must be a string "
                                   "or a list of chat messages ({'role': ..., 'content': ...} dicts)")
     return batch
+
+
+def is_token_ids(value: Any) -> bool:
+    """A non-empty list of ints: one prompt's token ids."""
+    return (isinstance(value, (list, tuple)) and len(value) > 0
+            and all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in value))
 
 
 def is_messages(value: Any) -> bool:

@@ -23,7 +23,7 @@ from dllm.models.placement import resolve_device
 from dllm.models.quantize import check_checkpoint_unquantized, check_quantize, quantize_linears
 from dllm.models.tokenizer import check_decodable, check_tokenizer_fits
 from dllm.api.outputs import GenerationOutput, end_row
-from dllm.api.request import OutputRequest, merge_config, row_seeds
+from dllm.api.request import OutputRequest, check_stream_keywords, meant_keyword, merge_config, row_seeds
 from dllm.api.streaming import StreamUpdate, stream_decoding
 from dllm.api.structured import default_max_tokens, parse_constraint, row_constraint
 from dllm.api.tools import ToolChoice, check_readable, parse_tool_choice, template_messages
@@ -153,6 +153,7 @@ class DiffusionLM:
         prefix of a constrained answer is a prefix of a word); ``logprobs`` as ``generate``'s, on every
         update (one per id of its ``final_ids``); ``tools`` as ``generate``'s, the calls on the last
         update (``tool_calls``). Bad input raises here, before any model work."""
+        check_stream_keywords(options)
         tool = self._tool_choice(tools, tool_choice, parallel_tool_calls, False, chat, regex, choice, json_schema,
                                  grammar, parser=tool_call_parser)
         request, config, constraint = self._prepare(config, options, self._request(
@@ -244,7 +245,7 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
          tensor_parallel: int = 1,
          quantize: str | None = None, adapter: str | Path | None = None,
          helper: str | Path | None = None, batch_invariant: bool = False,
-         chat_template: str | Path | None = None) -> DiffusionLM:
+         chat_template: str | Path | None = None, trust_remote_code: bool = False, **unknown: Any) -> DiffusionLM:
     """Load a checkpoint directory, a bundled model by name (``dllm models`` lists them;
     default: the bundled LLaDA-layout model), or a Hugging Face hub id (``org/name``) from the
     user's hub cache, fetching only the files dllm reads when they are not there
@@ -284,7 +285,12 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     chat_template: the chat template to use instead of the checkpoint's (a file's path or the Jinja
     text, as vLLM's ``--chat-template``), e.g. one that shows tools; rendered once before any weight
     is read (``dllm.models.chat_template``).
+    trust_remote_code: taken as transformers and vLLM take it, and changes nothing: dllm runs no
+    code from a checkpoint (each family is its own module), so there is nothing to trust.
+    Other keywords of transformers' ``from_pretrained`` are refused naming dllm's (``torch_dtype``:
+    ``dtype``; ``device_map``: ``device``, the whole model on one device).
     """
+    check_load_keywords(unknown, trust_remote_code)
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise OptionTypeError(f"path must be a checkpoint directory, a bundled model's name or a hub id "
                               f"(str or Path), got {type(path).__name__}")
@@ -327,3 +333,23 @@ def load(path: str | Path | None = None, *, device: str | torch.device = "auto",
     if helper is not None:
         model.helper = load_helper(helper, tokenizer, device=model.device, dtype=model.dtype)
     return DiffusionLM(model, tokenizer, path)
+
+
+# transformers' from_pretrained keywords and the load() keyword that does their job here
+LOAD_FOREIGN = {"torch_dtype": "dtype", "device_map": "device", "model_name_or_path": "path", "pretrained": "path",
+                "pretrained_model_name_or_path": "path", "model": "path", "quantization_config": "quantize",
+                "tensor_parallel_size": "tensor_parallel"}
+
+
+def check_load_keywords(unknown: dict[str, Any], trust_remote_code: Any) -> None:
+    """load()'s keywords beyond its own refused before any file is read, each named with the one
+    meant (a transformers user's ``torch_dtype=``, ``device_map="auto"``, or a typo)."""
+    if not isinstance(trust_remote_code, bool):
+        raise OptionTypeError(f"trust_remote_code must be True or False, got {trust_remote_code!r}")
+    if unknown:
+        import inspect
+
+        known = [name for name in inspect.signature(load).parameters if name != "unknown"]
+        name = sorted(unknown)[0]
+        raise OptionTypeError(f"load() got unknown keyword(s) {sorted(unknown)}; known: {known}"
+                              f"{meant_keyword(name, known, foreign=LOAD_FOREIGN, call=())}")

@@ -61,17 +61,44 @@ class OutputRequest:
 CALL_KEYWORDS = ("chat", "seeds", "stop", "stop_token_ids", "max_tokens", "n", "echo", "logprobs", "regex", "choice",
                  "json_schema", "grammar")
 FOREIGN_KEYWORDS = {"top_logprobs": "logprobs", "max_new_tokens": "max_tokens", "max_length": "max_tokens", "num_return_sequences": "n",
-                    "stop_sequences": "stop", "stop_strings": "stop", "eos_token_id": "stop_token_ids"}
+                    "stop_sequences": "stop", "stop_strings": "stop", "eos_token_id": "stop_token_ids",
+                    "generation_config": "config", "sampling_params": "config"}
+# transformers' and vLLM's options with no counterpart here: named as such, never "corrected" to
+# a near spelling of another meaning (min_tokens is no max_tokens)
+NO_COUNTERPART = ("min_tokens", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "num_beams",
+                  "length_penalty", "no_repeat_ngram_size", "ignore_eos", "best_of", "use_beam_search")
+SAMPLING_HINT = ("dllm samples when temperature > 0, so do_sample has no keyword of its own: do_sample=True is "
+                 "temperature=1.0 (or another value > 0), do_sample=False the default temperature=0 (argmax)")
+# generate's keywords that stream (one prompt, one sample, the answer alone) does not take, and what to do instead
+GENERATE_ONLY = {"seeds": "stream decodes one prompt: pass seed=N (generate takes seeds, one per prompt)",
+                 "n": "stream decodes one sample: call it once per seed (seed=N), or use generate(n=...)",
+                 "echo": "stream's updates carry the answer alone: put the prompt before it, or use "
+                         "generate(echo=True)"}
 
 
-def meant_keyword(name: str, fields: set[str]) -> str:
+def meant_keyword(name: str, fields: set[str] | Sequence[str], *, foreign: dict[str, str] | None = None,
+                  call: Sequence[str] = CALL_KEYWORDS) -> str:
     """``" (did you mean 'x'?)"`` for an unknown keyword: another library's name for one of
-    ours, or the closest field or call keyword; ``""`` when nothing is close."""
+    ours (``foreign``, default generate's), or the closest field or ``call`` keyword; what to
+    write instead of ``do_sample``; ``""`` when nothing is close or the option has no counterpart."""
     import difflib
 
-    close = [FOREIGN_KEYWORDS[name]] if name in FOREIGN_KEYWORDS else difflib.get_close_matches(
-        name, [*fields, *CALL_KEYWORDS], n=1, cutoff=0.6)
+    foreign = FOREIGN_KEYWORDS if foreign is None else foreign
+    if name == "do_sample":
+        return f" ({SAMPLING_HINT})"
+    if name in NO_COUNTERPART:
+        return " (another library's option, which dllm has no counterpart for)"
+    close = [foreign[name]] if name in foreign else difflib.get_close_matches(
+        name, [*fields, *call], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_stream_keywords(options: dict[str, Any]) -> None:
+    """stream's keywords beyond GenerationConfig's: generate's batch and echo options are named
+    with what stream takes instead (the list of known fields alone offered them back)."""
+    for name, fix in GENERATE_ONLY.items():
+        if name in options:
+            raise ValueError(f"stream does not take {name}: {fix}")
 
 
 def merge_config(config: GenerationConfig | None, options: dict[str, Any],
