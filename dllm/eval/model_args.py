@@ -43,6 +43,9 @@ class EvalOptions:
       ranks holds one copy per this many, and lm-eval shards the documents over the copies.
     adapter: a PEFT LoRA adapter directory merged into ``pretrained`` at load (as dllm.load), e.g.
       a D2F student's; the records of a run with one never answer a run without it.
+    trust_remote_code: what lm-eval's ``--trust_remote_code`` adds to the model args (besides
+      letting ``datasets`` run a task's loading script); dllm runs no checkpoint code, so it
+      changes nothing here (as ``dllm.load``'s).
     """
 
     pretrained: str | None = None
@@ -59,6 +62,7 @@ class EvalOptions:
     max_batch_size: int | None = None
     tensor_parallel: int = 1
     adapter: str | None = None
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.batch_size, str) and self.batch_size.startswith("auto"):

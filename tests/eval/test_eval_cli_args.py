@@ -46,3 +46,21 @@ def test_the_default_dtype_is_dllm_loads(tiny_dirs, tmp_path):
     expected = dllm.load(path, device="cpu").model.dtype
     lm = DllmLM(pretrained=str(path), device="cpu")
     assert str(expected) == "torch.bfloat16" and lm.model.dtype == expected
+
+
+def test_lm_evals_trust_remote_code_flag_loads_the_model(tiny_dirs):
+    """lm-eval's --trust_remote_code (often needed for a task's dataset script) adds
+    trust_remote_code=True to the model args; the dllm model refused it as an unknown key, so
+    the flag failed every run. dllm runs no checkpoint code: it loads as without the flag."""
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+
+    config = EvaluatorConfig(model="dllm", model_args={"pretrained": str(tiny_dirs["llada"])}, tasks=["t"],
+                             trust_remote_code=True)._set_trust_remote_code()
+    assert config.model_args["trust_remote_code"] is True  # what lm-eval hands the model
+    flags = {"batch_size": 1, "max_batch_size": None, "device": "cpu"}
+    trusted = DllmLM.create_from_arg_obj(config.model_args, flags)
+    plain = DllmLM.create_from_arg_obj({"pretrained": str(tiny_dirs["llada"])}, flags)
+    ids = [trusted.tok_encode("hi")]
+    assert trusted.dllm.generate_ids(ids, max_tokens=8).token_ids == plain.dllm.generate_ids(ids, max_tokens=8).token_ids
+    with pytest.raises(TypeError, match=r"model_args trust_remote_code expects bool"):
+        DllmLM.create_from_arg_obj({"pretrained": "no/such-model", "trust_remote_code": "maybe"}, flags)
