@@ -230,3 +230,13 @@ def test_trust_remote_code_is_taken_and_changes_nothing(tiny_dirs):
     assert trusted.generate_ids(ids, max_tokens=8).token_ids == plain.generate_ids(ids, max_tokens=8).token_ids
     with pytest.raises(TypeError, match=r"trust_remote_code must be True or False, got 'yes'"):
         dllm.load("no/such-dir", trust_remote_code="yes")
+
+
+@pytest.mark.parametrize("config, options", [(dllm.GenerationConfig(gen_length=16, block_length=8, steps=8), {}),
+                                             (None, {"block_length": 8, "steps": 8})])
+def test_a_steps_budget_the_rounded_max_tokens_breaks_names_the_rounding(model, config, options):
+    """max_tokens=20 in blocks of 8 is a canvas of 24 (3 blocks), which 8 steps do not divide: the
+    error spoke of a gen_length of 3 blocks the caller never gave."""
+    with pytest.raises(ValueError, match=r"steps=8 must be a positive multiple of the number of blocks \(3 = .*"
+                                         r"\(max_tokens=20 makes the canvas gen_length=24, whole blocks of 8\)$"):
+        model.generate("hi", config, max_tokens=20, **options)

@@ -135,7 +135,13 @@ def merge_config(config: GenerationConfig | None, options: dict[str, Any],
     if max_tokens is not None:
         block = options.get("block_length", values.get("block_length"))
         values["gen_length"] = block_aligned_gen_length(max_tokens, block)
-    merged = GenerationConfig(**{**values, **options})
+    try:
+        merged = GenerationConfig(**{**values, **options})
+    except ValueError as err:  # a kept steps budget or sub-block the rounded length does not fit
+        if max_tokens is None or isinstance(err, OptionTypeError) or values["gen_length"] == max_tokens:
+            raise
+        raise ValueError(f"{err} (max_tokens={max_tokens} makes the canvas gen_length={values['gen_length']}, "
+                         f"whole blocks of {block})") from None
     if config is None and "block_length" not in options:  # the default block: the model's own
         merged = canvas_blocks(merged, model, max_tokens)
     return merged
