@@ -236,10 +236,15 @@ class DllmLM(LM):
                              "which tensor parallelism does not combine yet; evaluate them without "
                              "tensor_parallel (generate_until tasks run with it)")
         pairs = [self._encode_pair(*request.args) for request in requests]
-        for i, (context, continuation) in enumerate(pairs):
+        limit = self.model.config.max_sequence_length
+        for i, (context, continuation) in enumerate(pairs):  # every request, before any forward
             if not continuation:
                 raise ValueError(f"request {i} ({_where(requests[i])}): the continuation {requests[i].args[1]!r} "
                                  "encodes to no tokens")
+            if len(context) + len(continuation) > limit:
+                raise ValueError(f"request {i} ({_where(requests[i])}): {len(context)} context + {len(continuation)} "
+                                 f"continuation tokens exceed the model's context of {limit}; shorten the "
+                                 "context (fewer --num_fewshot examples), as nothing is cut from it")
         results: list[tuple[float, bool] | None] = [None] * len(requests)
         pending = []
         for i, request in enumerate(requests):

@@ -156,6 +156,22 @@ def test_a_context_past_the_model_names_the_tasks_max_gen_toks(tiny_dirs):
         lm.generate_until([_gen(text, 0, max_gen_toks=asked)])
 
 
+def test_a_likelihood_context_past_the_model_is_named_before_any_forward(tiny_dirs, monkeypatch):
+    """The length was checked per chunk inside the estimator: request 5 of batches of 2 was
+    called "request 1", with no task or doc, after the chunks before it had been computed."""
+    import dllm.eval.lm_eval as lm_eval_model
+
+    lm = _lm(tiny_dirs["llada"], batch_size=2, mc_num=2)
+    context = lm.model.config.max_sequence_length
+    long = "a " * context
+    length = len(lm.encode_context(long.rstrip()))
+    monkeypatch.setattr(lm_eval_model, "mc_loglikelihood", lambda *a, **k: pytest.fail("a forward ran"))
+    requests = [_ll("short", " b", i) for i in range(5)] + [_ll(long, "b", 5)]
+    with pytest.raises(ValueError, match=rf"^request 5 \(task t, doc 5\): {length} context \+ \d+ continuation tokens "
+                                         rf"exceed the model's context of {context}; shorten the context"):
+        lm.loglikelihood(requests, disable_tqdm=True)
+
+
 def test_a_rerun_answers_from_its_records_and_writes_speed(tiny_dirs, tmp_path, monkeypatch):
     args = {"save_dir": str(tmp_path), "mc_num": 4, "batch_size": 2, "greedy_check": False}
     gen = [_gen(p, i) for i, p in enumerate(PROMPTS)]
