@@ -89,7 +89,7 @@ class DiffusionLM:
         by prompt); ``echo`` puts the prompt's text before each answer, as the model read it (chat
         template included). ``logprobs``: each kept answer token's log-probability under the
         forward that committed it, with this many most likely alternatives (``output.logprobs``;
-        the plain strategy only, as the server's). Every row says why it
+        strategy plain with stopper none or eotp, as the server's). Every row says why it
         ended in ``finish_reasons``. ``regex`` / ``choice`` / ``json_schema`` / ``grammar`` (Lark EBNF; one of them) keep
         every answer a word of that language, ending within ``max_tokens`` (structured output,
         ``dllm.samplers.constraints``). ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` are

@@ -258,3 +258,32 @@ def test_adapter_model_arg_merges_the_lora_adapter(tiny_dirs, tmp_path):
     plain = _lm(tiny_dirs["llada"])
     assert not torch.equal(plain.model.state_dict()["layers.0.attn.q_proj.weight"], got["layers.0.attn.q_proj.weight"])
     assert lm.records.fingerprint != plain.records.fingerprint
+
+
+def test_simple_evaluate_by_name_answers_as_the_python_api(tiny_dirs, monkeypatch, tmp_path):
+    """lm-eval's Python entry with the registered name (importing dllm.eval.lm_eval registers it)
+    and a local task: each logged answer is generate's text for the context at the task's
+    max_gen_toks, cut at its until string."""
+    from pathlib import Path
+
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    import datasets
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")  # the task's JSON, not the user's cache
+    tasks = TaskManager(include_path=str(Path(__file__).resolve().parent / "tasks"))
+    out = lm_eval.simple_evaluate(model="dllm", model_args={"pretrained": str(tiny_dirs["llada"]), "device": "cpu"},
+                                  tasks=["dllm_reverse_gen"], task_manager=tasks, limit=3, batch_size=2,
+                                  log_samples=True)
+    samples = out["samples"]["dllm_reverse_gen"]
+    model = dllm.load(tiny_dirs["llada"], device="cpu")
+    assert len(samples) == 3
+    answers = []
+    for sample in samples:
+        ((context, gen_kwargs),) = sample["arguments"]
+        assert (gen_kwargs["max_gen_toks"], gen_kwargs["until"]) == (32, ["\n"])  # the task's
+        answers.append(model.generate(context, chat=False, max_tokens=32).texts[0].split("\n")[0])
+        assert sample["resps"] == [[answers[-1]]]
+    assert any(answers)  # text to compare, not three empty answers
