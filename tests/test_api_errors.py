@@ -240,3 +240,21 @@ def test_a_steps_budget_the_rounded_max_tokens_breaks_names_the_rounding(model, 
     with pytest.raises(ValueError, match=r"steps=8 must be a positive multiple of the number of blocks \(3 = .*"
                                          r"\(max_tokens=20 makes the canvas gen_length=24, whole blocks of 8\)$"):
         model.generate("hi", config, max_tokens=20, **options)
+
+
+def test_load_reads_a_home_relative_path_and_refuses_an_empty_one(tiny_dirs, tmp_path, monkeypatch):
+    """"~/models/x" was "does not exist ... not a hub id" (the ~ read as a folder name), and ""
+    loaded the working directory (Path("") is ".")."""
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(tiny_dirs["llada"], home / "models" / "tiny")
+    monkeypatch.setenv("HOME", str(home))
+    loaded = dllm.load("~/models/tiny", device="cpu")
+    assert loaded.path == home / "models" / "tiny"
+    ids = [loaded.encode("hi", chat=False)]
+    expected = dllm.load(tiny_dirs["llada"], device="cpu").generate_ids(ids, max_tokens=8).token_ids
+    assert loaded.generate_ids(ids, max_tokens=8).token_ids == expected
+    monkeypatch.chdir(home / "models" / "tiny")  # a checkpoint where "" would have found one
+    with pytest.raises(ValueError, match="the model path is empty; pass a checkpoint directory"):
+        dllm.load("")

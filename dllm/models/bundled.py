@@ -81,10 +81,13 @@ def resolve_model_path(model: str | os.PathLike | None, revision: str | None = N
     ``revision``; ``dllm.models.hub``), or None (the default model).
 
     An existing directory always wins over a name, so a local folder called like a bundled
-    model or a hub id is what it says."""
-    if model is not None and Path(model).exists():
+    model or a hub id is what it says; a leading ``~`` is the user's home, as in a shell."""
+    if isinstance(model, str) and not model.strip():  # Path("") is the working directory
+        raise ValueError("the model path is empty; pass a checkpoint directory, a bundled model's name or a hub id "
+                         "(or None: the default model)")
+    if model is not None and Path(model).expanduser().exists():
         _no_revision(revision, f"{str(model)!r} is a local directory")
-        return Path(model)
+        return Path(model).expanduser()
     models = bundled_models()
     if model is None or (isinstance(model, str) and model in models):
         _no_revision(revision, f"{model or DEFAULT_MODEL!r} is a bundled model")
