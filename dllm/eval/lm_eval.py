@@ -123,7 +123,8 @@ class DllmLM(LM):
         Without ``block_length`` in model_args the answer is one block of ``max_gen_toks``
         (steps scaled to keep model_args' tokens per step); with it, whole blocks of that size
         and model_args' steps per block. Sampling kwargs of the task replace model_args';
-        ``do_sample`` false is argmax, true without a temperature samples at 1 (transformers').
+        ``do_sample`` false is argmax, true without a temperature samples at 1 (transformers'); a
+        temperature the task gives is kept beside it, 0 included (vLLM's reading).
         """
         unknown = sorted(set(gen_kwargs) - HANDLED_KWARGS)
         if unknown and str(unknown) not in self._warned:
@@ -151,7 +152,7 @@ class DllmLM(LM):
                 values[key] = gen_kwargs[key]
         if gen_kwargs.get("do_sample") is False:
             values["temperature"] = 0.0
-        elif gen_kwargs.get("do_sample") is True and values["temperature"] == 0:
+        elif gen_kwargs.get("do_sample") is True and values["temperature"] == 0 and "temperature" not in gen_kwargs:
             values["temperature"] = 1.0  # transformers' default: sampling was asked for, not argmax
         try:
             return GenerationConfig(**values), max_tokens

@@ -141,6 +141,9 @@ def test_do_sample_samples_as_transformers_does(tiny_dirs):
     assert config.temperature == 0.2
     config, _ = _lm(tiny_dirs["llada"], temperature=0.7).request_config({"do_sample": False})
     assert config.temperature == 0.0
+    # the task's own temperature 0 beside do_sample true is kept, as vLLM reads it (it sampled at 1)
+    config, _ = _lm(tiny_dirs["llada"]).request_config({"do_sample": True, "temperature": 0.0})
+    assert config.temperature == 0.0
 
 
 def test_a_context_past_the_model_names_the_tasks_max_gen_toks(tiny_dirs):
