@@ -166,6 +166,10 @@ class DllmLM(LM):
             gen_kwargs = dict(gen_kwargs or {})
             config, max_tokens = self.request_config(gen_kwargs)
             ids = self.encode_context(context)
+            if not ids:
+                raise ValueError(f"request {i} ({_where(request)}): the context {context!r} encodes to no tokens, and "
+                                 "a decode needs one; add_bos_token=true in --model_args starts it with the "
+                                 "beginning-of-text token (as an empty loglikelihood context is)")
             try:
                 asked = (max_tokens, "max_gen_toks") if "max_gen_toks" in gen_kwargs else ()  # the task's length
                 check_prompts([ids], config, self.model.config.max_sequence_length, *asked)

@@ -127,6 +127,10 @@ def test_unsupported_requests_are_refused_with_the_fix(tiny_dirs):
             else pytest.skip("CUDA present")
     with pytest.raises(ValueError, match="context of"):
         lm.generate_until([_gen("a " * 5000, 0)])
+    # was "prompt 0 is empty; every row needs at least one token", naming no model arg
+    with pytest.raises(ValueError, match=r"request 1 \(task t, doc 1\): the context '' encodes to no tokens.*"
+                                         r"add_bos_token=true in --model_args"):
+        lm.generate_until([_gen("a", 0), _gen("", 1)])
 
 
 def test_do_sample_samples_as_transformers_does(tiny_dirs):
