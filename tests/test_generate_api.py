@@ -133,6 +133,17 @@ def test_echo_puts_the_prompt_text_first(lm, plain):
     assert out.token_ids == plain.token_ids
 
 
+def test_prompt_token_ids_are_what_each_row_read(lm):
+    """The prompt side of a usage count (vLLM's prompt_token_ids): each row's own prompt ids, the
+    chat template included, repeated over its n samples; generate_ids gives back its input."""
+    messages = [{"role": "user", "content": "Hi"}]
+    out = lm.generate([PROMPTS[1], messages], n=2, gen_length=8)
+    read = [lm.encode(PROMPTS[1]), lm.encode(messages)]
+    assert out.prompt_token_ids == [read[0], read[0], read[1], read[1]]
+    assert len(read[0]) != len(read[1]) and len(read[0]) > len(lm.tokenizer(PROMPTS[1])["input_ids"])  # templated
+    assert lm.generate_ids([[5, 6, 7], [8]], gen_length=8).prompt_token_ids == [[5, 6, 7], [8]]
+
+
 def test_generate_ids_takes_the_same_request_options(lm):
     ids = [lm.encode(p) for p in PROMPTS]
     opts = dict(stop="e", max_tokens=12, n=2, echo=True, temperature=1.0, block_length=4)

@@ -226,6 +226,8 @@ class DiffusionLM:
             echoed = self.decode_text(prompts[row]) if request.echo and prompts is not None else ""
             out.texts.append(echoed + stopped.text)
             out.token_ids.append(kept)
+            if prompts is not None:
+                out.prompt_token_ids.append(list(prompts[row]))
             out.finish_reasons.append(stopped.finish_reason)
             out.decode_order.append(result.order[row, : len(kept)].tolist())
             if out.logprobs is not None:

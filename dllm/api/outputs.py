@@ -24,6 +24,8 @@ class GenerationOutput:
     memory: dict[str, int] = field(default_factory=dict)  # dllm.engine.memory plan + kv_cache_peak_bytes
     logprobs: list[list[TokenLogprob]] | None = None  # per row, one per id of token_ids (logprobs=k asked)
     tool_calls: list[list[ToolCall]] | None = None  # per row, the calls read from its text (tools given)
+    prompt_token_ids: list[list[int]] = field(default_factory=list)  # per row, the ids the model read (chat
+    # template included; vLLM's prompt_token_ids): the prompt side of a usage count
 
 
 def cut_answer(ids: Sequence[int], decode: Callable[[list[int]], str], eos_ids: Sequence[int],
