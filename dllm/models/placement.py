@@ -15,6 +15,7 @@ import torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_CHOICES = ["auto", *DTYPES]
+DTYPE_ALIASES = {"half": "float16", "float": "float32"}  # torch's own names (torch.half), as vLLM and lm-eval take them
 DEVICE_ENV = "DLLM_DEVICE"
 
 
@@ -67,7 +68,7 @@ def checkpoint_dtype(raw_config: dict[str, Any]) -> torch.dtype | None:
 def resolve_dtype(dtype: str | torch.dtype, *, device: torch.device | None = None,
                   declared: torch.dtype | None = None) -> torch.dtype:
     """A supported torch dtype; ``"auto"`` is ``declared`` (the checkpoint's), else bfloat16
-    on a GPU and float32 elsewhere."""
+    on a GPU and float32 elsewhere; ``"half"`` / ``"float"`` are float16 / float32."""
     if isinstance(dtype, torch.dtype):
         if dtype not in DTYPES.values():
             raise ValueError(f"dtype {dtype} is not supported; use one of {DTYPE_CHOICES}")
@@ -76,6 +77,7 @@ def resolve_dtype(dtype: str | torch.dtype, *, device: torch.device | None = Non
         if declared is not None:
             return declared
         return torch.bfloat16 if device is not None and device.type == "cuda" else torch.float32
-    if dtype not in DTYPES:
+    name = DTYPE_ALIASES.get(dtype, dtype) if isinstance(dtype, str) else dtype
+    if name not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not supported; use one of {DTYPE_CHOICES}")
-    return DTYPES[dtype]
+    return DTYPES[name]

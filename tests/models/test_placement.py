@@ -51,6 +51,15 @@ def test_auto_dtype_prefers_the_checkpoint_then_the_device(device, declared, wan
     assert resolve_dtype("float32", device=torch.device(device), declared=declared) == torch.float32
 
 
+def test_torchs_half_and_float_names_are_taken_as_vllm_and_lm_eval_take_them():
+    """dllm.load(dtype="half") and lm-eval's dtype=float (its README's spelling) were refused
+    though the CLI took --dtype half; other spellings are still named with the choices."""
+    assert resolve_dtype("half") == torch.half == torch.float16
+    assert resolve_dtype("float") == torch.float == torch.float32
+    with pytest.raises(ValueError, match=r"dtype 'bf16' is not supported; use one of \['auto', 'float32'"):
+        resolve_dtype("bf16")
+
+
 def test_checkpoint_dtype_reads_both_config_spellings():
     assert checkpoint_dtype({}) is None
     assert checkpoint_dtype({"torch_dtype": "bfloat16"}) == torch.bfloat16
