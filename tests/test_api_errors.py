@@ -67,6 +67,10 @@ def test_an_unknown_keyword_is_told_the_one_meant(model, keyword, meant):
 def test_config_of_the_wrong_type(model):
     with pytest.raises(TypeError, match="config must be a dllm.GenerationConfig, got int; pass generation options as keywords"):
         model.generate("hi", 32)
+    import transformers  # its class has dllm's name: "must be a dllm.GenerationConfig, got GenerationConfig"
+
+    with pytest.raises(TypeError, match=r"must be a dllm.GenerationConfig, got transformers.GenerationConfig; pass"):
+        model.generate("hi", transformers.GenerationConfig(max_new_tokens=8))
     with pytest.raises(TypeError, match="chat must be True, False or None"):
         model.generate("hi", gen_length=8, chat="yes")
 

@@ -114,7 +114,9 @@ def merge_config(config: GenerationConfig | None, options: dict[str, Any],
     and a block of the canvas stays one when the length changes.
     """
     if config is not None and not isinstance(config, GenerationConfig):
-        raise OptionTypeError(f"config must be a dllm.GenerationConfig, got {type(config).__name__}; "
+        kind = type(config)  # transformers' class has dllm's name: say whose it is
+        name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__.split('.')[0]}.{kind.__name__}"
+        raise OptionTypeError(f"config must be a dllm.GenerationConfig, got {name}; "
                               "pass generation options as keywords (e.g. gen_length=32)")
     known = {f.name for f in dataclasses.fields(GenerationConfig)}
     unknown = sorted(set(options) - known)
