@@ -19,7 +19,9 @@ class GenerationConfig:
     strategy / strategy_args: how forwards are spent ("plain", or draft-and-verify / lookahead).
     stopper / stopper_args: early-exit criterion ("none", or a registered stopper).
     cache / sub_block_length / cache_args: KV-cache mode ("none", "prefix", "dual", "adaptive") and options.
-    temperature: Gumbel-max sampling temperature (0 = argmax); top_p / top_k filter first.
+    temperature: Gumbel-max sampling temperature (0 = argmax); top_p / top_k filter first, at
+      temperature 0 too: the argmax stays, but the confidence that ranks positions is read from
+      the filtered distribution (Dream's sample_tokens), so the order and answer can change.
     cfg_scale: LLaDA classifier-free guidance (unconditional = prompt replaced by masks).
     stop_at_eos: a row stops once every position before its first end-of-text is committed;
       the rest of its canvas is filled with end-of-text.
