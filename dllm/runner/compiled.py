@@ -64,10 +64,27 @@ def compiled_model(model: torch.nn.Module) -> Callable:
     compiled = _COMPILED.get(model)
     if compiled is None:
         backend = os.environ.get("DLLM_COMPILE_BACKEND", "inductor")
-        mode = "reduce-overhead" if model.device.type == "cuda" and backend == "inductor" else None
+        mode = compile_mode(model.device, backend)
         compiled = torch.compile(model, backend=backend, mode=mode)
+        if mode == "reduce-overhead":
+            compiled = _cloned(compiled)
         _COMPILED[model] = compiled
     return compiled
+
+
+def compile_mode(device: torch.device, backend: str) -> str | None:
+    """torch.compile's mode for a model on ``device``: CUDA graphs on CUDA under inductor."""
+    return "reduce-overhead" if device.type == "cuda" and backend == "inductor" else None
+
+
+def _cloned(compiled: Callable) -> Callable:
+    """``compiled`` with its output copied out of the CUDA graph's memory: CUDAGraph Trees start
+    a new iteration at every call and overwrite (or refuse to read) the previous call's outputs,
+    and a caller may hold one forward's logits past the next (the graph runner copies alike)."""
+    def call(*args):
+        return compiled(*args).clone()
+
+    return call
 
 
 def mark_static(cache, devices: tuple[str, ...] = ("cuda",)) -> None:
