@@ -15,6 +15,7 @@ from fastapi.datastructures import Headers
 from fastapi.responses import JSONResponse
 
 from dllm.serve.limits import AccessSettings, ServerLimits
+from dllm.serve.serve_options import API_KEY_ENV, VLLM_API_KEY_ENV
 from dllm.serve.responses import error_body
 
 Scope = Message = MutableMapping[str, Any]  # ASGI's (as starlette.types names them)
@@ -82,7 +83,7 @@ class RequestGuard:
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
             raise _Refused(401, "a valid API key is required: send the header 'Authorization: Bearer <key>' "
-                                "with the key the server was started with (--api-key or DLLM_API_KEY)",
+                                f"with the key the server was started with (--api-key, ${API_KEY_ENV} or ${VLLM_API_KEY_ENV})",
                            {"WWW-Authenticate": "Bearer"})
 
     def _check_type(self, content_type: str | None) -> None:
