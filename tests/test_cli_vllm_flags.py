@@ -61,6 +61,14 @@ def test_other_tools_names_point_to_the_flag_of_the_command(capsys, argv, meant)
     assert f"(did you mean {meant!r}?)" in _refused(capsys, argv)
 
 
+@pytest.mark.parametrize("argv", [["generate", "hi", "-n", "64"], ["chat", "-n", "64"]])
+def test_llama_cpp_n_is_not_offered_as_the_sample_count(capsys, argv):
+    """llama.cpp's -n 64 is 64 tokens; dllm's --n 64 would be 64 samples: name both, suggest neither."""
+    err = _refused(capsys, argv)
+    assert "unknown option '-n'; llama.cpp's -n (tokens to predict) is --max-tokens" in err, err
+    assert "did you mean" not in err
+
+
 def test_max_logprobs_names_the_bound_the_server_keeps(capsys):
     from dllm.engine.logprobs import MAX_TOP_LOGPROBS
 

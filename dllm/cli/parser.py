@@ -68,6 +68,9 @@ FOREIGN_NOTES = {
     "--reasoning-parser": "dllm returns the answer as the model wrote it, reasoning included (no reasoning_content)",
     "--speculative-config": "a diffusion model drafts in parallel already; --strategy apd verifies its drafts with an "
                             "autoregressive helper (--helper)",
+    # llama.cpp's -n is a token count; a suggestion of dllm's --n (vLLM's n, samples) would change the meaning
+    "-n": "llama.cpp's -n (tokens to predict) is --max-tokens here; --n, where a command takes it, is the "
+          "number of samples per prompt (vLLM's n)",
     "--config": "dllm takes its options on the command line only",
     "--download-dir": "dllm reads the Hugging Face cache ($HF_HOME, $HF_HUB_CACHE); or pass a directory to --model",
 }
