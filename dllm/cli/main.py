@@ -114,9 +114,19 @@ def cmd_chat(args: argparse.Namespace) -> int:
         _line_editing()
         log.info("%s\n%s", banner(model), HELP)
     return run_chat(model, config, live=live, out=sys.stdout, max_tokens=args.max_tokens, interactive=interactive,
-                    read_line=lambda: input("> " if interactive else ""),
-                    read_more=lambda: input("... " if interactive else ""), system=args.system,
+                    read_line=lambda: ask("> " if interactive else ""),
+                    read_more=lambda: ask("... " if interactive else ""), system=args.system,
                     options=given_block(args))
+
+
+def ask(marker: str) -> str:
+    """A line of stdin after ``marker``: on stdout when it is a terminal (``input``'s own, so line
+    editing redraws it), else on stderr, so ``dllm chat > file`` records only the answers."""
+    if marker and not sys.stdout.isatty():
+        sys.stderr.write(marker)
+        sys.stderr.flush()
+        return input()
+    return input(marker)
 
 
 def _line_editing() -> None:
