@@ -3,6 +3,8 @@ holds only the answers; at a terminal it stays on stdout (input's own, for line 
 import importlib
 import io
 
+import pytest
+
 cli_main = importlib.import_module("dllm.cli.main")  # `from dllm.cli import main` is the function
 
 
@@ -15,19 +17,11 @@ class _Out(io.StringIO):
         return self.tty
 
 
-def test_marker_goes_to_stderr_when_stdout_is_a_file(monkeypatch):
-    out, err = _Out(False), _Out(False)
+@pytest.mark.parametrize("stdout_is_tty", [False, True])
+def test_marker_is_never_written_into_a_redirected_stdout(monkeypatch, stdout_is_tty):
+    out, err = _Out(stdout_is_tty), _Out(False)
     monkeypatch.setattr("sys.stdout", out)
     monkeypatch.setattr("sys.stderr", err)
     monkeypatch.setattr("sys.stdin", io.StringIO("hello\n"))
     assert cli_main.ask("> ") == "hello"
-    assert out.getvalue() == "" and err.getvalue() == "> "
-
-
-def test_marker_stays_on_a_terminal_stdout(monkeypatch):
-    out, err = _Out(True), _Out(False)
-    monkeypatch.setattr("sys.stdout", out)
-    monkeypatch.setattr("sys.stderr", err)
-    monkeypatch.setattr("sys.stdin", io.StringIO("hi\n"))
-    assert cli_main.ask("> ") == "hi"
-    assert out.getvalue() == "> " and err.getvalue() == ""
+    assert (out.getvalue(), err.getvalue()) == (("> ", "") if stdout_is_tty else ("", "> "))
