@@ -14,8 +14,7 @@ from typing import Any, Awaitable, Callable, MutableMapping
 from fastapi.datastructures import Headers
 from fastapi.responses import JSONResponse
 
-from dllm.serve.limits import AccessSettings, ServerLimits
-from dllm.serve.serve_options import API_KEY_ENV, VLLM_API_KEY_ENV
+from dllm.serve.limits import API_KEY_ENV, VLLM_API_KEY_ENV, AccessSettings, ServerLimits
 from dllm.serve.responses import error_body
 
 Scope = Message = MutableMapping[str, Any]  # ASGI's (as starlette.types names them)

@@ -10,6 +10,10 @@ from dataclasses import dataclass
 # than context x this many characters cannot fit, so it is refused before it is tokenized.
 CHARS_PER_TOKEN_BOUND = 32
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# Where the server's API key may come from besides --api-key; vLLM's variable is read after ours,
+# so a server moved from vLLM keeps the key its users set.
+API_KEY_ENV = "DLLM_API_KEY"
+VLLM_API_KEY_ENV = "VLLM_API_KEY"
 
 
 @dataclass(kw_only=True, slots=True)

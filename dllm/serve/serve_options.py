@@ -8,11 +8,9 @@ import os
 import socket
 
 from dllm.cli.options import positive_float, positive_int
-from dllm.serve.limits import AccessSettings, ServerLimits, default_allowed_hosts
+from dllm.serve.limits import API_KEY_ENV, VLLM_API_KEY_ENV, AccessSettings, ServerLimits, default_allowed_hosts
 from dllm.serve.listen import origin
 
-API_KEY_ENV = "DLLM_API_KEY"
-VLLM_API_KEY_ENV = "VLLM_API_KEY"  # read after ours: a server moved from vLLM keeps the key its users set
 log = logging.getLogger(__name__)
 
 

@@ -8,7 +8,8 @@ import pytest
 
 import dllm.serve.cli as serve_cli
 from dllm.cli.main import main
-from dllm.serve.serve_options import API_KEY_ENV, VLLM_API_KEY_ENV, access_settings
+from dllm.serve.limits import API_KEY_ENV, VLLM_API_KEY_ENV
+from dllm.serve.serve_options import access_settings
 
 
 def args(api_key: str | None) -> argparse.Namespace:
