@@ -10,6 +10,8 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Sequence
 
+from dllm.models.placement import DTYPE_ALIASES, DTYPE_CHOICES
+
 if TYPE_CHECKING:
     from dllm.api.model import DiffusionLM
 
@@ -196,7 +198,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                    help="branch, tag or commit of a hub id given to --model (default: main)")
     p.add_argument("--device", default="auto",
                    help="torch device: auto (CUDA when present, else cpu; $DLLM_DEVICE overrides), cpu, cuda, cuda:1")
-    p.add_argument("--dtype", default="auto", type=_dtype_name, choices=["auto", "float32", "bfloat16", "float16"],
+    p.add_argument("--dtype", default="auto", type=_dtype_name, choices=DTYPE_CHOICES,
                    help="weight and activation dtype: auto is the checkpoint's torch_dtype, else "
                         "bfloat16 on a GPU and float32 on the CPU; vLLM's half and float are float16 and float32")
     p.add_argument("--prepack", action="store_true",
@@ -238,9 +240,6 @@ def model_of(args: argparse.Namespace) -> str | None:
     if tag is not None and flag is not None and tag != flag:
         raise ValueError(f"two models given, {tag!r} and --model {flag!r}; give one")
     return flag if tag is None else tag
-
-
-DTYPE_ALIASES = {"half": "float16", "float": "float32"}  # vLLM's --dtype names
 
 
 def _dtype_name(text: str) -> str:
