@@ -24,6 +24,9 @@ TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": CITY
          {"type": "function", "function": {"name": "forecast", "parameters": DAYS}}]
 NAMES = {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3}
 THRESHOLD = dict(policy="threshold", policy_args={"tau": 0.5})
+# margins 12 -> 4: on the bundled LLaDA the three rows stop at different forwards, two of them early
+LOPA_SCHED = dict(strategy="lopa", strategy_args={"branches": 2}, stopper="sched",
+                  stopper_args={"tau_high": 12.0, "tau_low": 4.0})
 
 # id: (bundled model, config, request features); "STOPS" is replaced by stop strings taken from the
 # middle of the model's own answers, so that rows stop at different places
@@ -38,6 +41,7 @@ CASES = {
     "moe-eb_sampler-logprobs": ("moe", dict(policy="eb_sampler", policy_args={"gamma": 0.1}), dict(logprobs=1)),
     "llada-adaptive-stop": ("llada", dict(THRESHOLD, cache="adaptive"), dict(stop="STOPS")),
     "llada-lopa-stop": ("llada", dict(strategy="lopa", strategy_args={"branches": 2}), dict(stop="STOPS")),
+    "llada-lopa-sched-stop": ("llada", dict(LOPA_SCHED), dict(stop="STOPS")),
     "dream-freedave-stop": ("dream", dict(strategy="freedave", strategy_args={"num_drafts": 3}), dict(stop="STOPS")),
     "bd-sched-stop": ("bd", dict(stopper="sched", stopper_args={"tau_high": 3.0, "tau_low": 0.5}), dict(stop="STOPS")),
     "d2f-pipelined-stop": ("d2f", dict(block_add_threshold=0.1, policy="low_confidence", policy_args={"tau": 0.9}),
@@ -118,6 +122,21 @@ def test_ragged_batch_rows_are_their_prompts_alone(case):
         if "tools" in features:
             assert [(c.name, c.arguments) for c in last.tool_calls] == rows[0][3]
         _same_logprobs(last.logprobs, rows[0][4])
+
+
+def test_lopa_rows_exit_by_sched_at_their_own_forward():
+    """LoPA's branches with SchED's exit: each row stops at the forward it stops at alone, never
+    later than LoPA without the exit and some row earlier, and the rows of one batch stop at
+    different forwards (one row's exit is not the batch's)."""
+    lm = _model("llada")
+    options = dict(max_tokens=16, block_length=8)
+    plain = [s["nfe"] for s in lm.generate(PROMPTS, seeds=SEEDS, **options, **{k: v for k, v in LOPA_SCHED.items()
+                                                                             if not k.startswith("stopper")}).stats]
+    batch = [s["nfe"] for s in lm.generate(PROMPTS, seeds=SEEDS, **options, **LOPA_SCHED).stats]
+    alone = [lm.generate(p, seeds=[s], **options, **LOPA_SCHED).stats[0]["nfe"] for p, s in zip(PROMPTS, SEEDS)]
+    assert batch == alone
+    assert all(b <= p for b, p in zip(batch, plain)) and any(b < p for b, p in zip(batch, plain))
+    assert len(set(batch)) > 1
 
 
 @pytest.mark.parametrize("options, words", [
