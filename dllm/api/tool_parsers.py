@@ -162,6 +162,14 @@ PARSERS = {p.name: p for p in (
 NAMES = tuple(PARSERS)
 
 
+def split_markers(parser: ToolParser, tokenizer) -> list[str]:
+    """The parser's markers of more than one character that ``tokenizer`` writes as several tokens:
+    a model trained for the form has each as one special token (vLLM's parsers refuse a tokenizer
+    without them). Calls are read from text, so such markers still work under a constraint, but a
+    model left free is unlikely to write them."""
+    return [m for m in parser.markers if len(m) > 1 and len(tokenizer.encode(m, add_special_tokens=False)) != 1]
+
+
 def tool_parser(name: str) -> ToolParser:
     """The parser called ``name``; a ValueError lists the known ones."""
     if name not in PARSERS:

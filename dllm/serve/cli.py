@@ -90,6 +90,7 @@ def _run_server(args: argparse.Namespace, model, scheduler, setup: ServeSetup, s
     from dllm.serve.app import create_app
     from dllm.serve.serve_options import serve_forever
 
+    warn_split_markers(model, args.tool_call_parser)
     try:
         app = create_app(model, scheduler, defaults=setup.defaults, served_name=args.served_model_name,
                          limits=setup.server, access=setup.access)
@@ -100,6 +101,22 @@ def _run_server(args: argparse.Namespace, model, scheduler, setup: ServeSetup, s
         serve_forever(app, args, setup.server, sock)
     finally:
         scheduler.close()
+
+
+def warn_split_markers(model, parser_name: str | None) -> None:
+    """Warn at start-up when the named --tool-call-parser's markers are not single tokens of the
+    model's vocabulary: served all the same (calls are read from text, and a forced call writes
+    them), but "auto" calls in that form are unlikely from a model never trained on them."""
+    from dllm.api.tool_parsers import split_markers, tool_parser
+
+    if parser_name is None:
+        return
+    split = split_markers(tool_parser(parser_name), model.tokenizer)
+    if split:
+        log.warning("--tool-call-parser %s: %s %s not one token of %s's vocabulary, so the model was likely not "
+                    "trained to write calls in this form; forced calls (tool_choice \"required\" or named) still "
+                    "work, \"auto\" calls may not come; pick the parser of the model's chat template",
+                    parser_name, ", ".join(split), "is" if len(split) == 1 else "are", model.path.name)
 
 
 def _serve_tensor_parallel(args: argparse.Namespace, setup: ServeSetup) -> int:

@@ -233,3 +233,39 @@ def test_served_answers_in_the_named_form_are_calls_whole_and_streamed(mistral, 
     # "tool_calls" when the answer stopped, "length" when it ran out of tokens: the same both ways
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == \
         [choice.finish_reason] and choice.finish_reason in ("tool_calls", "length")
+
+
+class _Vocabulary:
+    """A tokenizer whose special tokens are one id each and every other character one id."""
+
+    def __init__(self, special: set[str]):
+        self.special = special
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [0] if text in self.special else [ord(c) for c in text]
+
+
+@pytest.mark.parametrize("name, special, split", [
+    ("hermes", {"<tool_call>", "</tool_call>"}, []),
+    ("hermes", set(), ["<tool_call>"]),
+    ("llama3_json", set(), ["<|python_tag|>"]),  # "{" is one character: never reported
+    ("mistral", {"[TOOL_CALLS]"}, []),
+    ("pythonic", set(), []),
+])
+def test_markers_not_in_the_vocabulary_are_the_split_ones(name, special, split):
+    from dllm.api.tool_parsers import split_markers, tool_parser
+
+    assert split_markers(tool_parser(name), _Vocabulary(special)) == split
+
+
+def test_serve_warns_when_the_named_parsers_markers_are_split(tiny, caplog):
+    """--tool-call-parser hermes on a model whose vocabulary writes <tool_call> in several tokens
+    (the tiny checkpoint's): one warning at start-up naming the marker; no parser named, none."""
+    from dllm.serve.cli import warn_split_markers
+
+    assert len(tiny.tokenizer.encode("<tool_call>", add_special_tokens=False)) > 1
+    with caplog.at_level("WARNING"):
+        warn_split_markers(tiny, None)
+        assert not caplog.records
+        warn_split_markers(tiny, "hermes")
+    assert len(caplog.records) == 1 and "<tool_call> is not one token" in caplog.records[0].getMessage()
