@@ -262,3 +262,23 @@ def test_load_reads_a_home_relative_path_and_refuses_an_empty_one(tiny_dirs, tmp
     monkeypatch.chdir(home / "models" / "tiny")  # a checkpoint where "" would have found one
     with pytest.raises(ValueError, match="the model path is empty; pass a checkpoint directory"):
         dllm.load("")
+
+
+@pytest.mark.parametrize("keyword, fix", [("max_new_tokens", "use gen_length"), ("block_size", "use block_length"),
+                                          ("gen_lenght", "use gen_length"), ("do_sample", "use temperature"),
+                                          ("beams", "its fields: gen_length, block_length")])
+def test_generation_config_names_the_field_an_unknown_option_means(keyword, fix):
+    """GenerationConfig(max_new_tokens=8) was Python's bare "unexpected keyword argument"."""
+    with pytest.raises(TypeError, match=rf"^GenerationConfig has no option {keyword!r}; {fix}"):
+        dllm.GenerationConfig(**{keyword: 8})
+
+
+def test_generation_config_still_copies_and_pickles():
+    """The check of unknown options sits in __new__: replace, copy and pickle go through it."""
+    import copy
+    import dataclasses
+    import pickle
+
+    config = dllm.GenerationConfig(gen_length=32, block_length=8, policy_args={"tau": 0.5})
+    assert dataclasses.replace(config, steps=8).steps == 8
+    assert copy.deepcopy(config) == config == pickle.loads(pickle.dumps(config))

@@ -1,10 +1,16 @@
 """GenerationConfig: every decoding knob in one validated dataclass."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from dllm.validation import check_value, field_types
+from dllm.validation import OptionTypeError, check_value, field_types
+
+# other libraries' names for a field (transformers' GenerationConfig, Fast-dLLM's and Dream's loops)
+FOREIGN_FIELDS = {"max_new_tokens": "gen_length", "max_length": "gen_length", "max_tokens": "gen_length",
+                  "block_size": "block_length", "diffusion_steps": "steps",
+                  "do_sample": "temperature (it samples when > 0; do_sample=False is the default 0)"}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -71,6 +77,17 @@ class GenerationConfig:
     cuda_graphs: bool = False
     block_add_threshold: float | None = None
     decoded_token_threshold: float = 0.95
+
+    def __new__(cls, *args: Any, **options: Any) -> GenerationConfig:
+        """Refuse an unknown option with the field it likely means (Python's own TypeError named
+        none: ``max_new_tokens`` is ``gen_length`` here)."""
+        known = [f.name for f in fields(cls)]
+        for name in options:
+            if name not in known:
+                close = [FOREIGN_FIELDS[name]] if name in FOREIGN_FIELDS else difflib.get_close_matches(name, known, n=1)
+                hint = f"use {close[0]}" if close else f"its fields: {', '.join(known)}"
+                raise OptionTypeError(f"GenerationConfig has no option {name!r}; {hint}")
+        return object.__new__(cls)
 
     def __post_init__(self) -> None:
         for name, annotation in field_types(GenerationConfig).items():  # gen_length=8.5, tau=nan, ...
