@@ -43,10 +43,15 @@ def _refused(capsys, argv: list[str]) -> str:
     (["serve", "--reasoning-parser", "deepseek_r1"], "reasoning included"),
     (["serve", "--speculative-config", "{}"], "--strategy apd"),
     (["serve", "--config", "c.yaml"], "on the command line only"),
+    (["generate", "hi", "--min-tokens", "4"], "no counterpart for"),  # never "did you mean --max-tokens"
+    (["serve", "--repetition-penalty", "1.1"], "no counterpart for"),
+    (["generate", "hi", "--ignore-eos"], "--no-stop-at-eos decodes the positions after it"),
+    (["generate", "hi", "-t", "8"], "llama.cpp's -t (threads)"),  # was read as -tp 8, tensor parallelism
+    (["chat", "-c", "4096"], "llama.cpp's -c (context size)"),
 ])
 def test_vllm_flags_without_a_counterpart_say_what_dllm_does(capsys, argv, expected):
     err = _refused(capsys, argv)
-    flag = next(a for a in argv if a.startswith("--"))
+    flag = next(a for a in argv if a.startswith("-") and a not in ("-",))
     assert f"unknown option {flag!r}; " in err and expected in err, err
     assert "did you mean" not in err  # --max-model-len is not --max-tokens, --block-size not --block-length
 
@@ -56,6 +61,7 @@ def test_vllm_flags_without_a_counterpart_say_what_dllm_does(capsys, argv, expec
     (["generate", "hi", "--max-num-seqs", "4"], "--batch-size"),  # generate has no --max-batch
     (["chat", "--n-predict", "4"], "--max-tokens"),
     (["generate", "hi", "--load-in-8bit"], "--quantize"),
+    (["generate", "hi", "-m", "dllm-waitingline-bd"], "--model"),  # llama.cpp's
 ])
 def test_other_tools_names_point_to_the_flag_of_the_command(capsys, argv, meant):
     assert f"(did you mean {meant!r}?)" in _refused(capsys, argv)
@@ -67,6 +73,16 @@ def test_llama_cpp_n_is_not_offered_as_the_sample_count(capsys, argv):
     err = _refused(capsys, argv)
     assert "unknown option '-n'; llama.cpp's -n (tokens to predict) is --max-tokens" in err, err
     assert "did you mean" not in err
+
+
+def test_a_single_dash_flag_is_no_prefix_of_a_longer_one():
+    """-tp is tensor parallelism; -t (llama.cpp's threads) is not its prefix. An attached value
+    still reads (-pTEXT is -p TEXT)."""
+    parser = build_parser()
+    assert parser.parse_args(["generate", "-tp", "2", "hi"]).tensor_parallel == 2
+    assert parser.parse_args(["generate", "-pSort: Zed"]).prompt_option == ["Sort: Zed"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["generate", "hi", "-t", "2"])
 
 
 def test_max_logprobs_names_the_bound_the_server_keeps(capsys):

@@ -205,11 +205,12 @@ def banner(model) -> str:
     return f"dllm chat: {model.path.name} on {weights.device} ({dtype}); /help for commands, Ctrl-D to exit"
 
 
-def require_chat_template(model) -> None:
-    """Refuse a model whose tokenizer has no chat template: a chat's turns need one."""
+def require_chat_template(model, needed_by: str) -> None:
+    """Refuse a model whose tokenizer has no chat template: a chat's turns (``needed_by``: what
+    asks for them) need one."""
     if model.tokenizer.chat_template is None:
-        raise ValueError(f"the tokenizer in {model.path} has no chat template; dllm chat needs one "
-                         "(use dllm generate --raw for plain text)")
+        raise ValueError(f"the tokenizer in {model.path} has no chat template; {needed_by} needs one "
+                         "(give one with --chat-template, or use dllm generate --raw for plain text)")
 
 
 def read_quoted(first: str, read_more: Callable[[], str]) -> str:
@@ -236,7 +237,7 @@ def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable
     a continuation prompt) up to the line that ends with ``QUOTE``: one turn, never a command.
     ``system``: a system message sent before the conversation at every turn; ``options``: the
     command line's options kept as given when the answer length changes (``cli.options.given_block``)."""
-    require_chat_template(model)
+    require_chat_template(model, "dllm chat")
     settings = ChatSettings(config, dict(options or {}), max_tokens=max_tokens, model=model.model)
     session = ChatSession(model=model, settings=settings, out=out, live=live, system=system)
     interrupted = False  # the last key was a Ctrl-C: another one ends the session

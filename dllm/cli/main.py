@@ -26,6 +26,7 @@ from dllm.cli.output import LOGGER_NAME, configure_logging
 from dllm.cli.progress import answer_bar, describe, generate_batch
 from dllm.cli.prompts import (
     STDIN, PromptLine, check_prompt_lengths, echo_text, read_prompts, read_stdin_prompt, refuse_messages_under_raw,
+    with_system,
 )
 from dllm.cli.structured import add_structured_options, bounded_length, constraint_spec, row_constraint_of
 
@@ -67,7 +68,11 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
     config = model_block(args, model, config, request.max_tokens)
     request, config = bounded_length(args, model, request, config)
     chat = False if args.raw else None
-    ids = check_prompt_lengths(model, prompts, config, chat, length_flag(args))
+    if args.system is not None:
+        from dllm.cli.chat import require_chat_template
+
+        require_chat_template(model, "--system")
+    ids = check_prompt_lengths(model, with_system(prompts, args.system), config, chat, length_flag(args))
     constraint = row_constraint_of(args, model, request, config)
     log.debug("%s", describe(model, config))
     log.debug("decoding %d prompt(s) in batches of %d", len(ids), args.batch_size)
@@ -97,10 +102,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from dllm.engine.model_fit import check_model_fit
 
     config = generation_config(args)  # validate before loading anything
-    if args.system is not None and not args.system.strip():
-        raise ValueError("--system is empty; give the system message's text, or drop --system")
+    check_system(args)
     model = load_from_args(args)
-    require_chat_template(model)
+    require_chat_template(model, "dllm chat")
     config = model_block(args, model, config, args.max_tokens)
     merged = merge_config(config, given_block(args), args.max_tokens, model=model.model)
     check_model_fit(model.model, merged)  # not at each turn
@@ -117,6 +121,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     read_line=lambda: ask("> " if interactive else ""),
                     read_more=lambda: ask("... " if interactive else ""), system=args.system,
                     options=given_block(args))
+
+
+def check_system(args: argparse.Namespace) -> None:
+    """--system's text: not empty, and not beside --raw (it goes through the chat template)."""
+    if args.system is None:
+        return
+    if not args.system.strip():
+        raise ValueError("--system is empty; give the system message's text, or drop --system")
+    if getattr(args, "raw", False):
+        raise ValueError("--system goes through the chat template, which --raw turns off; drop one of them")
 
 
 def ask(marker: str) -> str:
@@ -144,10 +158,12 @@ def _generate_prompts(args: argparse.Namespace) -> list[PromptLine]:
     texts = args.prompt or args.prompt_option or []
     if texts and args.prompts_file:
         raise ValueError("give prompts as arguments or with --prompts-file, not both")
+    check_system(args)
     if args.prompts_file:
         prompts = read_prompts(args.prompts_file)
         if args.raw:
             refuse_messages_under_raw(prompts)
+        with_system(prompts, args.system)  # a line with a system message of its own: refused before loading
         return prompts
     if not texts:
         if args.choice and len(args.choice) > 1:  # nargs="+": a prompt written after the choices joined them
@@ -179,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--batch-size", type=positive_int, default=8,
                      help="prompts decoded together (each with its --n samples)")
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    gen.add_argument("--system", "--system-prompt", "-sys", metavar="TEXT", default=None,
+                     help="a system message before every prompt (through the chat template; llama.cpp's -sys)")
     gen.add_argument("--json", action="store_true", help="one JSON line per answer: text, finish_reason, stats (and sample with --n)")
     add_model_options(gen)
     add_tensor_parallel_option(gen)

@@ -26,10 +26,13 @@ FOREIGN_FLAGS = {
     "--tokenizer-revision": ("--revision",),
     "--code-revision": ("--revision",),
     "--load-in-8bit": ("--quantize",),
+    "-m": ("--model",),  # llama.cpp's
 }
 # commands of other tools (ollama, vLLM) people type, and dllm's
 FOREIGN_COMMANDS = {"run": "chat", "list": "models", "ls": "models", "complete": "generate"}
 
+NO_COUNTERPART = ("a decoding option of autoregressive engines that dllm has no counterpart for (its --policy "
+                  "chooses which positions to commit; --temperature, --top-p and --top-k shape the sampling)")
 # flags of other tools dllm has no counterpart of: what it does instead (never a near-miss guess,
 # which would name an option of another meaning: --max-model-len is not --max-tokens)
 FOREIGN_NOTES = {
@@ -71,6 +74,16 @@ FOREIGN_NOTES = {
     # llama.cpp's -n is a token count; a suggestion of dllm's --n (vLLM's n, samples) would change the meaning
     "-n": "llama.cpp's -n (tokens to predict) is --max-tokens here; --n, where a command takes it, is the "
           "number of samples per prompt (vLLM's n)",
+    "-c": "llama.cpp's -c (context size): dllm's context is the checkpoint's (config.json); --max-tokens caps "
+          "the answer",
+    "-t": "llama.cpp's -t (threads): dllm uses torch's threads (every CPU it may run on; OMP_NUM_THREADS sets "
+          "them); dllm serve takes --threads",
+    "--threads": "dllm uses torch's threads (every CPU it may run on; OMP_NUM_THREADS sets them); dllm serve "
+                 "takes --threads",
+    "--ignore-eos": "a row's text ends at its first end-of-text; --no-stop-at-eos decodes the positions after it "
+                    "too, and --max-tokens sets the answer's length",
+    **{flag: NO_COUNTERPART for flag in ("--min-tokens", "--min-p", "--repetition-penalty", "--repeat-penalty",
+                                         "--presence-penalty", "--frequency-penalty", "--num-beams")},
     "--config": "dllm takes its options on the command line only",
     "--download-dir": "dllm reads the Hugging Face cache ($HF_HOME, $HF_HUB_CACHE); or pass a directory to --model",
 }
@@ -104,8 +117,13 @@ class CommandParser(argparse.ArgumentParser):
 
     def _get_option_tuples(self, option_string: str):
         """argparse's prefix matches, one per option: a prefix of two names of one option
-        (``--prompt``: ``--prompts-file``, ``--prompts``) is that option, not ambiguous."""
-        return list({id(match[0]): match for match in super()._get_option_tuples(option_string)}.values())
+        (``--prompt``: ``--prompts-file``, ``--prompts``) is that option, not ambiguous. A single-dash
+        flag is never a prefix of a longer one (llama.cpp's ``-t 8``, threads, was ``-tp 8``); its
+        value may still be attached (``-pTEXT``)."""
+        matches = super()._get_option_tuples(option_string)
+        if not option_string.startswith("--"):
+            matches = [m for m in matches if m[1] == option_string[:2]]
+        return list({id(match[0]): match for match in matches}.values())
 
     def _check_value(self, action: argparse.Action, value) -> None:
         if action.choices is None or value in action.choices:

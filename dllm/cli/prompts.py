@@ -94,6 +94,24 @@ def echo_text(prompt: Any, *, raw: bool) -> str:
     return text if raw else text + "\n"
 
 
+def with_system(prompts: list[PromptLine], system: str | None) -> list[PromptLine]:
+    """``prompts`` with the system message ``system`` before each (None: as they are); a chat list
+    that opens with a system message of its own is refused (two would be sent)."""
+    if system is None:
+        return prompts
+    lead = [{"role": "system", "content": system}]
+    out = []
+    for p in prompts:
+        if isinstance(p.prompt, str):
+            out.append(PromptLine(p.source, p.line, lead + [{"role": "user", "content": p.prompt}]))
+            continue
+        if p.prompt and p.prompt[0].get("role") == "system":
+            raise ValueError(f"{p.where} opens with a system message of its own, and --system gives another; "
+                             "drop --system or that line's system message")
+        out.append(PromptLine(p.source, p.line, lead + list(p.prompt)))
+    return out
+
+
 def refuse_messages_under_raw(prompts: list[PromptLine]) -> None:
     """``--raw`` sends text without the chat template, which a chat list of messages needs."""
     for p in prompts:
