@@ -1,5 +1,7 @@
 """The server's routes that decode nothing: /health, /metrics, /version, /v1/models (and one
-model by id), /tokenize and /detokenize (vLLM's shapes). Tokenizing runs off the event loop."""
+model by id), /tokenize and /detokenize (vLLM's shapes). Tokenizing runs off the event loop.
+The GET routes answer HEAD too (RFC 9110: a GET resource takes HEAD), for load balancers'
+and uptime monitors' probes; FastAPI's ``router.get`` alone answers HEAD with 405."""
 from __future__ import annotations
 
 import asyncio
@@ -32,28 +34,32 @@ def dllm_version() -> str:
 def info_router(model, scheduler, metrics: ServerMetrics, served_name: str, limits: ServerLimits,
                 executor: Executor) -> APIRouter:
     router = APIRouter()
+
+    def get(path: str):  # a GET route that answers HEAD too (curl -I, uptime checks)
+        return router.api_route(path, methods=["GET", "HEAD"])
+
     # created: when this server began serving the model (OpenAI's card has a Unix time there)
     card = {"id": served_name, "object": "model", "created": int(time.time()), "owned_by": "dllm",
             "root": str(model.path.name),
             "max_model_len": model.model.config.max_sequence_length}
 
-    @router.get("/health")
+    @get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "queue_depth": scheduler.queue_depth, "running_rows": scheduler.running_rows}
 
-    @router.get("/metrics")
+    @get("/metrics")
     async def metrics_text() -> Response:
         return Response(metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
-    @router.get("/version")
+    @get("/version")
     async def version() -> dict[str, str]:
         return {"version": dllm_version()}
 
-    @router.get("/v1/models")
+    @get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [card]}
 
-    @router.get("/v1/models/{model_id:path}")
+    @get("/v1/models/{model_id:path}")
     async def one_model(model_id: str) -> Response:
         if model_id != served_name:
             return error_response(metrics, "models", f"the model {model_id!r} does not exist; this server serves "

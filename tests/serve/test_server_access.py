@@ -120,6 +120,19 @@ def test_models_retrieve_version_and_unknown_paths(keyed):
     assert r.status_code == 404 and r.json()["error"]["message"]
 
 
+def test_get_routes_answer_head(keyed):
+    """HEAD (curl -I, load balancers' and uptime monitors' probes) gets the GET's status and
+    headers without a body; it was 405 Method Not Allowed. The key is still asked where GET asks."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    for path in ("/health", "/metrics", "/version", "/v1/models", "/v1/models/m"):
+        got, head = httpx.get(keyed + path, headers=auth), httpx.head(keyed + path, headers=auth)
+        assert (head.status_code, head.content) == (200, b""), path
+        assert head.headers["content-type"] == got.headers["content-type"], path
+    assert httpx.head(keyed + "/v1/models/other", headers=auth).status_code == 404
+    assert httpx.head(keyed + "/v1/models").status_code == 401
+    assert httpx.head(keyed + "/v1/chat/completions", headers=auth).status_code == 405  # POST only
+
+
 def test_tokenize_and_detokenize(keyed, model):
     auth = {"Authorization": f"Bearer {KEY}"}
     r = httpx.post(keyed + "/tokenize", json={"prompt": "Alice Smith"}, headers=auth).json()
