@@ -110,6 +110,9 @@ def create_app(model, scheduler: Scheduler, *, defaults: ServerDefaults | None =
             return shutdown.closing or await request.is_disconnected()
 
         if parsed.stream:
+            if parsed.continuous_usage:
+                writer.usage_per_chunk([len(parsed.prompt_ids[i // parsed.n]) for i in range(len(session.rows))],
+                                       session.rows)
             metrics.requests.labels(endpoint=endpoint, status="200").inc()
             return StreamingResponse(_stream(session, parsed, writer, gone, shutdown, echoed),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

@@ -58,7 +58,7 @@ UNSUPPORTED = {"best_of": (None, 1), "presence_penalty": (None, 0), "frequency_p
                "modalities": (None, ["text"]), "reasoning_effort": (None,), "functions": (None, []),
                "function_call": (None, "none"), "audio": (None,), "prediction": (None,),
                "web_search_options": (None,)}
-STREAM_OPTIONS = {"include_usage"}
+STREAM_OPTIONS = {"include_usage", "continuous_usage_stats"}  # the second vLLM's: usage on every chunk
 IGNORED_STREAM_OPTIONS = {"include_obfuscation"}  # random padding of chunks against side channels: none sent
 MAX_N = 64
 
@@ -90,6 +90,7 @@ class ParsedRequest:
     top_logprobs: int | None = None  # None: no logprobs; k: each answer token's and the k most likely
     constraint: RowConstraint | None = None  # response_format: every row's answer a word of it
     tools: ToolChoice | None = None  # chat tools: how the model may call them, how answers read back
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats: each chunk its choice's usage so far
 
     @property
     def logprobs(self) -> bool:
@@ -157,9 +158,12 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
     stream_options = body.get("stream_options")
     if stream_options is not None and (not isinstance(stream_options, dict)
                                        or set(stream_options) - STREAM_OPTIONS - IGNORED_STREAM_OPTIONS):
-        raise RequestError('stream_options must be {"include_usage": true|false} (include_obfuscation is '
-                           "accepted and ignored)", "stream_options")
+        raise RequestError('stream_options must be {"include_usage": true|false, "continuous_usage_stats": '
+                           'true|false} (include_obfuscation is accepted and ignored)', "stream_options")
     include_usage = _flag(stream_options or {}, "include_usage")
+    continuous_usage = _flag(stream_options or {}, "continuous_usage_stats")
+    if continuous_usage and not include_usage:  # vLLM sends no usage then: the option would do nothing
+        raise RequestError("stream_options.continuous_usage_stats needs include_usage: true", "stream_options")
     if include_usage and not stream:
         raise RequestError("stream_options is only allowed with stream=true", "stream_options")
     block = canvas_length(model.model) or defaults.block_length  # a uniform-state model decodes whole canvases
@@ -192,7 +196,7 @@ def parse_request(body: Any, model, defaults: ServerDefaults, *, chat: bool, ser
                                                               max_tokens, config)
     return ParsedRequest(chat=chat, prompt_ids=prompt_ids, prompt_texts=prompt_texts, config=config,
                          seeds=sample_seeds(seed, n), max_tokens=max_tokens, stops=stops, stream=stream,
-                         include_usage=include_usage, echo=echo, seed=seed,
+                         include_usage=include_usage, continuous_usage=continuous_usage, echo=echo, seed=seed,
                          top_logprobs=top_logprobs, constraint=constraint, tools=tools)
 
 

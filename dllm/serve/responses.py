@@ -57,6 +57,7 @@ class ResponseWriter:
         self.chat, self.model_name, self.seed, self.top_logprobs = chat, model_name, seed, top_logprobs
         self.tools = tools  # a chat request's tools: answers read back as their calls
         self.include_usage = include_usage  # stream_options.include_usage: every other chunk's usage is null
+        self.running: tuple[list[int], list[RowText]] | None = None  # see ``usage_per_chunk``
         self.id = ("chatcmpl-" if chat else "cmpl-") + request_id
         self.created = int(time.time())
 
@@ -126,9 +127,17 @@ class ResponseWriter:
             choice["finish_reason"] = finish_reason(self.tools, tool_calls, row.openai_finish_reason)
             choice["dllm"] = dllm_fields(row)
         body = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [choice])
-        if self.include_usage:  # as OpenAI documents it (and vLLM sends it): null until the last chunk
+        if self.running is not None:  # vLLM's continuous_usage_stats: this choice's usage so far
+            prompts, rows = self.running
+            body["usage"] = usage(prompts[index], [rows[index]])
+        elif self.include_usage:  # as OpenAI documents it (and vLLM sends it): null until the last chunk
             body["usage"] = None
         return sse(body)
+
+    def usage_per_chunk(self, prompt_tokens: list[int], rows: list[RowText]) -> None:
+        """Each later chunk carries its choice's usage so far (vLLM's ``continuous_usage_stats``):
+        that choice's prompt tokens (``prompt_tokens[i]``) and the answer tokens decided so far."""
+        self.running = prompt_tokens, rows
 
     def usage_chunk(self, rows: list[RowText], prompt_tokens: int) -> str:
         body = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [])
