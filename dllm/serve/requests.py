@@ -57,7 +57,12 @@ UNSUPPORTED = {"best_of": (None, 1), "presence_penalty": (None, 0), "frequency_p
                "logit_bias": (None, {}), "suffix": (None, ""),
                "modalities": (None, ["text"]), "reasoning_effort": (None,), "functions": (None, []),
                "function_call": (None, "none"), "audio": (None,), "prediction": (None,),
-               "web_search_options": (None,)}
+               "web_search_options": (None,),
+               # vLLM's sampling extras, which its clients (chat UIs, benchmarks) send at their defaults
+               "repetition_penalty": (None, 1), "min_p": (None, 0), "min_tokens": (None, 0),
+               "ignore_eos": (None, False), "skip_special_tokens": (None, True),
+               "spaces_between_special_tokens": (None, True), "include_stop_str_in_output": (None, False),
+               "use_beam_search": (None, False), "length_penalty": (None, 1)}
 STREAM_OPTIONS = {"include_usage", "continuous_usage_stats"}  # the second vLLM's: usage on every chunk
 IGNORED_STREAM_OPTIONS = {"include_obfuscation"}  # random padding of chunks against side channels: none sent
 MAX_N = 64

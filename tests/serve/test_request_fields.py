@@ -18,7 +18,14 @@ from serve_helpers import running_server
 IGNORED = {"store": True, "metadata": {"team": "a", "run": "7"}, "service_tier": "auto", "user": "u-1"}
 CHANGES_THE_ANSWER = {"presence_penalty": 0.5, "frequency_penalty": 1.0, "best_of": 2,
                       "logit_bias": {"5": 10}, "reasoning_effort": "high", "modalities": ["text", "audio"],
-                      "functions": [{"name": "f"}], "function_call": "auto"}
+                      "functions": [{"name": "f"}], "function_call": "auto", "repetition_penalty": 1.1,
+                      "min_p": 0.05, "min_tokens": 4, "ignore_eos": True, "skip_special_tokens": False,
+                      "include_stop_str_in_output": True, "use_beam_search": True}
+# vLLM's sampling extras at their defaults, as clients written for vLLM send them: they were 400
+# "unknown field"
+VLLM_DEFAULTS = {"repetition_penalty": 1.0, "min_p": 0.0, "min_tokens": 0, "ignore_eos": False,
+                 "skip_special_tokens": True, "spaces_between_special_tokens": True,
+                 "include_stop_str_in_output": False, "use_beam_search": False, "length_penalty": 1.0}
 MESSAGES = [{"role": "user", "content": "Who waits first?"}]
 
 
@@ -62,6 +69,8 @@ def test_neutral_values_pass(model):
     neutral = {"modalities": ["text"], "tool_choice": "none", "presence_penalty": 0, "best_of": 1, "tools": [],
                "parallel_tool_calls": False}
     assert parse(model, neutral, chat=True) == parse(model, {}, chat=True)
+    for chat in (False, True):
+        assert parse(model, VLLM_DEFAULTS, chat) == parse(model, {}, chat)
 
 
 def test_openai_client_with_the_ignored_fields_gets_the_same_answer(model):
