@@ -9,13 +9,14 @@ character strings over JSON's characters, as bench/constraint_compile.py builds;
 costs depends on the DFA's states and the vocabulary's size), driven without a model: 2 rows of
 ragged answer lengths, random logits each step, 2 commits per row per step, in 32-token blocks.
 Usage: python bench/constraint_step.py [--revision REV] [--settings bundled synthetic]
-(REV: also run rows.py and canvas.py as they were at that commit, side by side in this process,
+(REV: also run rows.py, canvas.py and the grammar check as they were at that commit, side by side in this process,
 and check both decode the same tokens). On a shared CPU run it with OMP_NUM_THREADS=1: torch's
 thread pool waiting on other jobs swings the forward's time several-fold between runs.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import random
 import subprocess
@@ -33,7 +34,7 @@ from dllm.api.tools import parse_tool_choice
 from dllm.samplers.constraints import ConstraintSpec, compile_grammar, compile_regex
 
 VOCABULARY = 151_000
-CHANGED = ("canvas", "rows")  # the modules --revision loads as they were
+CHANGED = ("canvas", "cfg_canvas", "token_grammar", "rows")  # the modules --revision loads as they were (in import order)
 # rows.py's calls into canvas.py: the canvas check's own host work (the rest of mask_logits and
 # filter_commit spreads the allowed classes over the vocabulary and applies the mask)
 CANVAS = ("position_kinds", "canvas_sets", "allowed_classes", "completable", "completable_between")
@@ -70,7 +71,7 @@ CASES = {"small schema": (dict(json_schema=SMALL), 64), "nested schema": (dict(j
 
 
 def _modules_at(revision: str) -> dict:
-    """rows.py and canvas.py as they were at ``revision``, loaded beside today's (imports between
+    """CHANGED's modules as they were at ``revision``, loaded beside today's (imports between
     them rewritten to each other)."""
     folder, loaded = Path(tempfile.mkdtemp()), {}
     for name in CHANGED:
@@ -89,11 +90,13 @@ def _modules_at(revision: str) -> dict:
 
 
 class _Clock:
-    """Seconds spent in a class's methods (and their calls), added up while installed."""
+    """Seconds spent in a class's methods (and their calls), added up while installed; a call
+    made inside another of the same label counts once, in the outer one."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
+        self.inside: set[str] = set()
 
     def wrap(self, owner, name: str, label: str | None = None) -> None:
         if not hasattr(owner, name):
@@ -101,14 +104,26 @@ class _Clock:
         inner, label = getattr(owner, name), label or name
 
         def timed(*args, **kwargs):
+            if label in self.inside:
+                return inner(*args, **kwargs)
+            self.inside.add(label)
             start = time.perf_counter()
             try:
                 return inner(*args, **kwargs)
             finally:
+                self.inside.discard(label)
                 self.seconds[label] = self.seconds.get(label, 0.0) + time.perf_counter() - start
                 self.calls[label] = self.calls.get(label, 0) + 1
 
         setattr(owner, name, timed)
+
+    def wrap_canvas(self, modules: dict) -> None:
+        """Time a version's canvas check: rows.py's calls into canvas.py, and a grammar's parse,
+        which runs when its sets are first asked (GrammarSets.completable / parsed)."""
+        for name in CANVAS:
+            self.wrap(modules["rows"], name, "canvas")
+        for method in ("completable", "parsed"):
+            self.wrap(modules["token_grammar"].GrammarSets, method, "canvas")
 
 
 @dataclass
@@ -130,7 +145,30 @@ class _State:
         return (tokens[:, self.bs : self.be] == self.mask_id) & inside
 
 
-def _synthetic(rows_module, dfa, answer: int, mask_id: int, eos_id: int, vocab: int,
+def _as_version(dfa, modules: dict):
+    """``dfa`` as the version of ``modules`` runs it: a grammar through that version's
+    TokenGrammar (and so its Earley check), a token DFA as it is."""
+    then = modules["token_grammar"].TokenGrammar
+    if hasattr(dfa, "table") or isinstance(dfa, then):
+        return dfa
+    return then(grammar=dfa.grammar, lexer=dfa.lexer, vocab_size=dfa.vocab_size)
+
+
+@contextlib.contextmanager
+def _grammars_of(modules: dict):
+    """While inside, a grammar that generate compiles is run by the version of ``modules``."""
+    from dllm.samplers.constraints import token_grammar as now
+
+    saved = now.TokenGrammar, now.cached_grammar
+    now.TokenGrammar = modules["token_grammar"].TokenGrammar
+    now.cached_grammar = lambda *args: _as_version(saved[1](*args), modules)
+    try:
+        yield
+    finally:
+        now.TokenGrammar, now.cached_grammar = saved
+
+
+def _synthetic(modules: dict, dfa, answer: int, mask_id: int, eos_id: int, vocab: int,
                clock: _Clock) -> tuple[float, int, list]:
     """Decode 2 rows (answers of ``answer`` and 3/4 of it) under ``dfa`` from random logits:
     (constraint seconds, steps, final tokens); ``clock`` adds up the canvas check's part."""
@@ -143,8 +181,8 @@ def _synthetic(rows_module, dfa, answer: int, mask_id: int, eos_id: int, vocab: 
     state = _State(tokens=tokens, end=torch.tensor([prompt + n for n in lengths]), bs=prompt, be=prompt,
                    mask_id=mask_id, canvas=SimpleNamespace(prompt_width=prompt),
                    runner=SimpleNamespace(active=torch.ones(2, dtype=torch.bool)))
-    row = rows_module.RowConstraint(dfa=dfa)
-    constraints = rows_module.CanvasConstraints([row, row], mask_id, [eos_id])
+    row = modules["rows"].RowConstraint(dfa=_as_version(dfa, modules))
+    constraints = modules["rows"].CanvasConstraints([row, row], mask_id, [eos_id])
     constraints.check_start(state)
     clock.seconds.clear(), clock.calls.clear()
     generator, seconds, steps = torch.Generator().manual_seed(0), 0.0, 0
@@ -186,9 +224,8 @@ def run_synthetic(versions: list) -> None:
     print(f"synthetic {VOCABULARY}-token vocabulary, 2 rows, 2 commits per row per step; ms per step: "
           "constraint (mask + commit filter) / of it the canvas check")
     clock = _Clock()
-    for _, module in versions:
-        for name in CANVAS:
-            clock.wrap(module, name, "canvas")
+    for _, modules in versions:
+        clock.wrap_canvas(modules)
     for case, (options, answer) in CASES.items():
         dfa = _compiled(options, spelled, eos_id)
         if hasattr(dfa, "table"):
@@ -196,8 +233,8 @@ def run_synthetic(versions: list) -> None:
         else:
             shape = "Earley over the token lattice"
         cells, outs = [f"{case} ({shape}, {answer} tokens)"], []
-        for name, module in versions:
-            seconds, steps, out = _synthetic(module, dfa, answer, mask_id, eos_id, VOCABULARY, clock)
+        for name, modules in versions:
+            seconds, steps, out = _synthetic(modules, dfa, answer, mask_id, eos_id, VOCABULARY, clock)
             cells.append(f"{name}: {1000 * seconds / steps:.2f} / {1000 * clock.seconds.get('canvas', 0.0) / steps:.2f}"
                          f" ms over {steps} steps")
             outs.append(out)
@@ -225,19 +262,19 @@ def run_bundled(versions: list) -> None:
     clock = _Clock()
     clock.wrap(type(lm.model), "forward", "forward")
     original = decoding.CanvasConstraints
-    for name, module in versions:
+    for name, modules in versions:
         for method in ("mask_logits", "filter_commit"):
-            clock.wrap(module.CanvasConstraints, method, "constraint")
-        for function in CANVAS:
-            clock.wrap(module, function, "canvas")
+            clock.wrap(modules["rows"].CanvasConstraints, method, "constraint")
+        clock.wrap_canvas(modules)
     for case, (options, answer) in CASES.items():
         cells, outs = [case], []
-        for name, module in versions:
-            decoding.CanvasConstraints = module.CanvasConstraints
+        for name, modules in versions:
+            decoding.CanvasConstraints = modules["rows"].CanvasConstraints
             try:
                 clock.seconds.clear(), clock.calls.clear()
-                out = lm.generate_ids(ids, max_tokens=answer, block_length=min(32, answer),
-                                      steps=max(1, answer // 2), **options)
+                with _grammars_of(modules):
+                    out = lm.generate_ids(ids, max_tokens=answer, block_length=min(32, answer),
+                                          steps=max(1, answer // 2), **options)
             finally:
                 decoding.CanvasConstraints = original
             forwards = clock.calls.get("forward", 1)
@@ -252,16 +289,18 @@ def run_bundled(versions: list) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--revision", default=None, help="also run rows.py and canvas.py at this commit")
+    parser.add_argument("--revision", default=None, help="also run the constraint modules as they were at this commit")
     parser.add_argument("--settings", nargs="+", default=["bundled", "synthetic"], choices=["bundled", "synthetic"])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     args = parser.parse_args()
     for case in list(CASES):
         if case not in args.cases:
             del CASES[case]
-    from dllm.samplers.constraints import rows
+    from dllm.samplers.constraints import rows, token_grammar
 
-    versions = [("now", rows)] + ([(args.revision, _modules_at(args.revision)["rows"])] if args.revision else [])
+    versions = [("now", {"rows": rows, "token_grammar": token_grammar})]
+    if args.revision:
+        versions.append((args.revision, _modules_at(args.revision)))
     if "bundled" in args.settings:
         run_bundled(versions)
     if "synthetic" in args.settings:

@@ -85,7 +85,7 @@ def canvas_sets(dfa: TokenDFA, kinds: np.ndarray, start: int, limit: int | None 
     sets computed, each pass stopping once past the difference its set meets the held one again
     (the same positions follow, so the same sets). A grammar (token_grammar.py) answers for itself."""
     if not isinstance(dfa, TokenDFA):
-        return dfa.canvas_sets(kinds, start, limit)
+        return dfa.canvas_sets(kinds, start, limit, held)
     L, S1 = len(kinds), dfa.num_states
     lo, hi = 0, L
     if held is not None and len(held[0]) == L:

@@ -19,6 +19,7 @@ scan per hole per edge group out of each reached lexer state (at most the vocabu
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,7 +30,9 @@ from dllm.samplers.constraints.lexer import BETWEEN, TokenLexer
 
 class _Parse:
     """One Earley parse of a canvas's lattice; ``items[node]`` maps (rule, dot, origin) to the
-    ways it was derived (kept only when ``trace``)."""
+    ways it was derived (kept only when ``trace``). Nodes are ids that are never reused, so a
+    parse resumed on a changed canvas (``_parse(held=)``) drops the nodes after the change and
+    keeps the rest as they are."""
 
     def __init__(self, grammar: Grammar, lexer: TokenLexer, trace: bool) -> None:
         self.rules = [*grammar.rules, (-1, (grammar.start,))]  # the last rule: the augmented start
@@ -39,18 +42,32 @@ class _Parse:
             self.by_lhs[lhs].append(r)
         self.nullable = grammar.nullable()
         self.lexer, self.trace, self.ignored = lexer, trace, grammar.ignored
-        self.items: list[dict] = []
-        self.waiting: list[dict[int, list]] = []  # by node: next symbol -> items expecting it
-        self.completed: list[dict] = []  # by node: (nonterminal, origin) -> the complete items of it
+        self.items: dict[int, dict] = {}
+        self.waiting: dict[int, dict[int, list]] = {}  # by node: next symbol -> items expecting it
+        self.completed: dict[int, dict] = {}  # by node: (nonterminal, origin) -> the complete items of it
         self.nodes: dict = {}
+        self.layers: dict[int, list] = defaultdict(list)  # position -> its ("p", i, x) keys, as made
+        self.count = 0
 
     def node(self, key) -> int:
         if key not in self.nodes:
-            self.nodes[key] = len(self.items)
-            self.items.append({})
-            self.waiting.append(defaultdict(list))
-            self.completed.append({})
+            v = self.nodes[key] = self.count
+            self.count += 1
+            self.items[v], self.waiting[v], self.completed[v] = {}, defaultdict(list), {}
+            if key[0] == "p":
+                self.layers[key[1]].append(key)
         return self.nodes[key]
+
+    def drop_after(self, at: int) -> None:
+        """Forget what the positions from ``at`` on added: the nodes past ``at`` and the chain
+        nodes of edges leaving them, and everything the final node holds. The nodes at ``at``
+        stay, closed (they hold only what earlier positions scanned into them), and so do the
+        chain nodes of edges leaving them (each holds what its emitted terminals make of them)."""
+        for key, v in list(self.nodes.items()):
+            if (key[0] in "pc" and key[1] > at) or key[0] == "f":
+                del self.nodes[key], self.items[v], self.waiting[v], self.completed[v]
+        for i in [i for i in self.layers if i > at]:
+            del self.layers[i]
 
     def add(self, v: int, item: tuple, how: tuple, agenda: list | None) -> None:
         ways = self.items[v]
@@ -121,30 +138,72 @@ class _Parse:
             self.add(v, (item[0], item[1] + 1, item[2]), ("s", current, item, edge), None)
 
 
-def _parse(grammar: Grammar, lexer: TokenLexer, kinds: np.ndarray, tokens: np.ndarray, limit: int,
-           trace: bool) -> tuple[_Parse, int, int]:
-    """Parse the lattice of the canvas (``kinds``: HOLE, EOS or a token's kind, ``tokens`` the ids);
-    returns the parse, the final node and the start node."""
-    p = _Parse(grammar, lexer, trace)
+@dataclass(eq=False)
+class Parsed:
+    """A canvas's parse: whether it is completable, and its chart (``parse``, None once a later
+    canvas's parse resumed from it and took it over)."""
+
+    kinds: np.ndarray
+    tokens: np.ndarray
+    limit: int
+    completable: bool
+    parse: _Parse | None
+    final: int
+    start: int
+
+    def allowed(self, positions: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """``allowed_tokens`` from this chart (it must have been traced and not taken over)."""
+        if self.parse is None or not self.parse.trace:
+            raise RuntimeError("this chart was not traced or a later parse took it over: parse the canvas again")
+        return _allowed(self.parse, self.final, self.start, positions, vocab_size, self.completable)
+
+
+def parse_canvas(grammar: Grammar, lexer: TokenLexer, kinds: np.ndarray, tokens: np.ndarray, limit: int,
+                 trace: bool = True, held: Parsed | None = None) -> Parsed:
+    """Parse the lattice of the canvas (``kinds``: HOLE, EOS or a token's kind, ``tokens`` the ids).
+    ``held``: the traced parse of an earlier canvas of the same grammar, lexer and limit (the
+    last step's, or a commit filter's last trial), which this one takes over: the chart up to
+    the first position where the canvases differ is the same (an Earley chart at position i
+    depends only on positions before i), so only the positions from there on are parsed again,
+    and the end-of-text edges into the final node (whether every later position may be
+    end-of-text can change anywhere before the difference)."""
     L = len(kinds)
     tail_eos = np.ones(L + 1, dtype=bool)  # every position from i on may be end-of-text
     for i in range(L - 1, -1, -1):
         tail_eos[i] = tail_eos[i + 1] and kinds[i] in (HOLE, EOS)
-    start = p.node(("p", 0, BETWEEN))
-    agenda: list = []
-    p.add(start, (p.root, 0, start), ("p",), agenda)
+    if held is not None and held.parse is not None and held.parse.trace and trace and held.limit == limit:
+        p, held.parse = held.parse, None
+        n = min(L, len(held.kinds))
+        differ = np.flatnonzero((held.kinds[:n] != kinds[:n]) | (held.tokens[:n] != tokens[:n]))
+        first = int(differ[0]) if len(differ) else n
+        p.drop_after(first)
+        start = p.nodes[("p", 0, BETWEEN)]
+    else:
+        p, first = _Parse(grammar, lexer, trace), None
+        start = p.node(("p", 0, BETWEEN))
+        agenda: list = []
+        p.add(start, (p.root, 0, start), ("p",), agenda)
     final = p.node(("f",))
     done = (p.root, 1, start)
-    for i in range(L + 1):
-        for key in [k for k in list(p.nodes) if k[0] == "p" and k[1] == i]:
+
+    def end(u: int, i: int, x: int) -> None:
+        """The end-of-text edge from node ``u`` (position ``i``, lexer state ``x``), if any."""
+        if tail_eos[i] and i <= limit and lexer.ends[x] is not None:  # the word may end here
+            ends = lexer.ends[x]
+            if ends:
+                p.scan(u, i, ends, ("f",), ("end", i))
+            elif done in p.items[u]:
+                p.add(final, done, ("e", u, done, ("end", i)), None)
+
+    for i in range(first or 0):  # resumed: the kept positions' end edges, from the closed nodes
+        for key in p.layers[i]:
+            end(p.nodes[key], i, key[2])
+    for i in range(first or 0, L + 1):
+        for key in list(p.layers[i]):
             u, x = p.nodes[key], key[2]
-            p.close(u, list(p.items[u]), predict=lexer.pending[x] is None or lexer.pending[x] in grammar.ignored)
-            if tail_eos[i] and i <= limit and lexer.ends[x] is not None:  # the word may end here
-                ends = lexer.ends[x]
-                if ends:
-                    p.scan(u, i, ends, ("f",), ("end", i))
-                elif done in p.items[u]:
-                    p.add(final, done, ("e", u, done, ("end", i)), None)
+            if i != first:  # a resumed parse's nodes at ``first`` were closed before
+                p.close(u, list(p.items[u]), predict=lexer.pending[x] is None or lexer.pending[x] in grammar.ignored)
+            end(u, i, x)
             if i == L or i >= limit or kinds[i] == EOS:
                 continue
             if kinds[i] == HOLE:
@@ -155,48 +214,65 @@ def _parse(grammar: Grammar, lexer: TokenLexer, kinds: np.ndarray, tokens: np.nd
             for emitted, y, edge in edges:
                 p.scan(u, i, emitted, ("p", i + 1, y), edge)
     p.close(final, list(p.items[final]), predict=False)
-    return p, final, start
+    return Parsed(kinds=kinds, tokens=tokens, limit=limit, completable=done in p.items[final], parse=p,
+                  final=final, start=start)
 
 
 def completable(grammar: Grammar, lexer: TokenLexer, kinds: np.ndarray, tokens: np.ndarray, limit: int) -> bool:
-    p, final, start = _parse(grammar, lexer, kinds, tokens, limit, trace=False)
-    return (p.root, 1, start) in p.items[final]
+    return parse_canvas(grammar, lexer, kinds, tokens, limit, trace=False).completable
 
 
 def allowed_tokens(grammar: Grammar, lexer: TokenLexer, kinds: np.ndarray, tokens: np.ndarray, limit: int,
                    positions: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
     """For holes at ``positions`` (K,): (K, V) bool, the tokens that keep the canvas completable,
     and (K,) bool, whether end-of-text does (all False when it is not completable)."""
-    p, final, start = _parse(grammar, lexer, kinds, tokens, limit, trace=True)
+    return parse_canvas(grammar, lexer, kinds, tokens, limit).allowed(positions, vocab_size)
+
+
+def _allowed(p: _Parse, final: int, start: int, positions: np.ndarray, vocab_size: int,
+             found: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``allowed_tokens`` from a traced parse: the edges on derivations of the final item."""
     allowed = np.zeros((len(positions), vocab_size), dtype=bool)
     eos = np.zeros(len(positions), dtype=bool)
     done = (p.root, 1, start)
-    if done not in p.items[final]:
+    if not found:
         return allowed, eos
     used: set = set()
     seen = {(final, done)}
+    groups: set = set()  # (node, group) whose complete items are on the stack already
     stack = [(final, done)]
     while stack:
         v, item = stack.pop()
         for how in p.items[v][item]:
-            if how[0] == "p":
+            kind = how[0]
+            if kind == "p":
                 continue
-            if how[0] == "n":
-                pairs = [(v, how[1])]
-            elif how[0] == "c":  # the parent, and every complete item of the group that moved it on
-                pairs = [(how[1], how[2])] + [(v, whole) for whole in p.completed[v][how[3]]]
-            else:  # a scan or a copy across an edge
-                pairs = [(how[1], how[2])]
-                if how[3] is not None:
+            if kind == "n":
+                pair = (v, how[1])
+            else:  # a completion's parent, or the source of a scan or a copy across an edge
+                pair = (how[1], how[2])
+                if kind == "c":  # and every complete item of the group that moved it on, once
+                    if (v, how[3]) not in groups:
+                        groups.add((v, how[3]))
+                        for whole in p.completed[v][how[3]]:
+                            if (v, whole) not in seen:
+                                seen.add((v, whole))
+                                stack.append((v, whole))
+                elif how[3] is not None:
                     used.add(how[3])
-            for pair in pairs:
-                if pair not in seen:
-                    seen.add(pair)
-                    stack.append(pair)
+            if pair not in seen:
+                seen.add(pair)
+                stack.append(pair)
     row = {int(pos): k for k, pos in enumerate(positions)}
+    picked: dict[int, list[np.ndarray]] = defaultdict(list)  # hole -> the token groups of its marked edges
+    first_end = None
     for where, group in used:
         if where == "end":
-            eos[[k for pos, k in row.items() if pos >= group]] = True
+            first_end = group if first_end is None else min(first_end, group)
         elif group is not None and where in row:
-            allowed[row[where], lexer.group_tokens[group]] = True
+            picked[row[where]].append(p.lexer.group_tokens[group])
+    for k, groups in picked.items():  # one indexed write per hole, not one per group
+        allowed[k, np.concatenate(groups)] = True
+    if first_end is not None:
+        eos[np.asarray(positions) >= first_end] = True
     return allowed, eos

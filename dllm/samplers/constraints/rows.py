@@ -81,13 +81,14 @@ class CanvasConstraints:
         constraint = self.rows[row]
         kinds = self._kinds(row, region)
         sets = canvas_sets(constraint.dfa, kinds, constraint.state, constraint.limit, self._held.get(row))
-        if isinstance(constraint.dfa, TokenDFA):
-            self._held[row] = (kinds, sets)
+        self._held[row] = (kinds, sets)
         return sets
 
     def _completable(self, row: int, region: np.ndarray) -> bool:
         constraint, kinds = self.rows[row], self._kinds(row, region)
         held = self._held.get(row)
+        if not isinstance(constraint.dfa, TokenDFA):  # a grammar's parse resumes the held chart
+            return self._sets(row, region).completable(constraint.state)
         if held is not None and len(held[0]) == len(kinds):
             changed = np.flatnonzero(held[0] != kinds)
             if len(changed) == 0:

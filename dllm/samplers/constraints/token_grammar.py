@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dllm.samplers.constraints.canvas import HOLE
-from dllm.samplers.constraints.cfg_canvas import allowed_tokens, completable
+from dllm.samplers.constraints.cfg_canvas import Parsed, parse_canvas
 from dllm.samplers.constraints.grammar import Grammar, grammar_regex, parse_grammar
 from dllm.samplers.constraints.lexer import TokenLexer, build_lexer
 from dllm.samplers.constraints.token_dfa import TokenDFA, compile_regex
@@ -29,19 +29,26 @@ MAX_GRAMMAR_TOKENS = 64
 
 @dataclass(slots=True)
 class GrammarSets:
-    """A canvas (kinds) read after the prefix ``prefix``; its completability computed once."""
+    """A canvas (kinds) read after the prefix ``prefix``; parsed once, when first asked, resuming
+    the chart of ``held`` (an earlier canvas's parse, whose chart it takes over) where it has one."""
 
     grammar: "TokenGrammar"
     kinds: np.ndarray  # (L,) token id, HOLE or EOS; the prefix's tokens first
     start: int  # positions before it are the prefix
     limit: int  # in kinds' positions
-    _completable: bool | None = None
+    held: Parsed | None = None
+    _parsed: Parsed | None = None
+
+    def parsed(self, chart: bool = False) -> Parsed:
+        """The canvas's parse (``chart``: with its chart, parsed again if a later one took it over)."""
+        if self._parsed is None or (chart and self._parsed.parse is None):
+            g = self.grammar
+            self._parsed = parse_canvas(g.grammar, g.lexer, self.kinds, self.kinds, self.limit, held=self.held)
+            self.held = None
+        return self._parsed
 
     def completable(self, state: tuple[int, ...] | None = None) -> bool:
-        if self._completable is None:
-            g = self.grammar
-            self._completable = completable(g.grammar, g.lexer, self.kinds, self.kinds, self.limit)
-        return self._completable
+        return self.parsed().completable
 
 
 @dataclass(eq=False)
@@ -70,15 +77,18 @@ class TokenGrammar:
         """The state after answer ``tokens``: the prefix ``state`` extended by them."""
         return state + tuple(int(t) for t in tokens)
 
-    def canvas_sets(self, kinds: np.ndarray, state: tuple[int, ...], limit: int | None = None) -> GrammarSets:
+    def canvas_sets(self, kinds: np.ndarray, state: tuple[int, ...], limit: int | None = None,
+                    held: tuple[np.ndarray, GrammarSets] | None = None) -> GrammarSets:
+        """The sets of canvas ``kinds`` after prefix ``state``; ``held``: (kinds, sets) of an
+        earlier canvas of this row (canvas.canvas_sets' form), whose chart the parse resumes."""
         prefix = np.array(state, dtype=np.int64)
         full = np.concatenate([prefix, kinds])
-        return GrammarSets(self, full, len(prefix), len(full) if limit is None else len(prefix) + limit)
+        return GrammarSets(self, full, len(prefix), len(full) if limit is None else len(prefix) + limit,
+                           None if held is None else held[1]._parsed)
 
     def allowed_classes(self, sets: GrammarSets, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(K, V) the tokens each hole at ``positions`` may take, (K,) whether end-of-text may."""
-        return allowed_tokens(self.grammar, self.lexer, sets.kinds, sets.kinds, sets.limit,
-                              np.asarray(positions) + sets.start, self.vocab_size)
+        return sets.parsed(chart=True).allowed(np.asarray(positions) + sets.start, self.vocab_size)
 
     def shortest_word(self, cap: int = 1024) -> int | None:
         """The fewest tokens of a word (None: none within ``cap`` tokens): completability of
