@@ -71,3 +71,18 @@ def test_a_shard_masks_its_columns_and_a_batch_masks_each_row_as_alone():
     finite = torch.isfinite(whole[0])  # "a" decided: then "b", then "c" or end-of-text
     assert finite[1].nonzero().flatten().tolist() == [3]
     assert finite[2].nonzero().flatten().tolist() == [EOS, 6]
+
+
+def test_the_host_mask_keeps_the_callers_logits_and_masks_every_dtype_alike():
+    """The mask is written into a new tensor (numpy's on the host for the dtypes it holds, torch's
+    for bfloat16): the caller's logits stay as they were (APD mixes them, uniform keeps them)."""
+    rows = [RowConstraint(dfa=compile_regex(r"(ab|ba)c?", SPELLED, EOS)), None]
+    canvas = [[7, 2, MASK, MASK, MASK], [7, MASK, MASK, MASK, EOS]]
+    logits = torch.randn(2, 4, 9, generator=torch.Generator().manual_seed(1))
+    before = logits.clone()
+    out = CanvasConstraints(rows, MASK, [EOS]).mask_logits(_state(canvas, 1, 5), logits)
+    assert torch.equal(logits, before) and torch.isinf(out).any()
+    assert torch.equal(out, logits.masked_fill(torch.isinf(out), float("-inf")))
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        other = CanvasConstraints(rows, MASK, [EOS]).mask_logits(_state(canvas, 1, 5), logits.to(dtype))
+        assert other.dtype == dtype and torch.equal(torch.isinf(other), torch.isinf(out)), dtype

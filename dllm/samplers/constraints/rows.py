@@ -28,6 +28,9 @@ from dllm.samplers.constraints.canvas import (allowed_classes, canvas_sets, comp
 from dllm.samplers.constraints.token_dfa import TokenDFA
 
 
+_NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)  # logits dtypes numpy holds
+
+
 @dataclass(frozen=True, slots=True)
 class RowConstraint:
     """A row's language: ``dfa`` from state ``start`` (default its initial state), the word
@@ -138,7 +141,13 @@ class CanvasConstraints:
                 drop.numpy()[n, cols] = ~kept.numpy()
             else:  # the host copies (cols, _allowed's table) wait on a queue the .cpu() above already drained
                 drop[n, torch.from_numpy(cols).to(drop.device)] = ~kept
-        return logits if drop is None else logits.masked_fill(drop, float("-inf"))
+        if drop is None:
+            return logits
+        if drop.device.type == "cpu" and logits.dtype in _NUMPY_FLOATS:  # a new tensor: callers keep theirs
+            out = logits.detach().numpy().copy()  # numpy's putmask is about twice torch's masked_fill on the host
+            np.putmask(out, drop.numpy(), -np.inf)
+            return torch.from_numpy(out)
+        return logits.masked_fill(drop, float("-inf"))
 
     def _allowed(self, row: int, sets, positions: np.ndarray, vocab_start: int, width: int,
                  device: torch.device) -> Tensor:
