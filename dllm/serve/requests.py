@@ -38,9 +38,11 @@ DEFAULT_BLOCK_LENGTH = 32  # the server's block when no option sets one (ServerD
 DLLM_OPTIONS = ("policy", "policy_args", "strategy", "strategy_args", "stopper", "stopper_args",
                 "cache", "cache_args", "sub_block_length", "block_length", "steps", "top_k",
                 "cfg_scale", "stop_at_eos", "memory_budget_mb")
-# OpenAI fields that mean nothing for the answer (storage, billing, tracing) and that the openai
-# SDK's users and frameworks send: accepted with any value and ignored, as vLLM does (README, "Serving")
-IGNORED_FIELDS = {"store", "metadata", "service_tier", "user"}
+# OpenAI fields that mean nothing for the answer (storage, billing, tracing, caching hints) and that
+# the openai SDK's users and frameworks send: accepted with any value and ignored, as vLLM does
+# (README, "Serving"); safety_identifier replaces user, prompt_cache_* route OpenAI's prompt cache
+IGNORED_FIELDS = {"store", "metadata", "service_tier", "user", "safety_identifier", "prompt_cache_key",
+                  "prompt_cache_retention"}
 TOOL_FIELDS = {"tools", "tool_choice", "parallel_tool_calls"}  # chat only (dllm.api.tools)
 COMMON_FIELDS = {"model", "max_tokens", "n", "seed", "temperature", "top_p", "stop", "stop_token_ids",
                  "stream", "stream_options", "logprobs", "response_format"} | IGNORED_FIELDS | CONSTRAINT_FIELDS

@@ -34,9 +34,7 @@ from dllm.serve.structured_fields import FIELDS as CONSTRAINT_FIELDS
 
 TRANSLATED = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "text", "stream",
               "stream_options", "tools", "tool_choice", "parallel_tool_calls"}
-# accepted with any value and ignored: they mean nothing for the answer (storage, billing, tracing,
-# caching hints)
-IGNORED = IGNORED_FIELDS | {"safety_identifier", "prompt_cache_key", "prompt_cache_retention"}
+IGNORED = IGNORED_FIELDS  # accepted with any value and ignored, as on chat
 PASSED = {*DLLM_OPTIONS, *CONSTRAINT_FIELDS, "seed", "stop", "stop_token_ids"}  # dllm's extras, as on chat
 NO_STORE = ("this server stores no responses: send the earlier turns in input (the assistant's answers as "
             "role assistant messages)")

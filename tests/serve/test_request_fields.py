@@ -15,7 +15,9 @@ from dllm.serve.requests import IGNORED_FIELDS, RequestError, ServerDefaults, pa
 from dllm.serve.scheduler import BatchScheduler
 from serve_helpers import running_server
 
-IGNORED = {"store": True, "metadata": {"team": "a", "run": "7"}, "service_tier": "auto", "user": "u-1"}
+# the last three: OpenAI's newer chat fields (safety_identifier replaces user); they were 400 "unknown field"
+IGNORED = {"store": True, "metadata": {"team": "a", "run": "7"}, "service_tier": "auto", "user": "u-1",
+           "safety_identifier": "h-42", "prompt_cache_key": "team-a", "prompt_cache_retention": "24h"}
 CHANGES_THE_ANSWER = {"presence_penalty": 0.5, "frequency_penalty": 1.0, "best_of": 2,
                       "logit_bias": {"5": 10}, "reasoning_effort": "high", "modalities": ["text", "audio"],
                       "functions": [{"name": "f"}], "function_call": "auto", "repetition_penalty": 1.1,
@@ -83,7 +85,8 @@ def test_openai_client_with_the_ignored_fields_gets_the_same_answer(model):
             plain = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=8, seed=11)
             extra = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=8, seed=11, store=True,
                                                    metadata={"team": "a"}, service_tier="auto", user="u-1",
-                                                   parallel_tool_calls=False)
+                                                   parallel_tool_calls=False, safety_identifier="h-42",
+                                                   prompt_cache_key="team-a")
             assert extra.choices[0].message.content == plain.choices[0].message.content
             done = client.completions.create(model="m", prompt="Alice waits", max_tokens=8, seed=11, user="u-1",
                                              extra_body={"store": False, "metadata": {}, "service_tier": "default"})
