@@ -61,6 +61,8 @@ def info_router(model, scheduler, metrics: ServerMetrics, served_name: str, limi
 
     @get("/v1/models/{model_id:path}")
     async def one_model(model_id: str) -> Response:
+        if model_id == "":  # /v1/models/ (a base URL's trailing slash): the list, as the redirect vLLM sends gives
+            return JSONResponse(await models())
         if model_id != served_name:
             return error_response(metrics, "models", f"the model {model_id!r} does not exist; this server serves "
                                   f"{served_name!r}", 404, "model")

@@ -129,6 +129,8 @@ def test_get_routes_answer_head(keyed):
         assert (head.status_code, head.content) == (200, b""), path
         assert head.headers["content-type"] == got.headers["content-type"], path
     assert httpx.head(keyed + "/v1/models/other", headers=auth).status_code == 404
+    listed = httpx.get(keyed + "/v1/models/", headers=auth)  # was 404 "the model '' does not exist"
+    assert listed.status_code == 200 and listed.json() == httpx.get(keyed + "/v1/models", headers=auth).json()
     assert httpx.head(keyed + "/v1/models").status_code == 401
     assert httpx.head(keyed + "/v1/chat/completions", headers=auth).status_code == 405  # POST only
 
