@@ -1,6 +1,6 @@
 """The grammar check's shortcuts against its slow path: a parse resumed from an earlier canvas's
 chart (the last step's, a commit filter's trial) decides completability and the allowed tokens
-exactly as a fresh parse of the canvas does (itself checked against brute force in
+(asked of every hole, or of the later ones only) exactly as a fresh parse of the canvas does (itself checked against brute force in
 test_grammar_canvas.py), along chains of random edits (holes filled, tokens masked again, a
 canvas cut shorter, end-of-text moved); and a ragged batch of rows under two different grammars
 decodes each row as its run alone."""
@@ -52,6 +52,9 @@ def test_a_resumed_parse_decides_as_a_fresh_one(case):
             assert parsed.completable == parse_canvas(grammar, lexer, kinds, kinds, limit).completable
             got = parsed.allowed(holes, len(vocab))
             assert (got[0] == fresh[0]).all() and (got[1] == fresh[1]).all(), (canvas, limit)
+            later = rng.randint(0, len(holes))  # asked of the later holes only (the walk stops before them)
+            got = parsed.allowed(holes[later:], len(vocab))
+            assert (got[0] == fresh[0][later:]).all() and (got[1] == fresh[1][later:]).all(), (canvas, later)
             assert held is None or held.parse is None or held.limit != limit  # the chart was taken over
             held = parsed
     assert resumed_somewhere > 50

@@ -37,6 +37,8 @@ class _Parse:
     def __init__(self, grammar: Grammar, lexer: TokenLexer, trace: bool) -> None:
         self.rules = [*grammar.rules, (-1, (grammar.start,))]  # the last rule: the augmented start
         self.root = len(self.rules) - 1
+        self.lhs = [lhs for lhs, _ in self.rules]
+        self.rhs = [rhs for _, rhs in self.rules]
         self.by_lhs: dict[int, list[int]] = defaultdict(list)
         for r, (lhs, _) in enumerate(self.rules):
             self.by_lhs[lhs].append(r)
@@ -46,6 +48,7 @@ class _Parse:
         self.waiting: dict[int, dict[int, list]] = {}  # by node: next symbol -> items expecting it
         self.completed: dict[int, dict] = {}  # by node: (nonterminal, origin) -> the complete items of it
         self.nodes: dict = {}
+        self.position: dict[int, float] = {}  # by node: the position it lies at (chain nodes: their edge's)
         self.layers: dict[int, list] = defaultdict(list)  # position -> its ("p", i, x) keys, as made
         self.count = 0
 
@@ -54,6 +57,7 @@ class _Parse:
             v = self.nodes[key] = self.count
             self.count += 1
             self.items[v], self.waiting[v], self.completed[v] = {}, defaultdict(list), {}
+            self.position[v] = key[1] if key[0] in "pc" else float("inf")
             if key[0] == "p":
                 self.layers[key[1]].append(key)
         return self.nodes[key]
@@ -65,7 +69,7 @@ class _Parse:
         chain nodes of edges leaving them (each holds what its emitted terminals make of them)."""
         for key, v in list(self.nodes.items()):
             if (key[0] in "pc" and key[1] > at) or key[0] == "f":
-                del self.nodes[key], self.items[v], self.waiting[v], self.completed[v]
+                del self.nodes[key], self.items[v], self.waiting[v], self.completed[v], self.position[v]
         for i in [i for i in self.layers if i > at]:
             del self.layers[i]
 
@@ -80,14 +84,14 @@ class _Parse:
 
     def close(self, v: int, agenda: list, predict: bool) -> None:
         """Complete, predict (at nodes between terminals) and step over nullable nonterminals."""
-        rules, waiting, ways, trace = self.rules, self.waiting, self.items[v], self.trace
-        done = self.completed[v]
+        lhs, rhs_of, waiting, ways, trace = self.lhs, self.rhs, self.waiting, self.items[v], self.trace
+        done, here, nullable = self.completed[v], self.waiting[v], self.nullable
         while agenda:
             item = agenda.pop()
             r, dot, origin = item
-            rhs = rules[r][1]
+            rhs = rhs_of[r]
             if dot == len(rhs):
-                group = (rules[r][0], origin)
+                group = (lhs[r], origin)
                 if group in done:  # its parents moved on already: only the way is new
                     done[group].append(item)
                     continue
@@ -103,12 +107,13 @@ class _Parse:
                         ways[new].append(("c", origin, parent, group))
                 continue
             symbol = rhs[dot]
-            waiting[v][symbol].append(item)
+            expecting = here[symbol]
+            expecting.append(item)
             if symbol >= 0:
-                if predict and len(waiting[v][symbol]) == 1:
+                if predict and len(expecting) == 1:
                     for r2 in self.by_lhs[symbol]:
                         self.add(v, (r2, 0, v), ("p",), agenda)
-                if symbol in self.nullable:  # Aycock and Horspool: step over what may derive nothing
+                if symbol in nullable:  # Aycock and Horspool: step over what may derive nothing
                     self.add(v, (r, dot + 1, origin), ("n", item), agenda)
 
     def scan(self, u: int, at: int, terminals: tuple[int, ...], target: tuple, edge) -> None:
@@ -231,13 +236,18 @@ def allowed_tokens(grammar: Grammar, lexer: TokenLexer, kinds: np.ndarray, token
 
 def _allowed(p: _Parse, final: int, start: int, positions: np.ndarray, vocab_size: int,
              found: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``allowed_tokens`` from a traced parse: the edges on derivations of the final item."""
+    """``allowed_tokens`` from a traced parse: the edges on derivations of the final item. The walk
+    back from the final item only goes to earlier (or the same) positions, and an edge leaving
+    position i is read off the ways of the nodes at i + 1 (end-of-text edges: the final node's),
+    so it stops at the nodes at or before the first hole asked: none of their edges is wanted."""
     allowed = np.zeros((len(positions), vocab_size), dtype=bool)
     eos = np.zeros(len(positions), dtype=bool)
     done = (p.root, 1, start)
     if not found:
         return allowed, eos
     used: set = set()
+    first = min((int(i) for i in positions), default=float("inf"))
+    position = p.position
     seen = {(final, done)}
     groups: set = set()  # (node, group) whose complete items are on the stack already
     stack = [(final, done)]
@@ -260,7 +270,7 @@ def _allowed(p: _Parse, final: int, start: int, positions: np.ndarray, vocab_siz
                                 stack.append((v, whole))
                 elif how[3] is not None:
                     used.add(how[3])
-            if pair not in seen:
+            if pair not in seen and position[pair[0]] > first:
                 seen.add(pair)
                 stack.append(pair)
     row = {int(pos): k for k, pos in enumerate(positions)}
