@@ -86,7 +86,7 @@ def test_moe_model_is_llada2_layout_and_routes_to_every_expert(name):
     assert lm.model.attention == "block_causal" and lm.model.config.block_origin == "answer"
     layers = [m for m in lm.model.modules() if isinstance(m, MoEMLP)]
     assert len(layers) == config["num_hidden_layers"] - 1
-    counts = [torch.zeros(m.cfg.n_experts) for m in layers]
+    counts = [torch.zeros(m.cfg.n_experts, device=lm.model.device) for m in layers]
     for m, c in zip(layers, counts):
         def recorded(x2d, _route=m.route, _c=c):
             weights, ids = _route(x2d)
@@ -113,7 +113,7 @@ def test_uniform_state_model_is_transformers_diffusion_gemma(name):
         from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
     except ImportError:
         pytest.skip("the installed transformers has no models/diffusion_gemma (it came in 5.17)")
-    lm = dllm.load(name)
+    lm = dllm.load(name, device="cpu")  # beside the reference on the CPU, drawing from the CPU's generator
     ref = DiffusionGemmaForBlockDiffusion.from_pretrained(bundled_models()[name].path).eval()
     data = require_data()
     specs = load_task_configs(data)

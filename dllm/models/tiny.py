@@ -141,6 +141,9 @@ def write_tiny_checkpoint(
         raw = _config(layout, tok, special, **sizes, vocab_size=vocab_size, max_len=max_len)
     if family == "fast_dllm_v2":
         raw.update(model_type="Fast_dLLM_Qwen", architectures=["Fast_dLLM_QwenForCausalLM"], bd_size=block_size or 8)
+    # the tensors' dtype, declared as a published checkpoint does: dtype="auto" then loads it on
+    # every device (undeclared, a GPU loads bfloat16, and the tests' float32 tolerances break there)
+    raw["dtype" if "dtype" in raw else "torch_dtype"] = str(dtype).removeprefix("torch.")
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
     fam = FAMILIES[family]
     cfg = fam.parse_config(raw)

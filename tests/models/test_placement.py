@@ -96,3 +96,17 @@ def test_every_command_defaults_to_auto():
         defaults = {a.dest: a for a in parser._actions}
         assert defaults["device"].default == "auto" and defaults["dtype"].default == "auto", parser.prog
         assert "auto" in defaults["dtype"].choices
+
+
+@pytest.mark.parametrize("family", ["llada", "fast_dllm_v2", "diffusion_gemma"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tiny_checkpoints_load_in_their_own_dtype_on_a_gpu(tmp_path, family, dtype):
+    """A tiny checkpoint declares the dtype its tensors are stored in, so dtype="auto" on CUDA
+    (the device-generic suite on a GPU) keeps float32 and the float32 tolerances of the tests that
+    load one without a dtype; undeclared, CUDA's default made them bfloat16 there alone."""
+    from dllm.models.tiny import write_tiny_checkpoint
+
+    raw = json.loads((write_tiny_checkpoint(tmp_path, family, dtype=dtype) / "config.json").read_text())
+    declared = checkpoint_dtype(raw)
+    assert declared == dtype
+    assert resolve_dtype("auto", device=torch.device("cuda", 0), declared=declared) == dtype

@@ -79,9 +79,10 @@ def test_loglikelihood_is_one_plain_forwards_logsoftmax(served):
     for (context, continuation), (value, greedy) in zip(pairs, results):
         ctx = model.encode(context, chat=False)
         ids = ctx + model.encode(context + continuation, chat=False)[len(ctx):]
-        tokens = torch.tensor([ids + [model.model.mask_token_id] * BLOCK])
+        tokens = torch.tensor([ids + [model.model.mask_token_id] * BLOCK], device=model.model.device)
+        positions = torch.arange(tokens.shape[1], device=tokens.device)[None]  # the served model's device
         with torch.no_grad():
-            logp = torch.log_softmax(model.model(tokens, torch.arange(tokens.shape[1])[None])[0].double(), dim=-1)
+            logp = torch.log_softmax(model.model(tokens, positions)[0].double(), dim=-1)
         span = range(len(ctx), len(ids))  # LLaDA layout: position i's token from output i
         assert value == pytest.approx(sum(float(logp[i, ids[i]]) for i in span), abs=TOL * len(span))
         assert greedy == all(int(logp[i].argmax()) == ids[i] for i in span)
