@@ -1,7 +1,7 @@
 """Time every forward the engine makes, without changing the engine: module hooks around the
 model's ``forward``.
 
-On CUDA each forward is bracketed by two CUDA events recorded on the current stream (read after
+On CUDA each forward is bracketed by two CUDA events recorded on the model device's current stream (read after
 the decode's final synchronisation, so timing adds no host sync inside a step); elsewhere by
 ``time.perf_counter``. Each record keeps the forward's shape (rows N, query length T, key
 length S), so forwards can be grouped into block-start refreshes and window forwards.
@@ -70,9 +70,9 @@ class ForwardTimer:
         return lambda: self._done.append((rows, queries, keys, start, self._stamp()))
 
     def _stamp(self):
-        if self.cuda:
+        if self.cuda:  # on the model's device's stream: the current device may be another GPU
             event = torch.cuda.Event(enable_timing=True)
-            event.record()
+            event.record(torch.cuda.current_stream(self.device))
             return event
         return time.perf_counter()
 
