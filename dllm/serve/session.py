@@ -124,9 +124,14 @@ class RowSession:
         self.metrics.latency.observe(time.perf_counter() - self.started)
 
     def cancel(self) -> None:
-        """Free every submitted row that is not decided (a disconnect, an error, a full queue)."""
+        """Free every submitted row still in the scheduler (a disconnect, an error, a full queue).
+        A row whose answer is decided but that still decodes (an end-of-text without
+        stop_at_eos, token editing's whole canvas) is freed too, its answer kept: nobody will
+        read the rest."""
         for request, row in zip(self.requests[: self._submitted], self.rows):
+            if row.settled:
+                continue
+            self.scheduler.cancel(request.request_id)
             if not row.done:
-                self.scheduler.cancel(request.request_id)
                 row.reason = "cancelled"
                 self.metrics.rows.labels(reason="cancelled").inc()

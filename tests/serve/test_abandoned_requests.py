@@ -6,6 +6,7 @@ forward is slowed to a GPU-sized model's step (20 ms), so that, as on a real mod
 leaves while a step runs, not between steps."""
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
@@ -14,8 +15,10 @@ import pytest
 
 import dllm
 from dllm.serve.app import create_app
-from dllm.serve.protocol import SchedulerLimits
-from dllm.serve.requests import ServerDefaults
+from dllm.serve.metrics import ServerMetrics
+from dllm.serve.protocol import RowUpdate, SchedulerLimits
+from dllm.serve.requests import ServerDefaults, parse_request
+from dllm.serve.session import RowSession
 from serve_helpers import RecordingScheduler, running_server, wait_until
 
 PROMPT = "The cat sat"
@@ -90,3 +93,50 @@ def test_an_abandoned_request_stops_and_the_next_starts_at_once(served, stream):
     # it starts at once (behind a left-behind batch it waited 6-15 s on a 2-core CPU); its
     # latency is not bounded here: other processes share the CPU
     assert queued < 0.5, f"the next request waited {queued:.2f} s in the queue ({next_latency:.2f} s in all, alone {alone:.2f} s)"
+
+
+class _Stub:
+    """A scheduler that only records what it is asked: rows submitted and rows cancelled."""
+
+    max_rows_per_request, queue_depth, running_rows = 64, 0, 0  # what /metrics reads
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, object] = {}
+        self.cancelled: list[str] = []
+
+    def submit(self, request, on_update) -> None:
+        self.callbacks[request.request_id] = on_update
+
+    def cancel(self, request_id: str) -> None:
+        self.cancelled.append(request_id)
+
+
+def test_a_client_leaving_frees_rows_whose_answer_is_decided_but_still_decode(tiny_models):
+    """Without stop_at_eos a row whose end-of-text is final still decodes the rest of its canvas
+    (as generate does), and its answer is already decided: when its client leaves, the row must
+    be freed too (it was skipped, and decoded on for nobody: a served CPU model kept 8 such rows
+    running after every client had gone). Its decided answer is kept, not counted as cancelled."""
+    model, stub = tiny_models["llada"], _Stub()
+    parsed = parse_request({"prompt": PROMPT, "max_tokens": 8, "n": 2, "stop_at_eos": False}, model,
+                           ServerDefaults(options={"block_length": 8}), chat=False, served_name="m")
+    metrics = ServerMetrics(stub)
+
+    async def run() -> RowSession:
+        session = RowSession(parsed, model, stub, metrics)
+        session.submit()
+        first, second = (r.request_id for r in session.requests)
+        eos = model.model.eos_token_ids[0]
+        stub.callbacks[first](RowUpdate(request_id=first, final_ids=[5, eos]))  # decided: text then end-of-text
+        stub.callbacks[second](RowUpdate(request_id=second, final_ids=[5]))  # undecided
+
+        async def left() -> bool:  # once both updates are read
+            return all(row.ids for row in session.rows)
+
+        async for _ in session.events(left, poll=0.05):
+            pass
+        return session
+
+    session = asyncio.run(run())
+    assert session.disconnected and sorted(stub.cancelled) == sorted(r.request_id for r in session.requests)
+    assert [row.reason for row in session.rows] == ["eos", "cancelled"]
+    assert 'dllm_rows_finished_total{reason="cancelled"} 1.0' in metrics.render().decode()
