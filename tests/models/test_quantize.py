@@ -161,6 +161,23 @@ def test_float8_runs_on_gpus_that_have_it_and_is_refused_elsewhere(tiny_dirs, te
                                                          dtype="bfloat16").model)
 
 
+@pytest.mark.parametrize("capability, name", [((8, 0), "NVIDIA A100-SXM4-80GB"), ((7, 5), "Tesla T4")])
+def test_float8_refused_on_gpus_before_ada_naming_the_gpu(monkeypatch, capability, name):
+    """The CUDA branch of the check, without a GPU: a GPU under compute capability 8.9 is refused
+    by its name and capability, with int8 as the fix; 8.9 and 9.0 pass the check."""
+    from dllm.models import quantize
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    monkeypatch.setattr(quantize, "torchao_unavailable", lambda: None)
+    cuda = torch.device("cuda", 0)
+    with pytest.raises(ValueError, match=rf"\({name}\) has {capability[0]}\.{capability[1]}; use quantize='int8'"):
+        quantize.check_quantize("float8", cuda)
+    for newer in ((8, 9), (9, 0)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, newer=newer: newer)
+        assert quantize.check_quantize("float8", cuda) == "float8"
+
+
 def test_float8_refused_on_the_cpu_naming_the_fix(tiny_dirs):
     with pytest.raises(ValueError, match=r"needs an NVIDIA GPU of compute capability 8\.9.*device is cpu.*'int8'"):
         dllm.load(tiny_dirs["llada"], device="cpu", quantize="float8")
