@@ -106,10 +106,12 @@ def _check_model(body: dict, served_name: str) -> None:
 
 def _tokenize(body: dict, model, served_name: str, limits: ServerLimits) -> dict[str, Any]:
     """{"prompt": str} or {"messages": [...], "tools": [...]} (through the chat template, which shows
-    the tools as a chat request's prompt does; vLLM's field) -> token ids."""
+    the tools as a chat request's prompt does; vLLM's field) -> token ids (and their strings with
+    return_token_strs)."""
     _check_model(body, served_name)
     chat = "messages" in body
-    unknown = sorted(set(body) - {"model", "prompt", "messages"} - ({"tools"} if chat else set()))
+    _check_vllm_tokenize_fields(body, chat)
+    unknown = sorted(set(body) - {"model", "prompt", "messages", *TOKENIZE_EXTRAS} - ({"tools"} if chat else set()))
     if unknown or ("prompt" in body) == chat:
         raise RequestError('give either "prompt" (a string) or "messages" (chat messages, and their "tools"), '
                            "nothing else" + (f"; unknown field(s) {unknown}" if unknown else ""))
@@ -129,7 +131,28 @@ def _tokenize(body: dict, model, served_name: str, limits: ServerLimits) -> dict
         ids = model.encode(prompt, chat=chat, tools=tools.template_tools() if tools else None)
     except ValueError as err:
         raise RequestError(str(err).replace("prompt 0, ", "", 1), "messages") from None
-    return {"tokens": ids, "count": len(ids), "max_model_len": context}
+    strings = model.tokenizer.convert_ids_to_tokens(ids) if body.get("return_token_strs") else None
+    return {"tokens": ids, "count": len(ids), "max_model_len": context, "token_strs": strings}
+
+
+# vLLM's /tokenize fields: add_special_tokens and add_generation_prompt only as dllm's requests
+# encode (no special tokens added, chat with the assistant's turn opened), so the count is what
+# the model reads; return_token_strs served
+TOKENIZE_EXTRAS = ("add_special_tokens", "add_generation_prompt", "return_token_strs")
+
+
+def _check_vllm_tokenize_fields(body: dict, chat: bool) -> None:
+    """A 400 for a TOKENIZE_EXTRAS value that would tokenize otherwise than dllm's requests do."""
+    for key in TOKENIZE_EXTRAS:
+        if body.get(key) is not None and not isinstance(body[key], bool):
+            raise RequestError(f"{key} must be true or false, got {body[key]!r}", key)
+    if body.get("add_special_tokens") is True:
+        raise RequestError("add_special_tokens: dllm's requests encode a prompt (and a chat template's text) "
+                           "without adding special tokens, so the count would not be what the model reads; "
+                           "leave it out or send false", "add_special_tokens")
+    if body.get("add_generation_prompt") is False or (not chat and "add_generation_prompt" in body):
+        raise RequestError("add_generation_prompt: dllm's chat always opens the assistant's turn (true), and a "
+                           "prompt has none; leave it out", "add_generation_prompt")
 
 
 def _detokenize(body: dict, model, served_name: str) -> dict[str, Any]:

@@ -144,6 +144,19 @@ def test_tokenize_and_detokenize(keyed, model):
     assert chat["tokens"] == model.encode(messages, chat=True)
     back = httpx.post(keyed + "/detokenize", json={"tokens": r["tokens"]}, headers=auth).json()
     assert back["prompt"] == "Alice Smith"
+    # vLLM's fields: they were 400 "nothing else"; token_strs are the tokenizer's pieces of the ids
+    extras = httpx.post(keyed + "/tokenize", json={"prompt": "Alice Smith", "add_special_tokens": False,
+                                                   "return_token_strs": True}, headers=auth).json()
+    assert extras["tokens"] == r["tokens"] and extras["token_strs"] == model.tokenizer.convert_ids_to_tokens(r["tokens"])
+    assert "".join(extras["token_strs"]).replace("\u0120", " ") == "Alice Smith" and r["token_strs"] is None
+    opened = httpx.post(keyed + "/tokenize", json={"messages": messages, "add_generation_prompt": True},
+                        headers=auth).json()
+    assert opened["tokens"] == chat["tokens"]
+    for field, body in (("add_special_tokens", {"prompt": "x", "add_special_tokens": True}),
+                        ("add_generation_prompt", {"messages": messages, "add_generation_prompt": False}),
+                        ("return_token_strs", {"prompt": "x", "return_token_strs": "yes"})):
+        refused = httpx.post(keyed + "/tokenize", json=body, headers=auth)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == field
     bad = httpx.post(keyed + "/detokenize", json={"tokens": [10**9]}, headers=auth)
     assert bad.status_code == 400 and "vocabulary" in bad.json()["error"]["message"]
 
