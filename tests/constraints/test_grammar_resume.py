@@ -97,3 +97,35 @@ def test_a_ragged_batch_of_two_grammars_decodes_each_row_as_alone(tiny_models):
         assert together[i].tolist() == alone
         text = lm.tokenizer.decode([t for t in alone if t not in lm.model.eos_token_ids])
         assert _parses(grammar, text), text
+
+
+def test_a_grammar_rows_mask_is_its_allowed_ids_and_a_shard_its_columns():
+    """A grammar row's mask (its allowed ids copied as one slice, not gathered per column) keeps
+    exactly the ids the parse allows and end-of-text where it may come, nothing past the
+    tokenizer; a tensor-parallel shard masks its columns of it; rows in a batch as alone."""
+    import torch
+
+    from dllm.samplers.constraints import CanvasConstraints, RowConstraint, compile_grammar
+
+    from test_canvas_check import EOS as C_EOS, MASK as C_MASK, SPELLED, _state
+
+    grammar = compile_grammar('start: "a" start "b" | "c"', SPELLED, C_EOS)  # a^n c b^n: recursive
+    canvas = [[7, C_MASK, C_MASK, C_MASK, C_MASK], [7, 2, C_MASK, C_MASK, C_EOS]]
+    rows = [RowConstraint(dfa=grammar), RowConstraint(dfa=grammar)]
+    logits = torch.randn(2, 4, 9, generator=torch.Generator().manual_seed(2))  # 9: one id past the tokenizer
+    whole = CanvasConstraints(rows, C_MASK, [C_EOS]).mask_logits(_state(canvas, 1, 5), logits)
+    for n, row in enumerate(canvas):
+        kinds = np.array([HOLE if t == C_MASK else EOS_KIND if t == C_EOS else t for t in row[1:]])
+        holes = np.flatnonzero(kinds == HOLE)
+        ids, eos = allowed_tokens(grammar.grammar, grammar.lexer, kinds, kinds, len(kinds), holes, len(SPELLED))
+        for k, hole in enumerate(holes):
+            expected = set(np.flatnonzero(ids[k]).tolist()) | ({C_EOS} if eos[k] else set())
+            assert set(torch.isfinite(whole[n, hole]).nonzero().flatten().tolist()) == expected, (n, hole)
+        alone = CanvasConstraints([rows[n]], C_MASK, [C_EOS]).mask_logits(_state([row], 1, 5), logits[n : n + 1])
+        assert torch.equal(alone[0], whole[n])
+    assert torch.isinf(whole[0, :, 8]).all() and torch.isinf(whole[1, 1:3, 8]).all()  # past the tokenizer
+    assert torch.isfinite(whole[0, 0, 2]) and torch.equal(whole[1, [0, 3]], logits[1, [0, 3]])  # decided: as they were
+    for start, stop in [(0, 4), (4, 9), (2, 7)]:
+        shard = CanvasConstraints(rows, C_MASK, [C_EOS]).mask_logits(_state(canvas, 1, 5), logits[..., start:stop],
+                                                                     vocab_start=start)
+        assert torch.equal(shard, whole[..., start:stop]), (start, stop)
