@@ -61,7 +61,8 @@ class CanvasConstraints:
         self.scores: Tensor | None = None  # (B, W) the last canvas statistics' probabilities: the commit order
         # row -> (kinds, sets) of the last canvas whose sets were computed: a commit filter's trial,
         # and the next step's canvas, differ from it in the window only, so they walk only there
-        # (canvas.completable_between, canvas_sets(held=))
+        # (canvas.completable_between, canvas_sets(held=)); a grammar's sets hand their Earley chart
+        # on to the next canvas's parse, which resumes it from the first change (token_grammar.py)
         self._held: dict[int, tuple[np.ndarray, object]] = {}
         self._columns: dict[tuple, Tensor] = {}  # (row's dfa, vocab_start, width, device) -> id's column
 
