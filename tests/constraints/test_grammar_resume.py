@@ -129,3 +129,27 @@ def test_a_grammar_rows_mask_is_its_allowed_ids_and_a_shard_its_columns():
         shard = CanvasConstraints(rows, C_MASK, [C_EOS]).mask_logits(_state(canvas, 1, 5), logits[..., start:stop],
                                                                      vocab_start=start)
         assert torch.equal(shard, whole[..., start:stop]), (start, stop)
+
+
+@pytest.mark.parametrize("cap, kept", [(0, False), (10**9, True)])
+def test_a_chart_past_the_cap_is_let_go_once_its_canvas_is_answered(monkeypatch, cap, kept):
+    """A row keeps its chart for the next canvas only under HELD_CHART_ITEMS (a batch of long
+    grammar rows would hold hundreds of MB each); let go, the next canvas parses afresh and
+    answers alike."""
+    from dllm.samplers.constraints import compile_grammar, token_grammar
+
+    from test_canvas_check import EOS as C_EOS, MASK as C_MASK, SPELLED
+
+    monkeypatch.setattr(token_grammar, "HELD_CHART_ITEMS", cap)
+    grammar = compile_grammar('start: "a" start "b" | "c"', SPELLED, C_EOS)
+    first = np.array([HOLE] * 5)
+    sets = grammar.canvas_sets(first, grammar.start)
+    answer = grammar.allowed_classes(sets, np.arange(5))
+    assert (sets._parsed.parse is not None) == kept
+    again = first.copy()
+    again[0] = int(np.flatnonzero(answer[0][0])[0])  # the first hole takes a token it may
+    later = grammar.canvas_sets(again, grammar.start, held=(first, sets))
+    fresh = grammar.canvas_sets(again, grammar.start)
+    got, expected = grammar.allowed_classes(later, np.arange(1, 5)), grammar.allowed_classes(fresh, np.arange(1, 5))
+    assert (got[0] == expected[0]).all() and (got[1] == expected[1]).all()
+    assert later.completable() == fresh.completable()

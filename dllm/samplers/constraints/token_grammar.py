@@ -25,6 +25,10 @@ from dllm.samplers.constraints.token_dfa import TokenDFA, compile_regex
 # answer tokens a recursive grammar may span: its check is an Earley parse, cubic in the positions
 # (about 1.5 s to check and 10 s to mask 48 all-hole positions of the bundled vocabulary, pure Python)
 MAX_GRAMMAR_TOKENS = 64
+# items of a chart a row keeps for the next canvas's parse to resume (about 50 MB traced): a larger
+# chart is let go once its canvas is answered, so a batch of long grammar rows holds no chart of
+# hundreds of MB each between steps (48 all-hole positions of a JSON-like grammar: 82k items, 64 MB)
+HELD_CHART_ITEMS = 64_000
 
 
 @dataclass(slots=True)
@@ -47,8 +51,16 @@ class GrammarSets:
             self.held = None
         return self._parsed
 
+    def release_large_chart(self) -> None:
+        """Let this canvas's chart go when it is past ``HELD_CHART_ITEMS`` (the next canvas then
+        parses afresh): called once the canvas's answer has been read from it."""
+        if self._parsed is not None and self._parsed.chart_items() > HELD_CHART_ITEMS:
+            self._parsed.parse = None
+
     def completable(self, state: tuple[int, ...] | None = None) -> bool:
-        return self.parsed().completable
+        answer = self.parsed().completable
+        self.release_large_chart()
+        return answer
 
 
 @dataclass(eq=False)
@@ -88,7 +100,9 @@ class TokenGrammar:
 
     def allowed_classes(self, sets: GrammarSets, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(K, V) the tokens each hole at ``positions`` may take, (K,) whether end-of-text may."""
-        return sets.parsed(chart=True).allowed(np.asarray(positions) + sets.start, self.vocab_size)
+        answer = sets.parsed(chart=True).allowed(np.asarray(positions) + sets.start, self.vocab_size)
+        sets.release_large_chart()
+        return answer
 
     def shortest_word(self, cap: int = 1024) -> int | None:
         """The fewest tokens of a word (None: none within ``cap`` tokens): completability of
