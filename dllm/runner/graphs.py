@@ -41,7 +41,7 @@ static buffers, the graph runs, its static logits are copied out.
   the decode's canvas length before each replay (graphs of every prefix length read views of
   them). The encoder runs eagerly, once a canvas, and is counted.
 
-Capture runs the forward twice on a side stream first (warm-up: kernel selection and Triton
+Capture runs the forward twice on a side stream (one per device) first (warm-up: kernel selection and Triton
 compilation outside the graph), then records it, under ``CAPTURE_LOCK`` (other threads' device
 work would invalidate it). A forward that cannot be captured (a host read inside it: an MoE
 layer's tokens-per-expert counts on the torch path) is an error naming the fix. Bounded for a
@@ -155,6 +155,19 @@ class _StaticPrefix:
 CAPTURE_LOCK = threading.RLock()
 
 
+_CAPTURE_STREAMS: dict[torch.device, "torch.cuda.Stream"] = {}
+
+
+def capture_stream(device: torch.device) -> "torch.cuda.Stream":
+    """The side stream every warm-up and capture on ``device`` runs on (under ``CAPTURE_LOCK``):
+    one per device, as ``torch.cuda.graph`` keeps one, because the caching allocator keeps freed
+    blocks per stream and a new stream each capture (torch hands out a pool of them in turn) left
+    the warm-ups' memory cached where the next capture could not reuse it."""
+    if device not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
+    return _CAPTURE_STREAMS[device]
+
+
 class CudaGraph:
     """One captured forward on CUDA (``torch.cuda.CUDAGraph``), on the model's device (which need
     not be the current one). Capture is begun and ended by hand so that a forward failing inside
@@ -163,7 +176,7 @@ class CudaGraph:
     def __init__(self, fn: Callable[[], Tensor], pool, device: torch.device) -> None:
         self.device = device
         with torch.cuda.device(device):
-            stream = torch.cuda.Stream(device)
+            stream = capture_stream(device)
             stream.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(stream):
                 for _ in range(2):  # kernel choice and Triton compilation happen here, not in the graph
