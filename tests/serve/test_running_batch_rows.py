@@ -4,6 +4,7 @@ it out from there, and the row that goes on carries its finished block into its 
 from __future__ import annotations
 
 from dllm import GenerationConfig
+from dllm.engine.decoding import decode
 from dllm.serve.protocol import ServeRequest
 from dllm.serve.running_batch import RowProgress, RunningBatch, batch_key
 
@@ -52,3 +53,44 @@ def test_a_cancelled_row_counts_the_tokens_it_sent_and_stops_costing_forwards(ti
         if batch.at_boundary():
             batch.next_block([])
     assert int(gone.counters["nfe"]) == nfe and kept.finished
+
+
+def test_a_row_ended_by_an_end_of_text_counts_it_and_stops_there(tiny_models):
+    """Take a token of a row's answer as its end-of-text: the row ends "eos" with its tokens
+    counted up to and including that token's first place."""
+    model = tiny_models["llada"].model
+    config = _row("alone", [5, 6, 7], 8).request.config
+    answer = decode(model, [[5, 6, 7]], config, seeds=[3]).answer[0].tolist()  # its single run
+    k = 2
+    first = answer.index(answer[k])  # the token's first place in the answer
+    again = _row("again", [5, 6, 7], 8)
+    batch = RunningBatch(model, [again], config, *batch_key(config, model))
+    batch.eos = {answer[k]}
+    ends = []
+    while not ends:
+        ends = [u for _, u in batch.step() if u.finished]
+    assert ends[0].finish_reason == "eos" and ends[0].stats["tokens"] == first + 1
+
+
+def test_a_resumed_rows_commits_and_logprobs_are_its_single_runs(tiny_models):
+    """Commits and logprobs a row reports after a rebuild are at its own answer positions: each
+    position committed once, one logprob per final token, equal to its single run's."""
+    model = tiny_models["llada"].model
+    short, long = _row("short", [5, 6, 7], 4), _row("long", [9], 12)
+    long.request.top_logprobs = 1
+    config = long.request.config
+    batch = RunningBatch(model, [short, long], config, *batch_key(config, model))
+    got, positions = [], []
+    while not batch.done:
+        for row, update in batch.step():
+            if row is long:
+                got += update.logprobs or []
+                positions += list(update.committed)
+        if batch.at_boundary():
+            batch.next_block([])
+    assert len(long.done_answer) == 4  # it went on in a batch rebuilt after its first block
+    assert sorted(positions) == list(range(12))  # commits named by their place in its whole answer
+    alone = decode(model, [[9]], config, seeds=[3], logprobs=1).logprobs.read(0, 0, 12, 1)
+    assert len(got) == 12
+    for mine, single in zip(got, alone):
+        assert mine.top[0][0] == single.top[0][0] and abs(mine.logprob - single.logprob) < 1e-4
