@@ -106,3 +106,22 @@ def test_a_key_that_keeps_getting_requests_gives_the_other_key_its_turn(tiny_mod
     collect = EndOrder(9)
     _serve(scheduler, [mine[0], _request("other", 2), *mine[1:]], collect)
     assert collect.order.index("other") < collect.order.index("a7")
+
+
+def test_the_cost_model_times_every_round(tiny_models, monkeypatch):
+    """Each decode round the scheduler runs is fed to its cost fit (else the fit never leaves
+    "every forward costs the same" and rows never run side by side)."""
+    from dllm.serve import running_batch
+
+    lm = tiny_models["llada"]
+    rounds, step = [], running_batch.RunningBatch.step
+
+    def counted(self):
+        rounds.append(1)
+        return step(self)
+
+    monkeypatch.setattr(running_batch.RunningBatch, "step", counted)
+    scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=2, max_queue=16))
+    requests = [_request(f"c{i}", gen_length=4 * (1 + i), prompt=5 + i) for i in range(3)]
+    _serve(scheduler, requests, Collector(len(requests)))
+    assert len(rounds) >= 8 and scheduler.cost._rounds == len(rounds)
