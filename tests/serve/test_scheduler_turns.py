@@ -3,10 +3,15 @@ at once, keys take turns in order of their oldest waiting request, a waiting req
 cancelled ends at once (it does not wait for a slot), and a finished request's id is free again."""
 from __future__ import annotations
 
+import collections
+import dataclasses
 import math
+
+import pytest
 
 from dllm import GenerationConfig
 from dllm.serve.protocol import SchedulerLimits, ServeRequest
+from dllm.serve.running_batch import RowProgress, RunningBatch, batch_key
 from dllm.serve.scheduler import BatchScheduler
 from tests.serve.test_scheduler import Collector
 
@@ -14,6 +19,11 @@ from tests.serve.test_scheduler import Collector
 def _request(rid: str, block_length: int = 4, gen_length: int = 12, prompt: int = 5) -> ServeRequest:
     config = GenerationConfig(gen_length=gen_length, block_length=block_length, policy="low_confidence")
     return ServeRequest(request_id=rid, prompt_ids=[prompt, 7, 9], config=config, seed=1)
+
+
+def _progress(rid: str, prompt: list[int], config: GenerationConfig) -> RowProgress:
+    request = ServeRequest(request_id=rid, prompt_ids=prompt, config=config, seed=1)
+    return RowProgress(request=request, on_update=lambda update: None, submitted=0.0)
 
 
 class EndOrder(Collector):
@@ -125,3 +135,24 @@ def test_the_cost_model_times_every_round(tiny_models, monkeypatch):
     requests = [_request(f"c{i}", gen_length=4 * (1 + i), prompt=5 + i) for i in range(3)]
     _serve(scheduler, requests, Collector(len(requests)))
     assert len(rounds) >= 8 and scheduler.cost._rounds == len(rounds)
+
+
+@pytest.mark.parametrize("waiting, gen_length, side", [([1, 2, 3, 4, 5], 4, False), ([1], 8, True)],
+                         ids=["joins", "beside"])
+def test_a_waiting_row_is_priced_against_the_batch_at_its_next_boundary(tiny_models, waiting, gen_length, side):
+    """Under a cost all in tokens, a waiting row joins the running batch when, at the batch's
+    next block boundary (where it would join), their canvases line up, and starts beside it when
+    they would pad each other. Running: 1 prompt token + 8 answer positions, at block 0 of 2;
+    at its next boundary it is (5 prefix, 4 left). A (5, 4) row shares it at no waste; a
+    (1, 8) row would pad it to 2 x (5 + 8) = 26 tokens against 9 + 9 apart."""
+    lm = tiny_models["llada"]
+    scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=4, max_queue=16, forward_overhead_tokens=0.0))
+    scheduler.close()  # its loop thread ends: the test drives the decision by hand
+    config = GenerationConfig(gen_length=8, block_length=4, cache="none", policy="low_confidence")
+    key, joinable = batch_key(config, lm.model)
+    scheduler._batches.append(RunningBatch(lm.model, [_progress("running", [9], config)], config, key, joinable))
+    row = _progress("waiting", waiting, dataclasses.replace(config, gen_length=gen_length))
+    assert (len(row.prefix), row.remaining) == ((1, 8) if side else (5, 4))
+    scheduler._queues[key] = collections.deque([row])
+    scheduler._start_side_batch()
+    assert len(scheduler._batches) == (2 if side else 1)
