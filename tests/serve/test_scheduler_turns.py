@@ -156,3 +156,23 @@ def test_a_waiting_row_is_priced_against_the_batch_at_its_next_boundary(tiny_mod
     scheduler._queues[key] = collections.deque([row])
     scheduler._start_side_batch()
     assert len(scheduler._batches) == (2 if side else 1)
+
+
+def test_a_joining_row_is_budgeted_with_the_batch_it_joins_counted_once(tiny_models):
+    """Under memory_budget_mb, rows join a running batch when the rebuilt canvas (the batch's
+    rows and theirs) fits; the batch's present canvas, which the rebuild replaces, is not counted
+    beside it. The budget here fits the rebuilt 2-row canvas and nothing more."""
+    from dllm.engine.memory import MIB, plan_memory
+
+    lm = tiny_models["llada"]
+    probe = GenerationConfig(gen_length=8, block_length=4, cache="none", policy="low_confidence")
+    plan = plan_memory(lm.model, 2, 1 + 8, probe)  # 2 rows of 1 prompt token + 8 positions
+    config = dataclasses.replace(probe, memory_budget_mb=(plan.model_bytes + plan.decode_bytes) / MIB + 1e-6)
+    scheduler = BatchScheduler(lm, SchedulerLimits(max_batch=4, max_queue=16, forward_overhead_tokens=math.inf))
+    scheduler.close()  # its loop thread ends: the test drives the decision by hand
+    key, joinable = batch_key(config, lm.model)
+    batch = RunningBatch(lm.model, [_progress("running", [9], config)], config, key, joinable)
+    scheduler._batches.append(batch)
+    row = _progress("waiting", [7], config)
+    scheduler._queues[key] = collections.deque([row])
+    assert scheduler._joiners(batch) == [row]
