@@ -31,6 +31,8 @@ FOREIGN_FLAGS = {
 # commands of other tools (ollama, vLLM) people type, and dllm's
 FOREIGN_COMMANDS = {"run": "chat", "list": "models", "ls": "models", "complete": "generate"}
 
+THREADS_NOTE = ("dllm uses torch's threads (every CPU it may run on; OMP_NUM_THREADS sets them); dllm serve "
+                "takes --threads")
 NO_COUNTERPART = ("a decoding option of autoregressive engines that dllm has no counterpart for (its --policy "
                   "chooses which positions to commit; --temperature, --top-p and --top-k shape the sampling)")
 # flags of other tools dllm has no counterpart of: what it does instead (never a near-miss guess,
@@ -76,10 +78,8 @@ FOREIGN_NOTES = {
           "number of samples per prompt (vLLM's n)",
     "-c": "llama.cpp's -c (context size): dllm's context is the checkpoint's (config.json); --max-tokens caps "
           "the answer",
-    "-t": "llama.cpp's -t (threads): dllm uses torch's threads (every CPU it may run on; OMP_NUM_THREADS sets "
-          "them); dllm serve takes --threads",
-    "--threads": "dllm uses torch's threads (every CPU it may run on; OMP_NUM_THREADS sets them); dllm serve "
-                 "takes --threads",
+    "-t": f"llama.cpp's -t (threads): {THREADS_NOTE}",
+    "--threads": THREADS_NOTE,
     "--ignore-eos": "a row's text ends at its first end-of-text; --no-stop-at-eos decodes the positions after it "
                     "too, and --max-tokens sets the answer's length",
     **{flag: NO_COUNTERPART for flag in ("--min-tokens", "--min-p", "--repetition-penalty", "--repeat-penalty",
