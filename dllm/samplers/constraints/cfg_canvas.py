@@ -98,13 +98,15 @@ class _Parse:
                 done[group] = [item]
                 # origin is an earlier node, whose waiting items are final (or this one, for a
                 # nullable nonterminal, whose later parents the Aycock-Horspool step moves on)
+                # a completion's way is its origin alone (an int, no tuple made): its parent is the
+                # item one dot back at the origin and its group (rhs[dot - 1], origin) (_allowed)
                 for parent in waiting[origin].get(group[0], ()):
                     new = (parent[0], parent[1] + 1, parent[2])
                     if new not in ways:
-                        ways[new] = [("c", origin, parent, group)] if trace else None
+                        ways[new] = [origin] if trace else None
                         agenda.append(new)
                     elif trace:
-                        ways[new].append(("c", origin, parent, group))
+                        ways[new].append(origin)
                 continue
             symbol = rhs[dot]
             expecting = here[symbol]
@@ -255,25 +257,30 @@ def _allowed(p: _Parse, final: int, start: int, positions: np.ndarray, vocab_siz
     seen = {(final, done)}
     groups: set = set()  # (node, group) whose complete items are on the stack already
     stack = [(final, done)]
+    items, completed, rhs_of = p.items, p.completed, p.rhs
     while stack:
         v, item = stack.pop()
-        for how in p.items[v][item]:
-            kind = how[0]
-            if kind == "p":
-                continue
-            if kind == "n":
-                pair = (v, how[1])
-            else:  # a completion's parent, or the source of a scan or a copy across an edge
-                pair = (how[1], how[2])
-                if kind == "c":  # and every complete item of the group that moved it on, once
-                    if (v, how[3]) not in groups:
-                        groups.add((v, how[3]))
-                        for whole in p.completed[v][how[3]]:
-                            if (v, whole) not in seen:
-                                seen.add((v, whole))
-                                stack.append((v, whole))
-                elif how[3] is not None:
-                    used.add(how[3])
+        for how in items[v][item]:
+            if how.__class__ is int:  # a completion from origin ``how``: its parent, and once every
+                r, dot, origin = item  # complete item of the group that moved it on
+                group = (rhs_of[r][dot - 1], how)
+                pair = (how, (r, dot - 1, origin))
+                if (v, group) not in groups:
+                    groups.add((v, group))
+                    for whole in completed[v][group]:
+                        if (v, whole) not in seen:
+                            seen.add((v, whole))
+                            stack.append((v, whole))
+            else:
+                kind = how[0]
+                if kind == "p":
+                    continue
+                if kind == "n":
+                    pair = (v, how[1])
+                else:  # the source of a scan or a copy across an edge
+                    pair = (how[1], how[2])
+                    if how[3] is not None:
+                        used.add(how[3])
             if pair not in seen and position[pair[0]] > first:
                 seen.add(pair)
                 stack.append(pair)
