@@ -18,7 +18,7 @@ PROMPT_FORMS = ("a string, a list of chat messages ({'role': ..., 'content': ...
 def prompt_batch(prompts: Any) -> list[str | list[dict[str, str]]]:
     """One prompt or a list of prompts -> a list of prompts (strings or message lists)."""
     if isinstance(prompts, str):
-        return [prompts]
+        return [check_text(prompts, "prompt 0")]
     if is_messages(prompts):
         return [check_messages(prompts, 0)]
     if isinstance(prompts, (bytes, bytearray)):
@@ -33,7 +33,7 @@ def prompt_batch(prompts: Any) -> list[str | list[dict[str, str]]]:
     batch = []
     for i, prompt in enumerate(prompts):
         if isinstance(prompt, str):
-            batch.append(prompt)
+            batch.append(check_text(prompt, f"prompt {i}"))
         elif is_messages(prompt):
             batch.append(check_messages(prompt, i))
         elif isinstance(prompt, (list, tuple)) and not prompt:
@@ -75,7 +75,21 @@ def check_messages(messages: Sequence[Any], prompt: int) -> list[dict[str, str]]
             if not isinstance(message[key], str):
                 raise OptionTypeError(f"{where}: {key!r} must be a string, got "
                                       f"{type(message[key]).__name__}")
+            check_text(message[key], f"{where}: {key!r}")
     return list(messages)
+
+
+def check_text(text: str, where: str) -> str:
+    """``text`` when it is valid Unicode; a lone surrogate (what Python makes of bytes that are
+    not UTF-8 read from stdin, argv or a file with ``surrogateescape``) is a ValueError naming its
+    place, instead of the tokenizer's TypeError about ``TextEncodeInput``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"{where} holds U+{ord(text[err.start]):04X} at character {err.start}, a lone surrogate "
+                         "and no character: the text was read from bytes that are not UTF-8; decode it as UTF-8 "
+                         "(bytes.decode('utf-8', errors='replace') keeps the rest of a damaged text)") from None
+    return text
 
 
 def check_token_ids(ids: Any, vocab_size: int) -> list[list[int]]:

@@ -12,7 +12,7 @@ from dllm.engine.config import GenerationConfig
 from dllm.engine.decoding import DecodeResult, Decoding, RowStart, check_prompts, decode
 from dllm.engine.logprobs import check_logprobs
 from dllm.api.decided import decided_rows
-from dllm.api.inputs import check_token_ids, prompt_batch
+from dllm.api.inputs import check_messages, check_text, check_token_ids, is_messages, prompt_batch
 from dllm.models import load_model, load_tokenizer
 from dllm.models.loading import read_config
 from dllm.models.batch_invariant import check_batch_invariant, make_batch_invariant
@@ -58,6 +58,10 @@ class DiffusionLM:
         which also renders ``tools`` (OpenAI's function definitions) where it can."""
         if chat is not None and not isinstance(chat, bool):
             raise OptionTypeError(f"chat must be True, False or None, got {chat!r}")
+        if isinstance(prompt, str):  # generate's checks, for callers that encode alone (the CLI, chat)
+            check_text(prompt, "the prompt")
+        elif is_messages(prompt):
+            check_messages(prompt, 0)
         has_template = self.tokenizer.chat_template is not None
         if isinstance(prompt, str) and not (chat or (chat is None and has_template)):
             return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]

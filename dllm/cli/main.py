@@ -15,6 +15,7 @@ from typing import Iterator, Sequence
 
 import dllm
 
+from dllm.api.inputs import check_text
 from dllm.cli.options import (
     HelpFormatter, add_generation_options, add_model_argument, add_model_options, add_request_options,
     add_tensor_parallel_option, add_verbosity_options,
@@ -174,7 +175,7 @@ def _generate_prompts(args: argparse.Namespace) -> list[PromptLine]:
                          "(- for stdin, one prompt per line)")
     if texts.count(STDIN) > 1:
         raise ValueError("the prompt argument - (stdin) was given twice; stdin holds one prompt, give - once")
-    return [PromptLine("argument", i, read_stdin_prompt() if text == STDIN else text)
+    return [PromptLine("argument", i, read_stdin_prompt() if text == STDIN else check_text(text, f"prompt argument {i}"))
             for i, text in enumerate(texts, start=1)]
 
 

@@ -36,7 +36,7 @@ class PromptLine:
 def read_prompts(path: str | Path) -> list[PromptLine]:
     """Every prompt of a prompts file (``-``: stdin), in order; a clear error on bad input."""
     if str(path) == STDIN:
-        source, text = "stdin", sys.stdin.read().removeprefix(BOM)
+        source, text = "stdin", read_stdin()
     else:
         source = str(path)
         file = Path(path)
@@ -60,11 +60,25 @@ def read_prompts(path: str | Path) -> list[PromptLine]:
 def read_stdin_prompt() -> str:
     """The prompt argument ``-``: all of stdin as one prompt (lines and all, as ``cat`` gives it),
     without the newline that ends it, so ``echo hi | dllm generate -`` asks "hi"."""
-    text = sys.stdin.read().removeprefix(BOM).removesuffix("\n")
+    text = read_stdin().removesuffix("\n")
     if not text.strip():
         raise ValueError("the prompt argument - reads stdin, which held no text; pipe the prompt in "
                          "(echo PROMPT | dllm generate -), or use --prompts-file - for one prompt per line")
     return text
+
+
+def read_stdin() -> str:
+    """All of stdin as text, its byte-order mark dropped; bytes that are not UTF-8 are one error
+    naming the first, as for a prompts file. Python reads stdin strictly under a UTF-8 locale and
+    with ``surrogateescape`` under the C locale (bad bytes become lone surrogates): both are caught."""
+    try:
+        text = sys.stdin.read()
+        text.encode("utf-8", "surrogateescape").decode("utf-8")  # a surrogateescape'd byte fails here
+    except UnicodeError as err:
+        start = f"byte {err.start}: {err.reason}" if isinstance(err, UnicodeDecodeError) else err.reason
+        raise ValueError(f"stdin is not UTF-8 ({start}); pipe UTF-8 text (iconv -f LATIN1 -t UTF-8 "
+                         "converts Latin-1)") from None
+    return text.removeprefix(BOM)
 
 
 def _jsonl_prompt(source: str, n: int, line: str) -> Any:
