@@ -10,6 +10,7 @@ once here, so a bad name or value is an error before the model loads.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,12 +135,20 @@ def parse_model_args(args: dict[str, Any]) -> tuple[EvalOptions, GenerationConfi
                      f"known keys: {known}, plus the options of the chosen policy / strategy / "
                      "stopper (bare or as policy_args.NAME, strategy_args.NAME, stopper_args.NAME) "
                      "and cache_args.NAME")
-            raise ValueError(f"unknown model_args key {key!r}; {where}")
+            close = [] if owners else difflib.get_close_matches(key, [*known, *_all_option_names(fields)], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown model_args key {key!r}{hint}; {where}")
         nested[owners[0]][key] = value
     options = EvalOptions(**eval_values)
     config = GenerationConfig(**fields, **{k: v for k, v in nested.items() if v})
     check_parts(config)
     return options, config
+
+
+def _all_option_names(fields: dict[str, Any]) -> set[str]:
+    """Every option of the chosen policy, strategy and stopper: what a bare key may name."""
+    return {name for kind, registry in DICT_FIELDS.values() if registry is not None
+            for name in _option_names(registry, fields.get(kind, _default(kind)))}
 
 
 def _default(kind: str) -> str:
