@@ -1,0 +1,57 @@
+"""How the lm-eval model turns requests into ids and answers into text and records: a pair split
+as lm-eval's own causal models split it, an empty context conditioned on the start token, an
+answer's text without its end-of-text, and a likelihood record counting the greedy check's
+forwards beside the estimator's."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("lm_eval")
+from lm_eval.api.instance import Instance  # noqa: E402
+from lm_eval.api.model import TemplateLM  # noqa: E402
+
+from dllm.eval.lm_eval import DllmLM  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_dirs):
+    return DllmLM(pretrained=str(tiny_dirs["llada"]), device="cpu", mc_num=4, batch_size=4)
+
+
+@pytest.mark.parametrize("context, continuation", [
+    ("t", "he end"),  # "the" is one token: the continuation is what the joint text adds, " end"
+    ("x ", "lazy"),  # the trailing space moves to the continuation (" l" is one token)
+    ("hello", " there"),
+])
+def test_a_pair_is_split_as_lm_evals_causal_models_split_it(lm, context, continuation):
+    theirs = TemplateLM._encode_pair(SimpleNamespace(backend="causal", tok_encode=lm.tok_encode), context,
+                                     continuation)
+    assert lm._encode_pair(context, continuation) == theirs
+
+
+def test_an_empty_context_is_the_start_token(lm):
+    bos, eos = lm.tokenizer.bos_token_id, lm.model.eos_token_ids[0]
+    assert bos is not None and bos != eos  # the arrangement: both exist and differ
+    assert lm._encode_pair("", "hello") == ([bos], lm.tok_encode("hello"))
+
+
+def test_an_answer_s_text_drops_its_end_of_text_and_keeps_max_gen_toks(lm):
+    ids = lm.tok_encode("x y z")
+    eos = lm.model.eos_token_ids[0]
+    assert lm._answer_text([*ids, eos], 16) == "x y z"
+    assert lm._answer_text(ids, 16) == "x y z"
+    assert lm._answer_text([*ids, eos], 3) == lm.tokenizer.decode(ids[:3])
+
+
+def test_a_likelihood_record_counts_the_estimate_and_the_greedy_check(tiny_dirs, tmp_path):
+    """mc_num 4 in forwards of 4 rows is one forward; the greedy check decodes the L continuation
+    tokens one per step, L forwards: the record's NFE is their sum."""
+    lm = DllmLM(pretrained=str(tiny_dirs["llada"]), device="cpu", mc_num=4, batch_size=4, save_dir=str(tmp_path))
+    request = Instance("loglikelihood", {}, ("hello", " there"), 0, ("t", 0, 1))
+    length = len(lm._encode_pair("hello", " there")[1])
+    lm.loglikelihood([request], disable_tqdm=True)
+    (record,) = [json.loads(line) for line in (tmp_path / "dllm_requests.rank0.jsonl").read_text().splitlines()]
+    assert (record["nfe"], record["scored_tokens"]) == (1 + length, length)
