@@ -4,8 +4,34 @@
     out = model.generate("...", gen_length=32, policy="low_confidence")
     out.texts, out.token_ids, out.finish_reasons, out.stats
 """
-from dllm.api.model import DiffusionLM, GenerationOutput, load
-from dllm.engine.config import GenerationConfig
+from importlib import import_module
+from importlib.util import find_spec
+
+# what ``dllm.NAME`` gives, imported on first use: torch loads then, not at ``import dllm``
+_EXPORTS = {"DiffusionLM": "dllm.api.model", "GenerationOutput": "dllm.api.model", "load": "dllm.api.model",
+            "GenerationConfig": "dllm.engine.config"}
+
+
+def __getattr__(name: str):
+    """``dllm.load`` and the other exports, and subpackages (``dllm.api``), imported when first named.
+
+    The ``dllm`` command imports this package before its Ctrl-C handler is in place, so importing
+    torch here made a Ctrl-C in the first seconds of every command a traceback."""
+    if name in _EXPORTS:
+        value = getattr(import_module(_EXPORTS[name]), name)
+    elif not name.startswith("_") and find_spec(f"dllm.{name}") is not None:
+        value = import_module(f"dllm.{name}")
+        for module in _EXPORTS.values():  # as the eager ``import dllm`` left it: ``dllm.api.model`` reachable
+            if module.startswith(f"dllm.{name}."):
+                import_module(module)
+    else:
+        raise AttributeError(f"module 'dllm' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
 
 
 def _version() -> str:
