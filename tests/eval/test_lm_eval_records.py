@@ -62,3 +62,16 @@ def test_the_speed_summary_means_per_request_and_ratios_of_sums():
     assert (gen["requests"], gen["nfe"], gen["tokens"], gen["token_forwards"]) == (2, 4, 8, 60)
     assert (gen["tpf"], gen["tokens_per_s"], gen["seconds"]) == (16 / 8, 16 / 4.0, 4.0)
     assert (ll["request_type"], ll["nfe"], ll["tpf"], ll["tokens_per_s"]) == ("loglikelihood", 5, None, None)
+
+
+def test_the_speed_file_sums_this_run_s_requests_only(tiny_dirs, tmp_path):
+    """A second run into the same folder, of the same settings but other documents, reports its own
+    two requests: the earlier run's record stays in the folder (for resuming) but not in the sum."""
+    requests = [Instance("generate_until", {}, (p, {"max_gen_toks": 8}), 0, ("t", i, 1))
+                for i, p in enumerate(["a", "x y z", "hello there"])]
+    args = {"save_dir": str(tmp_path), "block_length": 8}
+    _lm(tiny_dirs["llada"], **args).generate_until(requests[:1], disable_tqdm=True)
+    _lm(tiny_dirs["llada"], **args).generate_until(requests[1:], disable_tqdm=True)
+    assert len((tmp_path / "dllm_requests.rank0.jsonl").read_text().splitlines()) == 3
+    (row,) = json.loads((tmp_path / "dllm_speed.json").read_text())["rows"]
+    assert row["requests"] == 2
