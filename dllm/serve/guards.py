@@ -2,8 +2,9 @@
 answer to (DNS rebinding of a loopback server), a missing or wrong API key, a body that is not
 ``application/json`` (a web page's simple cross-site POST), a body over the size limit (from
 Content-Length before a byte is read, or as soon as a streamed body passes it) and a body that
-does not arrive in time. The body is read here, within those bounds, and handed to the app.
-Every refusal is a JSON error with the reason and the fix.
+does not arrive in time. The body is read here, within those bounds, its Content-Encoding and
+charset undone (``serve.body``), and handed to the app. Every refusal is a JSON error with the
+reason and the fix.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Awaitable, Callable, MutableMapping
 from fastapi.datastructures import Headers
 from fastapi.responses import JSONResponse
 
+from dllm.serve.body import CodingError, body_charset, content_codings, decode_body, recode
 from dllm.serve.limits import API_KEY_ENV, VLLM_API_KEY_ENV, AccessSettings, ServerLimits
 from dllm.serve.responses import error_body
 
@@ -53,9 +55,10 @@ class RequestGuard:
             self._check_key(scope["path"], headers.get("authorization"))
             if scope["method"] in BODY_METHODS:
                 self._check_type(headers.get("content-type"))
+                codings, charset = _framing(headers)
                 self._check_length(headers.get("content-length"))
                 body = await self._read_body(receive)
-                receive = _replay(body, receive)
+                receive = _replay(_decoded(body, codings, charset, self.limits.max_body_bytes), receive)
         except _ClientGone:
             return
         except _Refused as refusal:
@@ -123,6 +126,22 @@ class RequestGuard:
 
 
 CLOSE = {"Connection": "close"}  # the rest of an unread body must not be taken for the next request
+
+
+def _framing(headers: Headers) -> tuple[list[str], str | None]:
+    """The body's content codings and the charset to recode it from, refused (415) before it is read."""
+    try:
+        return content_codings(headers.getlist("content-encoding")), body_charset(headers.get("content-type"))
+    except CodingError as err:
+        raise _Refused(err.status, str(err), {**err.headers, **CLOSE}) from None
+
+
+def _decoded(body: bytes, codings: list[str], charset: str | None, limit: int) -> bytes:
+    try:
+        body = decode_body(body, codings, limit)
+        return recode(body, charset) if charset else body
+    except CodingError as err:
+        raise _Refused(err.status, str(err), err.headers) from None
 
 
 def _too_large(limit: int) -> str:
