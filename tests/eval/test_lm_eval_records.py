@@ -75,3 +75,17 @@ def test_the_speed_file_sums_this_run_s_requests_only(tiny_dirs, tmp_path):
     assert len((tmp_path / "dllm_requests.rank0.jsonl").read_text().splitlines()) == 3
     (row,) = json.loads((tmp_path / "dllm_speed.json").read_text())["rows"]
     assert row["requests"] == 2
+
+
+def test_a_rank_that_does_not_write_reads_the_records_and_writes_nothing(tmp_path):
+    """A tensor-parallel rank other than its copy's first skips what is done but leaves the files
+    to that first rank (two ranks appending the same answers would double every record)."""
+    from dllm.eval.records import RequestRecords
+
+    RequestRecords(tmp_path, 0, "fp").add("generate_until", ["a"], {"result": "x", "nfe": 1, "seconds": 1.0})
+    reader = RequestRecords(tmp_path, 1, "fp", writes=False)
+    assert reader.get("generate_until", ["a"])["result"] == "x"
+    reader.add("generate_until", ["b"], {"result": "y", "nfe": 1, "seconds": 1.0})
+    assert reader.get("generate_until", ["b"])["result"] == "y"  # known to this process
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dllm_requests.rank0.jsonl"]
+    assert reader.write_speed() is None and not (tmp_path / "dllm_speed.json").exists()
