@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                "- reads one prompt from stdin")
     gen.add_argument("-p", "--prompt", dest="prompt_option", action="append", metavar="TEXT",
                      help="a prompt, as a PROMPT argument (llama.cpp's -p), repeatable")
-    gen.add_argument("--prompts-file", metavar="FILE", default=None,
+    gen.add_argument("--prompts-file", "--prompts", dest="prompts_file", metavar="FILE", default=None,  # bench's too
                      help="read prompts from FILE (- for stdin): one per text line, or .jsonl (or .json) lines "
                           'with "prompt" or "messages"')
     gen.add_argument("--batch-size", type=positive_int, default=8,

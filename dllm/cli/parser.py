@@ -100,6 +100,19 @@ def did_you_mean(value: str, names: Iterable[str], cutoff: float = 0.6) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def one_edit_apart(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with one letter changed, added, dropped or two neighbours swapped: a typo
+    (``--prot`` of ``--port``), which argparse would take as the prefix of another flag instead."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) != len(b):
+        short, long = sorted((a, b), key=len)
+        return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+    diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]]
+                              and a[diff[1]] == b[diff[0]])
+
+
 class CommandParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line; its subcommands are CommandParsers too
     (argparse makes them of the parent's class)."""
@@ -119,11 +132,18 @@ class CommandParser(argparse.ArgumentParser):
         """argparse's prefix matches, one per option: a prefix of two names of one option
         (``--prompt``: ``--prompts-file``, ``--prompts``) is that option, not ambiguous. A single-dash
         flag is never a prefix of a longer one (llama.cpp's ``-t 8``, threads, was ``-tp 8``); its
-        value may still be attached (``-pTEXT``)."""
+        value may still be attached (``-pTEXT``). A prefix of one option that is a typo of another
+        (``--prot``: ``--protect-health-metrics``, or ``--port`` mistyped) is ambiguous, named as such,
+        unless it is a typo of the option it begins too (``--step``: ``--steps``, not ``--stop``)."""
         matches = super()._get_option_tuples(option_string)
         if not option_string.startswith("--"):
             matches = [m for m in matches if m[1] == option_string[:2]]
-        return list({id(match[0]): match for match in matches}.values())
+        matches = list({id(match[0]): match for match in matches}.values())
+        flag = option_string.split("=", 1)[0]
+        if len(matches) == 1 and not any(one_edit_apart(flag, name) for name in matches[0][0].option_strings):
+            matches += [(action, name, *matches[0][2:]) for name, action in self._option_string_actions.items()
+                        if action is not matches[0][0] and name.startswith("--") and one_edit_apart(flag, name)]
+        return matches
 
     def _check_value(self, action: argparse.Action, value) -> None:
         if action.choices is None or value in action.choices:
