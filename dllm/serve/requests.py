@@ -41,8 +41,9 @@ DLLM_OPTIONS = ("policy", "policy_args", "strategy", "strategy_args", "stopper",
 # OpenAI fields that mean nothing for the answer (storage, billing, tracing, caching hints) and that
 # the openai SDK's users and frameworks send: accepted with any value and ignored, as vLLM does
 # (README, "Serving"); safety_identifier replaces user, prompt_cache_* route OpenAI's prompt cache
+# (prompt_cache_options: its breakpoints and lifetime)
 IGNORED_FIELDS = {"store", "metadata", "service_tier", "user", "safety_identifier", "prompt_cache_key",
-                  "prompt_cache_retention"}
+                  "prompt_cache_retention", "prompt_cache_options"}
 TOOL_FIELDS = {"tools", "tool_choice", "parallel_tool_calls"}  # chat only (dllm.api.tools)
 COMMON_FIELDS = {"model", "max_tokens", "n", "seed", "temperature", "top_p", "stop", "stop_token_ids",
                  "stream", "stream_options", "logprobs", "response_format"} | IGNORED_FIELDS | CONSTRAINT_FIELDS
@@ -59,7 +60,7 @@ UNSUPPORTED = {"best_of": (None, 1), "presence_penalty": (None, 0), "frequency_p
                "logit_bias": (None, {}), "suffix": (None, ""),
                "modalities": (None, ["text"]), "reasoning_effort": (None,), "functions": (None, []),
                "function_call": (None, "none"), "audio": (None,), "prediction": (None,),
-               "web_search_options": (None,),
+               "web_search_options": (None,), "verbosity": (None, "medium"), "moderation": (None,),
                # vLLM's sampling extras, which its clients (chat UIs, benchmarks) send at their defaults
                "repetition_penalty": (None, 1), "min_p": (None, 0), "min_tokens": (None, 0),
                "ignore_eos": (None, False), "skip_special_tokens": (None, True),
@@ -315,7 +316,7 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
     out = []
     for j, message in enumerate(messages):
         if isinstance(message, dict) and isinstance(message.get("content"), list):
-            message = {**message, "content": _content_text(message["content"], j)}
+            message = {**message, "content": _content_text(message["content"], j, message.get("role"))}
         out.append(message)
     try:
         return check_messages(out, 0)
@@ -323,9 +324,14 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
         raise RequestError(str(err).replace("prompt 0, ", "", 1), "messages") from None
 
 
-def _content_text(parts: list[Any], j: int) -> str:
+def _content_text(parts: list[Any], j: int, role: Any = None) -> str:
+    """The parts' texts; an assistant turn's ``refusal`` parts (OpenAI's, in a history sent back) are
+    its text too, as vLLM reads them."""
     texts = []
     for k, part in enumerate(parts):
+        if (role == "assistant" and isinstance(part, dict) and part.get("type") == "refusal"
+                and isinstance(part.get("refusal"), str)):
+            part = {"type": "text", "text": part["refusal"]}
         if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
             raise RequestError(f"message {j}, content part {k} is {kind!r}; dllm takes text parts only "

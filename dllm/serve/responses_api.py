@@ -54,6 +54,7 @@ UNSUPPORTED: dict[str, tuple[tuple[Any, ...], str]] = {
                                        "shorten the input instead"),
     "prompt": ((None,), "stored prompt templates do not exist here; send the text in input and instructions"),
     "context_management": ((None, []), "leave context_management out"),
+    "moderation": ((None,), "dllm runs no moderation of input or output; leave moderation out"),
 }
 TEXT_KEYS = {"format", "verbosity"}
 FORMATS = {"text", "json_object", "json_schema", "grammar"}  # grammar: dllm's Lark EBNF, as on chat

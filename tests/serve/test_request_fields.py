@@ -17,12 +17,15 @@ from serve_helpers import running_server
 
 # the last three: OpenAI's newer chat fields (safety_identifier replaces user); they were 400 "unknown field"
 IGNORED = {"store": True, "metadata": {"team": "a", "run": "7"}, "service_tier": "auto", "user": "u-1",
-           "safety_identifier": "h-42", "prompt_cache_key": "team-a", "prompt_cache_retention": "24h"}
+           "safety_identifier": "h-42", "prompt_cache_key": "team-a", "prompt_cache_retention": "24h",
+           "prompt_cache_options": {"mode": "explicit", "ttl": "30m"}}  # the openai SDK's newest: was 400 "unknown"
 CHANGES_THE_ANSWER = {"presence_penalty": 0.5, "frequency_penalty": 1.0, "best_of": 2,
                       "logit_bias": {"5": 10}, "reasoning_effort": "high", "modalities": ["text", "audio"],
                       "functions": [{"name": "f"}], "function_call": "auto", "repetition_penalty": 1.1,
                       "min_p": 0.05, "min_tokens": 4, "ignore_eos": True, "skip_special_tokens": False,
-                      "include_stop_str_in_output": True, "use_beam_search": True}
+                      "include_stop_str_in_output": True, "use_beam_search": True,
+                      # the openai SDK's newest chat fields: they were 400 "unknown field" naming dllm's options
+                      "verbosity": "low", "moderation": {"model": "omni-moderation-latest"}}
 # vLLM's sampling extras at their defaults, as clients written for vLLM send them: they were 400
 # "unknown field"
 VLLM_DEFAULTS = {"repetition_penalty": 1.0, "min_p": 0.0, "min_tokens": 0, "ignore_eos": False,
@@ -69,7 +72,7 @@ def test_fields_that_change_the_answer_are_refused(model, field):
 
 def test_neutral_values_pass(model):
     neutral = {"modalities": ["text"], "tool_choice": "none", "presence_penalty": 0, "best_of": 1, "tools": [],
-               "parallel_tool_calls": False}
+               "parallel_tool_calls": False, "verbosity": "medium", "moderation": None}
     assert parse(model, neutral, chat=True) == parse(model, {}, chat=True)
     for chat in (False, True):
         assert parse(model, VLLM_DEFAULTS, chat) == parse(model, {}, chat)
@@ -123,3 +126,15 @@ def test_a_request_past_the_context_names_the_field_at_fault(model, chat):
         parse(model, long, chat)
     source = "messages" if chat else "prompt"
     assert err.value.param == source and f"shorten the {source}" in str(err.value)
+
+
+def test_an_assistant_refusal_part_reads_as_its_text(model):
+    """OpenAI's assistant content may hold refusal parts (a history sent back); vLLM reads them as
+    text. They were a 400 "text parts only"; elsewhere they still are."""
+    def turn(part):
+        return {"messages": [*MESSAGES, {"role": "assistant", "content": [part]}, *MESSAGES]}
+    refused = parse(model, turn({"type": "refusal", "refusal": "I cannot say."}), chat=True)
+    assert refused == parse(model, turn({"type": "text", "text": "I cannot say."}), chat=True)
+    assert refused != parse(model, turn({"type": "text", "text": "I can say."}), chat=True)
+    with pytest.raises(RequestError, match="'refusal'"):
+        parse(model, {"messages": [{"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}]}, chat=True)

@@ -129,6 +129,7 @@ REFUSED = [
     ({"max_output_tokens": 100000}, "max_output_tokens", "lower max_output_tokens"),
     ({"text": {"format": {"type": "json_schema", "schema": PERSON}}}, "text", "text.format"),
     ({"frequency_penalty": 1.0}, "frequency_penalty", "unknown field"),
+    ({"moderation": {"model": "omni-moderation-latest"}}, "moderation", "leave moderation out"),
 ]
 
 
