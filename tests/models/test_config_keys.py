@@ -1,0 +1,76 @@
+"""Each family reads its settings from the config.json keys its original code reads, with that
+code's defaults when a key is absent. The tiny checkpoints write most keys at their defaults, so
+a setting read from another key (or a wrong default) would load them unchanged: each case here
+sets or removes one key of a tiny checkpoint's config and checks the field it decides."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dllm.models.registry import family_of
+from dllm.models.tiny import write_tiny_checkpoint
+
+FAMILIES = ("llada", "dream", "fast_dllm_v2", "sdar", "llada2_moe", "llada_moe")
+
+
+@pytest.fixture(scope="module")
+def raws(tmp_path_factory):
+    root = tmp_path_factory.mktemp("config_keys")
+    return {f: json.loads((write_tiny_checkpoint(root / f, f, seed=1) / "config.json").read_text()) for f in FAMILIES}
+
+
+def _parse(raws, family, drop=(), **changes):
+    """The family's ArchConfig of the tiny config with ``drop`` removed and ``changes`` set."""
+    raw = {k: v for k, v in raws[family].items() if k not in drop}
+    raw.update(changes)
+    return family_of(raw).parse_config(raw)
+
+
+def _field(cfg, dotted: str):
+    for name in dotted.split("."):
+        cfg = getattr(cfg, name)
+    return cfg
+
+
+@pytest.mark.parametrize("family, changes, field, expected", [
+    # LLaDA (configuration_llada.py): rms_norm_eps; rows are embedding_size (the padded vocabulary)
+    ("llada", {"rms_norm_eps": 1e-3}, "rms_norm_eps", 1e-3),
+    ("llada", {"vocab_size": 300, "embedding_size": 320}, "vocab_size", 320),
+    ("llada", {"eos_token_id": [7, 8]}, "eos_token_ids", (7, 8)),
+    # Qwen2 keys (Dream, Fast-dLLM v2)
+    ("dream", {"rms_norm_eps": 1e-3}, "rms_norm_eps", 1e-3),
+    ("dream", {"eos_token_id": [7, 8]}, "eos_token_ids", (7, 8)),
+    ("dream", {"head_dim": 40}, "head_dim", 40),  # Qwen2Attention: config.head_dim when given
+    ("dream", {"tie_word_embeddings": True}, "tie_embeddings", True),
+    ("dream", {"max_position_embeddings": 777}, "max_sequence_length", 777),
+    ("fast_dllm_v2", {"bd_size": 8}, "block_size", 8),
+    # LLaDA2 (the Ling-MoE gate): renormalised whenever top_k > 1, whatever norm_topk_prob says;
+    # the shared experts' hidden size is moe_intermediate_size times their count
+    ("llada2_moe", {"norm_topk_prob": False, "num_experts_per_tok": 2}, "moe.norm_topk", True),
+    ("llada2_moe", {"num_shared_experts": 2, "moe_intermediate_size": 12}, "moe.shared_hidden", 24),
+    # LLaDA-MoE: moe_layer_freq lists 1 for an MoE layer, 0 for a dense one
+    ("llada_moe", {"num_hidden_layers": 2, "moe_layer_freq": [0, 1], "dense_intermediate_size": 64},
+     "moe_layers", (1,)),
+    ("llada_moe", {"rope_theta": 12345.0}, "rope_theta", 12345.0),
+])
+def test_a_setting_is_read_from_its_key(raws, family, changes, field, expected):
+    assert _field(_parse(raws, family, **changes), field) == expected
+
+
+@pytest.mark.parametrize("family, drop, changes, field, expected", [
+    ("llada", ("mlp_hidden_size", "mlp_ratio"), {"d_model": 48}, "mlp_hidden_size", 4 * 48),  # OLMo's mlp_ratio 4
+    ("llada", ("rope_full_precision",), {}, "rope_full_precision", True),  # LLaDA rotates in float32
+    ("llada", ("pad_token_id",), {"eos_token_id": [7, 8]}, "pad_token_id", 7),  # the first end-of-text id
+    ("dream", ("pad_token_id",), {"eos_token_id": [7, 8]}, "pad_token_id", 7),
+    ("dream", (), {}, "rope_full_precision", False),  # Qwen2 casts the tables to the activation dtype
+    ("fast_dllm_v2", ("bd_size",), {}, "block_size", 32),
+    # LLaDA2's remote config class: half the head rotated, o_proj biased, 2.5x routed, groups 8 / 4
+    ("llada2_moe", ("partial_rotary_factor", "rotary_dim"), {"head_dim": 16}, "rotary_dim", 8),
+    ("llada2_moe", ("use_bias",), {}, "o_bias", True),
+    ("llada2_moe", ("routed_scaling_factor",), {}, "moe.routed_scale", 2.5),
+    ("llada2_moe", ("n_group", "topk_group"), {"num_experts": 16}, "moe.n_group", 8),
+    ("llada2_moe", ("n_group", "topk_group"), {"num_experts": 16}, "moe.topk_group", 4),
+])
+def test_an_absent_key_takes_the_original_default(raws, family, drop, changes, field, expected):
+    assert _field(_parse(raws, family, drop=drop, **changes), field) == expected
