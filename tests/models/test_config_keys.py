@@ -53,6 +53,8 @@ def _field(cfg, dotted: str):
     ("llada_moe", {"num_hidden_layers": 2, "moe_layer_freq": [0, 1], "dense_intermediate_size": 64},
      "moe_layers", (1,)),
     ("llada_moe", {"rope_theta": 12345.0}, "rope_theta", 12345.0),
+    ("sdar", {"rope_theta": 12345.0}, "rope_theta", 12345.0),
+    ("sdar", {"block_size": 8}, "block_size", 8),
 ])
 def test_a_setting_is_read_from_its_key(raws, family, changes, field, expected):
     assert _field(_parse(raws, family, **changes), field) == expected
@@ -74,3 +76,44 @@ def test_a_setting_is_read_from_its_key(raws, family, changes, field, expected):
 ])
 def test_an_absent_key_takes_the_original_default(raws, family, drop, changes, field, expected):
     assert _field(_parse(raws, family, drop=drop, **changes), field) == expected
+
+
+def test_sdar_s_attention_bias_covers_q_k_v_and_o(raws):
+    """modeling_sdar.py: attention_bias puts a bias on all four projections, so each is read."""
+    from dllm.models import sdar
+
+    cfg = _parse(raws, "sdar", attention_bias=True)
+    biases = {name for name in sdar.layer_sources(cfg, 0) if name.endswith(".bias")}
+    assert biases == {f"layers.0.attn.{p}.bias" for p in ("q_proj", "k_proj", "v_proj", "o_proj")}
+
+
+@pytest.fixture(scope="module")
+def gemma_raw(tmp_path_factory):
+    path = write_tiny_checkpoint(tmp_path_factory.mktemp("gemma_keys") / "g", "diffusion_gemma", seed=1)
+    return json.loads((path / "config.json").read_text())
+
+
+def _gemma(raw, **text_changes):
+    from dllm.models import diffusion_gemma
+
+    text = {k: v for k, v in raw["text_config"].items() if text_changes.get(k, 0) is not None}
+    text.update({k: v for k, v in text_changes.items() if v is not None})
+    return diffusion_gemma.parse_config({**raw, "text_config": text})
+
+
+def test_gemma_layer_types_default_to_every_sixth_full_and_the_last_is_always_full(gemma_raw):
+    """transformers' Gemma-4 text config: without layer_types every sixth layer is full attention,
+    and the last layer is made full whatever layer_types says."""
+    seven = _gemma(gemma_raw, num_hidden_layers=7, layer_types=None)
+    assert [i for i in range(7) if not seven.is_sliding(i)] == [5, 6]
+    sliding = _gemma(gemma_raw, num_hidden_layers=3, layer_types=["sliding_attention"] * 3)
+    assert sliding.layer_types == ("sliding_attention", "sliding_attention", "full_attention")
+
+
+def test_gemma_full_layers_rotate_a_quarter_only_by_default(gemma_raw):
+    """rope_parameters absent: the full layers' default (partial_rotary_factor 0.25, theta 1e6);
+    given without a factor, the whole head rotates."""
+    assert _gemma(gemma_raw, rope_parameters=None).global_rotary_factor == 0.25
+    given = {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+             "full_attention": {"rope_type": "proportional", "rope_theta": 1_000_000.0}}
+    assert _gemma(gemma_raw, rope_parameters=given).global_rotary_factor == 1.0
