@@ -8,6 +8,7 @@ TypeError deep inside a rule (``tau="high"``) or a silent truncation (``gen_leng
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import numbers
 import os
@@ -22,6 +23,12 @@ class OptionTypeError(TypeError, ValueError):
     A TypeError for the Python API, and a ValueError so that callers reporting bad input
     (the CLI) print it like any other option error.
     """
+
+
+def did_you_mean(value: str, names, cutoff: float = 0.6) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``names`` to ``value``, else ``""``."""
+    close = difflib.get_close_matches(value, [str(n) for n in names], n=1, cutoff=cutoff)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def field_types(cls: type) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Callable, Protocol
 from torch import Tensor
 
 from dllm.runner.model_runner import ModelRunner
+from dllm.validation import did_you_mean
 
 
 class CacheMode(Protocol):
@@ -33,7 +34,7 @@ def register_cache(name: str):
 
 def make_cache(name: str, **options) -> CacheMode:
     if name not in CACHES:
-        raise ValueError(f"unknown cache {name!r}; known caches: {sorted(CACHES)}")
+        raise ValueError(f"unknown cache {name!r}{did_you_mean(str(name), CACHES)}; known caches: {sorted(CACHES)}")
     try:
         return CACHES[name](**options)
     except TypeError as err:  # an option the mode does not take

@@ -7,8 +7,9 @@ the top-level parser; ``CommandParser`` prints one line naming the command at fa
 from __future__ import annotations
 
 import argparse
-import difflib
-from typing import Iterable, NoReturn, Sequence
+from typing import NoReturn, Sequence
+
+from dllm.validation import did_you_mean
 
 EXIT_USAGE = 2  # bad input, as argparse
 
@@ -92,12 +93,6 @@ FOREIGN_NOTES = {
 # a flag's near miss is closer than a value's: at difflib's 0.6, the dashes and "--max-" shared by
 # flags of other meanings suggested --max-tokens for --max-model-len and --max-logprobs
 FLAG_CUTOFF = 0.7
-
-
-def did_you_mean(value: str, names: Iterable[str], cutoff: float = 0.6) -> str:
-    """``" (did you mean 'x'?)"`` for the closest of ``names`` to ``value``, else ``""``."""
-    close = difflib.get_close_matches(value, list(names), n=1, cutoff=cutoff)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def one_edit_apart(a: str, b: str) -> bool:

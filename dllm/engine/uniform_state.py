@@ -14,6 +14,7 @@ import dataclasses
 from dllm.cache import CACHES
 from dllm.engine.config import GenerationConfig
 from dllm.samplers.base import RULES, STOPPERS, STRATEGIES
+from dllm.validation import did_you_mean
 
 STRATEGY, CACHE, RULE = "uniform", "encoder", "eb_sampler"
 
@@ -29,7 +30,7 @@ def uniform_state_config(model, config: GenerationConfig) -> GenerationConfig:
              ("stopper", config.stopper, STOPPERS), ("cache", config.cache, CACHES))
     for kind, name, table in names:  # a misspelt name is that, not a mask-based option
         if name not in table:
-            raise ValueError(f"unknown {kind} {name!r}; known: {sorted(table)}")
+            raise ValueError(f"unknown {kind} {name!r}{did_you_mean(str(name), table)}; known: {sorted(table)}")
     default_rule = config.policy == "low_confidence" and not config.policy_args
     config = dataclasses.replace(config, strategy=STRATEGY if config.strategy == "plain" else config.strategy,
                                  cache=CACHE if config.cache == "none" else config.cache,

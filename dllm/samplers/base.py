@@ -15,7 +15,7 @@ from torch import Tensor
 
 from dllm.kernels import TokenStats
 from dllm.samplers.noise import RowNoise
-from dllm.validation import OptionTypeError, check_fields
+from dllm.validation import OptionTypeError, check_fields, did_you_mean
 
 
 @dataclass(kw_only=True, slots=True)
@@ -72,7 +72,7 @@ def _registry(kind: str):
 
     def make(name: str, options: dict | None = None):
         if name not in table:
-            raise ValueError(f"unknown {kind} {name!r}; known: {sorted(table)}")
+            raise ValueError(f"unknown {kind} {name!r}{did_you_mean(str(name), table)}; known: {sorted(table)}")
         cls = table[name]
         if options is not None and not isinstance(options, dict):
             raise OptionTypeError(f"options of {kind} {name!r} must be a dict of name -> value, "
@@ -81,7 +81,8 @@ def _registry(kind: str):
         known = {f.name for f in dataclasses.fields(cls) if f.init} if dataclasses.is_dataclass(cls) else set()
         unknown = sorted(set(options) - known)
         if unknown:
-            raise ValueError(f"{kind} {name!r} has no option(s) {unknown}; its options: {sorted(known)}")
+            raise ValueError(f"{kind} {name!r} has no option(s) {unknown}{did_you_mean(str(unknown[0]), known)}; "
+                             f"its options: {sorted(known)}")
         if dataclasses.is_dataclass(cls):  # e.g. tau="high": name the option, not a '<=' deep inside
             options = check_fields(cls, options, f"{kind} {name!r}")
         return cls(**options)

@@ -151,8 +151,8 @@ def test_the_defaults_become_uniform_state_decoding(gemma):
     (dict(block_length=2 * CANVAS), f"canvases of {CANVAS} tokens .*set block_length={CANVAS}"),
     (dict(edit_threshold=0.9, strategy="uniform"), r"token editing \(edit_threshold\) runs with strategy 'plain'"),
     (dict(strategy="uniform", strategy_args={"draws": "gumbel"}), "draws='gumbel'; expected one of"),
-    (dict(policy="threshhold"), r"unknown policy 'threshhold'; known: \[.*'eb_sampler'"),  # a typo, not mask-based
-    (dict(cache="encodr"), r"unknown cache 'encodr'; known: \[.*'encoder'"),
+    (dict(policy="threshhold"), r"unknown policy 'threshhold' \(did you mean 'threshold'\?\); known: \[.*'eb_sampler'"),  # a typo, not mask-based
+    (dict(cache="encodr"), r"unknown cache 'encodr' \(did you mean 'encoder'\?\); known: \[.*'encoder'"),
 ])
 def test_what_cannot_apply_is_refused_with_the_reason(gemma, options, match):
     _, model = gemma
