@@ -56,7 +56,7 @@ rank picks the same tokens.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
@@ -355,6 +355,6 @@ class AdaptiveCache:
         return x + layer.mlp(layer.mlp_norm(x))
 
 
-@register_cache("adaptive")
+@register_cache("adaptive", cache_args=tuple(f.name for f in fields(AdaptiveOptions)))
 def adaptive_cache(**options) -> AdaptiveCache:
     return AdaptiveCache(**options)

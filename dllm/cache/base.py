@@ -22,11 +22,15 @@ class CacheMode(Protocol):
 
 
 CACHES: dict[str, Callable[..., CacheMode]] = {}
+CACHE_ARGS: dict[str, tuple[str, ...]] = {}  # the options a user may set per mode (cache_args)
+ENGINE_OPTIONS = ("block_length", "sub_block_length")  # what the engine passes every mode itself
 
 
-def register_cache(name: str):
+def register_cache(name: str, cache_args: tuple[str, ...] = ()):
+    """Register ``factory`` as cache mode ``name``; ``cache_args`` are the options it takes from a user."""
     def wrap(factory):
         CACHES[name] = factory
+        CACHE_ARGS[name] = tuple(cache_args)
         return factory
 
     return wrap
@@ -35,6 +39,11 @@ def register_cache(name: str):
 def make_cache(name: str, **options) -> CacheMode:
     if name not in CACHES:
         raise ValueError(f"unknown cache {name!r}{did_you_mean(str(name), CACHES)}; known caches: {sorted(CACHES)}")
+    unknown = sorted(set(options) - set(CACHE_ARGS[name]) - set(ENGINE_OPTIONS))
+    if unknown:  # named before the mode's own TypeError, with the options it does take
+        known = sorted(CACHE_ARGS[name])
+        raise ValueError(f"cache {name!r} has no option(s) {unknown}{did_you_mean(unknown[0], known)}; "
+                         f"its cache_args: {known}")
     try:
         return CACHES[name](**options)
     except TypeError as err:  # an option the mode does not take

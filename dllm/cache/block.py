@@ -26,10 +26,12 @@ decode equals the uncached one.
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import Tensor
 
-from dllm.cache.base import register_cache
+from dllm.cache.base import ENGINE_OPTIONS, register_cache
 from dllm.cache.kv import KVBuffers
 from dllm.runner.model_runner import ModelRunner
 
@@ -117,11 +119,15 @@ class BlockCache:
         return True
 
 
-@register_cache("prefix")
+# BlockCache's options beside its mode and what the engine passes
+BLOCK_CACHE_ARGS = tuple(name for name in inspect.signature(BlockCache).parameters if name not in ("mode", *ENGINE_OPTIONS))
+
+
+@register_cache("prefix", cache_args=BLOCK_CACHE_ARGS)
 def prefix_cache(**options) -> BlockCache:
     return BlockCache("prefix", **options)
 
 
-@register_cache("dual")
+@register_cache("dual", cache_args=BLOCK_CACHE_ARGS)
 def dual_cache(**options) -> BlockCache:
     return BlockCache("dual", **options)

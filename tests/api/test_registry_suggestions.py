@@ -1,6 +1,6 @@
-"""A misspelt rule, strategy, stopper or cache name, or a misspelt option of a rule, given to the
-Python API is named with the nearest known one, as the CLI's flags already were: the message was
-the list of names alone."""
+"""A misspelt rule, strategy, stopper or cache name, or a misspelt option of a rule or a cache, given
+to the Python API is named with the nearest known one, as the CLI's flags already were: the message
+was the list of names alone (for cache_args, Python's "unexpected keyword argument" of a class)."""
 from __future__ import annotations
 
 import pytest
@@ -27,3 +27,22 @@ def test_a_misspelt_option_is_named_with_the_nearest():
         make_rule("threshold", {"taw": 0.9})
     assert str(err.value) == ("unmasking rule 'threshold' has no option(s) ['taw'] (did you mean 'tau'?); "
                               "its options: ['budget_cap', 'tau']")
+
+
+@pytest.mark.parametrize("name, options, expected", [
+    ("dual", {"refresh_evry": 2}, "cache 'dual' has no option(s) ['refresh_evry'] (did you mean 'refresh_every'?); "
+                                  "its cache_args: ['first_token', 'refresh_every']"),
+    ("adaptive", {"covr": 0.5}, "cache 'adaptive' has no option(s) ['covr'] (did you mean 'cover'?); its cache_args: "
+                                "['cover', 'drift', 'from_layer', 'most', 'prompt_every', 'ratio', 'response_every', "
+                                "'scope', 'select']"),
+    ("none", {"refresh_every": 2}, "cache 'none' has no option(s) ['refresh_every']; its cache_args: []"),
+])
+def test_a_misspelt_cache_option_is_named_with_the_mode_s_options(name, options, expected):
+    with pytest.raises(ValueError) as err:
+        make_cache(name, block_length=8, **options)
+    assert str(err.value) == expected
+
+
+def test_the_engine_s_options_and_the_mode_s_own_still_build_it():
+    assert type(make_cache("dual", block_length=8, sub_block_length=4, refresh_every=2, first_token="argmax")).__name__ == "BlockCache"
+    assert type(make_cache("adaptive", block_length=8, cover=0.5)).__name__ == "AdaptiveCache"
