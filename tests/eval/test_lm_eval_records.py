@@ -89,3 +89,14 @@ def test_a_rank_that_does_not_write_reads_the_records_and_writes_nothing(tmp_pat
     assert reader.get("generate_until", ["b"])["result"] == "y"  # known to this process
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dllm_requests.rank0.jsonl"]
     assert reader.write_speed() is None and not (tmp_path / "dllm_speed.json").exists()
+
+
+def test_a_record_line_cut_short_is_skipped_and_the_others_resume(tmp_path):
+    """An interrupted run can leave half a JSON line at the end of its file: the finished
+    records before it still answer a rerun."""
+    from dllm.eval.records import RequestRecords
+
+    RequestRecords(tmp_path, 0, "fp").add("generate_until", ["a"], {"result": "x", "nfe": 1, "seconds": 1.0})
+    with (tmp_path / "dllm_requests.rank0.jsonl").open("a") as f:
+        f.write('{"key": "0123", "fingerprint": "fp", "res')
+    assert RequestRecords(tmp_path, 0, "fp").get("generate_until", ["a"])["result"] == "x"

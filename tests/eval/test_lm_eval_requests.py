@@ -55,3 +55,24 @@ def test_a_likelihood_record_counts_the_estimate_and_the_greedy_check(tiny_dirs,
     lm.loglikelihood([request], disable_tqdm=True)
     (record,) = [json.loads(line) for line in (tmp_path / "dllm_requests.rank0.jsonl").read_text().splitlines()]
     assert (record["nfe"], record["scored_tokens"]) == (1 + length, length)
+
+
+def test_the_greedy_check_decodes_each_continuation_at_its_own_length(tiny_dirs):
+    """Continuations of 2 and 4 tokens, each the model's own greedy answer: both are greedy (a
+    decode at one length for both would compare a 4-token answer with the 2-token one)."""
+    lm = DllmLM(pretrained=str(tiny_dirs["llada"]), device="cpu")
+    context = lm.tok_encode("hello")
+    answers = [lm.dllm.generate_ids([context], gen_length=n, steps=n, stop_at_eos=False).token_ids[0] for n in (4, 2)]
+    assert [g[0] for g in lm._greedy([(context, answers[0]), (context, answers[1])])] == [True, True]
+
+
+def test_without_max_gen_toks_the_answer_is_model_args_gen_length(tiny_dirs):
+    lm = DllmLM(pretrained=str(tiny_dirs["llada"]), device="cpu", gen_length=16, steps=8)
+    config, limit = lm.request_config({"until": ["\n"]})
+    assert (config.gen_length, config.steps, limit) == (16, 8, 16)
+
+
+def test_loglikelihood_under_tensor_parallelism_is_refused_before_any_forward(lm, monkeypatch):
+    monkeypatch.setattr(lm.options, "tensor_parallel", 2)  # as a torchrun rank of a 2-way copy sees it
+    with pytest.raises(ValueError, match="tensor parallelism does not combine"):
+        lm.loglikelihood([Instance("loglikelihood", {}, ("hello", " there"), 0, ("t", 0, 1))], disable_tqdm=True)

@@ -43,6 +43,9 @@ def test_every_generation_config_field_is_a_model_arg():
     ({"policy": "nope"}, "unknown unmasking rule"),
     ({"cache": "dual", "cache_args.refresh_every": 0}, "refresh_every"),
     ({"colour": 1}, "known keys"),
+    # low_confidence and sched both declare schedule: a bare one is refused, naming the prefix
+    ({"stopper": "sched", "schedule": "linear"}, r"it is an option of \['policy_args', 'stopper_args'\]; write "
+                                                 "policy_args.schedule=linear"),
     ({"policy_args": 3}, "not a dict"),
     ({"batch_size": "auto"}, "batch_size=auto"),
     ({"mc_num": 0}, "mc_num"),
