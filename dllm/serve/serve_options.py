@@ -41,7 +41,7 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM / SIGINT, seconds open requests get to finish before streams get an error "
                         "event and the server exits (a second signal: at once)")
     g.add_argument("--threads", type=positive_int, default=None,
-                   help="torch threads for the model (default: the CPUs this process may run on)")
+                   help="torch threads for the model (default: OMP_NUM_THREADS when set, else the CPUs this process may run on)")
     g.add_argument("--uvicorn-log-level", default="warning", choices=UVICORN_LOG_LEVELS,
                    help="uvicorn's own log lines: info adds its start-up lines and one access line per request "
                         "(dllm's lines follow -v / -q)")
@@ -97,12 +97,25 @@ def api_key(args: argparse.Namespace) -> str | None:
 
 
 def torch_threads(args: argparse.Namespace) -> int:
-    """Set torch's intra-op threads (the CPUs this process may use, unless --threads says)."""
+    """Set torch's intra-op threads: --threads, else ``OMP_NUM_THREADS`` when it holds a positive
+    count (as every other command and torch itself read it), else the CPUs this process may use."""
     import torch
 
-    threads = args.threads or len(os.sched_getaffinity(0))
+    threads = args.threads or _omp_threads() or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
     return threads
+
+
+def _omp_threads() -> int | None:
+    """``OMP_NUM_THREADS`` as a positive count; None when unset. A value that is no positive
+    count (OpenMP's lists such as ``4,2`` included) is refused naming the fix."""
+    text = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"OMP_NUM_THREADS={text!r} is not a positive thread count; set it to one "
+                         "(e.g. OMP_NUM_THREADS=4), unset it, or pass --threads")
+    return int(text)
 
 
 def serve_forever(app, args: argparse.Namespace, limits: ServerLimits, sock: socket.socket) -> None:
