@@ -24,6 +24,7 @@ from dllm.engine.config import GenerationConfig, block_aligned_gen_length, sampl
 from dllm.engine.logprobs import MAX_TOP_LOGPROBS, check_logprobs
 from dllm.engine.model_fit import check_model_fit
 from dllm.api.inputs import check_messages, check_token_ids
+from dllm.validation import did_you_mean
 from dllm.serve.budget import one_row_mib
 from dllm.serve.limits import ServerLimits
 from dllm.serve.structured_fields import FIELDS as CONSTRAINT_FIELDS, ConstraintFieldError, requested_constraint
@@ -261,7 +262,9 @@ def _check_fields(body: dict, allowed: set[str], chat: bool) -> None:
         wrong = "prompt" if chat else "messages"
         if unknown == [wrong]:
             raise RequestError(f"this endpoint takes {'messages' if chat else 'prompt'}, not {other}", wrong)
-        raise RequestError(f"unknown field(s) {unknown}; dllm options: {sorted(DLLM_OPTIONS)}", unknown[0])
+        known = (*allowed, *DLLM_OPTIONS)
+        raise RequestError(f"unknown field(s) {unknown}{did_you_mean(unknown[0], known)}; dllm options: "
+                           f"{sorted(DLLM_OPTIONS)}", unknown[0])
 
 
 def _flag(body: dict, key: str) -> bool:

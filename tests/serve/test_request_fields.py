@@ -138,3 +138,18 @@ def test_an_assistant_refusal_part_reads_as_its_text(model):
     assert refused != parse(model, turn({"type": "text", "text": "I can say."}), chat=True)
     with pytest.raises(RequestError, match="'refusal'"):
         parse(model, {"messages": [{"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}]}, chat=True)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+@pytest.mark.parametrize("typo, meant", [("temprature", "temperature"), ("max_token", "max_tokens"),
+                                         ("polcy", "policy")])
+def test_a_misspelt_field_is_refused_naming_the_nearest_one(model, chat, typo, meant):
+    with pytest.raises(RequestError, match=f"unknown field.*did you mean '{meant}'") as err:
+        parse(model, {typo: 1}, chat)
+    assert err.value.param == typo
+
+
+def test_a_field_far_from_every_name_gets_no_guess(model):
+    with pytest.raises(RequestError, match="unknown field") as err:
+        parse(model, {"zzzqqq": 1}, chat=True)
+    assert "did you mean" not in str(err.value)
