@@ -117,3 +117,42 @@ def test_gemma_full_layers_rotate_a_quarter_only_by_default(gemma_raw):
     given = {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
              "full_attention": {"rope_type": "proportional", "rope_theta": 1_000_000.0}}
     assert _gemma(gemma_raw, rope_parameters=given).global_rotary_factor == 1.0
+
+
+@pytest.mark.parametrize("family", ["fast_dllm_v2", "sdar", "llada2_moe"])
+def test_block_causal_families_count_blocks_from_position_zero_unless_told(raws, family):
+    """How Fast-dLLM v2, SDAR and LLaDA2 were trained: blocks from the canvas start ("absolute");
+    dllm_block_origin names another origin (dllm's own block-diffusion models: "answer")."""
+    assert _parse(raws, family, drop=("dllm_block_origin",)).block_origin == "absolute"
+    assert _parse(raws, family, dllm_block_origin="answer").block_origin == "answer"
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_a_d2f_student_s_blocks_start_after_the_prompt_by_default(raws, family):
+    """dllm_attention=block_causal over a bidirectional family (a D2F student): the prompt is one
+    block and answer blocks follow it ("prompt", D2F's create_full_block_attention_mask)."""
+    from dllm.models.config import block_causal_override
+
+    raw = {**raws[family], "dllm_attention": "block_causal", "dllm_block_size": 4}
+    cfg = block_causal_override(raw, family_of(raw).parse_config(raw))
+    assert (cfg.attention, cfg.block_size, cfg.block_origin) == ("block_causal", 4, "prompt")
+
+
+def test_gemma_ties_its_head_unless_the_config_says_not(gemma_raw):
+    """transformers' DiffusionGemma config: tie_word_embeddings defaults to true."""
+    from dllm.models import diffusion_gemma
+
+    assert diffusion_gemma.parse_config({k: v for k, v in gemma_raw.items() if k != "tie_word_embeddings"}
+                                        ).tie_embeddings is True
+
+
+def test_gemma_reads_its_canvas_and_image_token_from_the_top_level(gemma_raw):
+    """canvas_length (default 256, transformers' DiffusionGemmaConfig) and image_token_id (which
+    prompts may not hold: text only) sit beside text_config, not in it."""
+    from dllm.models import diffusion_gemma
+
+    assert gemma_raw.get("image_token_id") is not None  # the arrangement: the tiny config names one
+    cfg = diffusion_gemma.parse_config({**gemma_raw, "canvas_length": 12})
+    assert (cfg.canvas_length, cfg.image_token_id) == (12, gemma_raw["image_token_id"])
+    assert diffusion_gemma.parse_config({k: v for k, v in gemma_raw.items() if k != "canvas_length"}
+                                        ).canvas_length == 256
