@@ -18,6 +18,9 @@ scan per hole per edge group out of each reached lexer state (at most the vocabu
 """
 from __future__ import annotations
 
+import functools
+import gc
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -26,6 +29,33 @@ import numpy as np
 from dllm.samplers.constraints.canvas import EOS, HOLE
 from dllm.samplers.constraints.grammar import Grammar
 from dllm.samplers.constraints.lexer import BETWEEN, TokenLexer
+
+_collector_lock = threading.Lock()
+_collector = {"inside": 0, "was_enabled": False}  # paused calls running now; the collector's state before the first
+
+
+def collector_paused(function):
+    """``function`` with Python's cyclic collector paused while it runs (reference counting still
+    frees). A chart is hundreds of thousands of small tuples and lists, none in a reference cycle,
+    made in one go: the collector's scans of them, ever more often of the older generations as the
+    chart grows, were ~40% of a parse (24 all-hole positions of bench/constraint_step.py's grammar).
+    Paused calls nest and may run on several threads: the collector is back in its earlier state
+    once the last of them returns."""
+    @functools.wraps(function)
+    def paused(*args, **kwargs):
+        with _collector_lock:
+            if _collector["inside"] == 0:
+                _collector["was_enabled"] = gc.isenabled()
+                gc.disable()
+            _collector["inside"] += 1
+        try:
+            return function(*args, **kwargs)
+        finally:
+            with _collector_lock:
+                _collector["inside"] -= 1
+                if _collector["inside"] == 0 and _collector["was_enabled"]:
+                    gc.enable()
+    return paused
 
 
 class _Parse:
@@ -169,6 +199,7 @@ class Parsed:
         return _allowed(self.parse, self.final, self.start, positions, vocab_size, self.completable)
 
 
+@collector_paused
 def parse_canvas(grammar: Grammar, lexer: TokenLexer, kinds: np.ndarray, tokens: np.ndarray, limit: int,
                  trace: bool = True, held: Parsed | None = None) -> Parsed:
     """Parse the lattice of the canvas (``kinds``: HOLE, EOS or a token's kind, ``tokens`` the ids).
@@ -240,6 +271,7 @@ def allowed_tokens(grammar: Grammar, lexer: TokenLexer, kinds: np.ndarray, token
     return parse_canvas(grammar, lexer, kinds, tokens, limit).allowed(positions, vocab_size)
 
 
+@collector_paused
 def _allowed(p: _Parse, final: int, start: int, positions: np.ndarray, vocab_size: int,
              found: bool) -> tuple[np.ndarray, np.ndarray]:
     """``allowed_tokens`` from a traced parse: the edges on derivations of the final item. The walk
@@ -254,36 +286,43 @@ def _allowed(p: _Parse, final: int, start: int, positions: np.ndarray, vocab_siz
     used: set = set()
     first = min((int(i) for i in positions), default=float("inf"))
     position = p.position
-    seen = {(final, done)}
-    groups: set = set()  # (node, group) whose complete items are on the stack already
+    seen: dict[int, set] = defaultdict(set)  # node -> its items on the stack already
+    seen[final].add(done)
+    groups: dict[int, set] = defaultdict(set)  # node -> the groups whose complete items are on the stack already,
+    symbols = {s for rhs in p.rhs for s in rhs} | set(p.lhs)  # each (symbol, origin) as one int (no tuple made)
+    low, span = min(symbols), max(symbols) - min(symbols) + 1
     stack = [(final, done)]
     items, completed, rhs_of = p.items, p.completed, p.rhs
     while stack:
         v, item = stack.pop()
+        here, marked = seen[v], groups[v]
+        r, dot, origin = item
+        if dot:  # ways by completion (ints, each an origin) share these
+            symbol, parent = rhs_of[r][dot - 1], (r, dot - 1, origin)
         for how in items[v][item]:
-            if how.__class__ is int:  # a completion from origin ``how``: its parent, and once every
-                r, dot, origin = item  # complete item of the group that moved it on
-                group = (rhs_of[r][dot - 1], how)
-                pair = (how, (r, dot - 1, origin))
-                if (v, group) not in groups:
-                    groups.add((v, group))
-                    for whole in completed[v][group]:
-                        if (v, whole) not in seen:
-                            seen.add((v, whole))
+            if how.__class__ is int:  # a completion from origin ``how``: once every complete item
+                if how * span + symbol - low not in marked:  # of the group that moved it on
+                    marked.add(how * span + symbol - low)
+                    for whole in completed[v][(symbol, how)]:
+                        if whole not in here:
+                            here.add(whole)
                             stack.append((v, whole))
-            else:
-                kind = how[0]
-                if kind == "p":
-                    continue
-                if kind == "n":
-                    pair = (v, how[1])
-                else:  # the source of a scan or a copy across an edge
-                    pair = (how[1], how[2])
-                    if how[3] is not None:
-                        used.add(how[3])
-            if pair not in seen and position[pair[0]] > first:
-                seen.add(pair)
-                stack.append(pair)
+                if position[how] > first and parent not in seen[how]:  # and its parent
+                    seen[how].add(parent)
+                    stack.append((how, parent))
+                continue
+            kind = how[0]
+            if kind == "p":
+                continue
+            if kind == "n":
+                u, source = v, how[1]
+            else:  # the source of a scan or a copy across an edge
+                u, source = how[1], how[2]
+                if how[3] is not None:
+                    used.add(how[3])
+            if position[u] > first and source not in seen[u]:
+                seen[u].add(source)
+                stack.append((u, source))
     row = {int(pos): k for k, pos in enumerate(positions)}
     picked: dict[int, list[np.ndarray]] = defaultdict(list)  # hole -> the token groups of its marked edges
     first_end = None
