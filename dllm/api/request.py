@@ -57,6 +57,12 @@ class OutputRequest:
                    logprobs=None if logprobs is None else int(logprobs))
 
 
+# the block of interactive decoding (the server, dllm chat) when no option sets one: Fast-dLLM's and
+# LLaDA's semi-autoregressive block (LLaDA's chat.py), Fast-dLLM v2's and LLaDA2's model block; an answer
+# that ends early stops after its block instead of decoding one block of the whole length
+DEFAULT_BLOCK_LENGTH = 32
+
+
 # keywords of a generate call beside GenerationConfig's fields, and other libraries' names for them
 CALL_KEYWORDS = ("chat", "seeds", "stop", "stop_token_ids", "max_tokens", "n", "echo", "logprobs", "regex", "choice",
                  "json_schema", "grammar")

@@ -229,16 +229,18 @@ def read_quoted(first: str, read_more: Callable[[], str]) -> str:
 def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable[[], str], out: TextIO,
              max_tokens: int | None = None, interactive: bool = False,
              read_more: Callable[[], str] | None = None, system: str | None = None,
-             options: dict[str, Any] | None = None) -> int:
+             options: dict[str, Any] | None = None, default_block: int | None = None) -> int:
     """The REPL: read lines until /exit, end of input or a second Ctrl-C in a row. ``interactive``:
     a person types at a prompt, so leaving ends the prompt's line; otherwise (piped input, a
     script) the exit status is 1 when a turn or command failed, as a command's is. A line that starts with
     ``QUOTE`` opens a message of several lines, read with ``read_more`` (default: ``read_line``;
     a continuation prompt) up to the line that ends with ``QUOTE``: one turn, never a command.
     ``system``: a system message sent before the conversation at every turn; ``options``: the
-    command line's options kept as given when the answer length changes (``cli.options.given_block``)."""
+    command line's options kept as given when the answer length changes (``cli.options.given_block``);
+    ``default_block``: the block when no option sets one (``ChatSettings``)."""
     require_chat_template(model, "dllm chat")
-    settings = ChatSettings(config, dict(options or {}), max_tokens=max_tokens, model=model.model)
+    settings = ChatSettings(config, dict(options or {}), max_tokens=max_tokens, model=model.model,
+                            default_block=default_block)
     session = ChatSession(model=model, settings=settings, out=out, live=live, system=system)
     interrupted = False  # the last key was a Ctrl-C: another one ends the session
     while True:

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from dllm.api.request import OutputRequest, merge_config
+from dllm.api.request import OutputRequest, canvas_length, merge_config
 from dllm.cli.options import parse_kv
 from dllm.cli.parser import did_you_mean
 from dllm.engine.config import GenerationConfig
@@ -63,14 +63,24 @@ def setting_name(key: str) -> str:
 class ChatSettings:
     """The command line's config, the options ``/set`` put on top of it and ``max_tokens``;
     ``model``: the DiffusionTransformer that decodes it (a uniform-state model's canvas block
-    stays its block as max_tokens changes; ``merge_config``)."""
+    stays its block as max_tokens changes; ``merge_config``). ``default_block``: the block when
+    no option sets one (``dllm chat``: the server's ``DEFAULT_BLOCK_LENGTH``, so an answer that
+    ends early stops after its block), where it fits the turn's canvas, steps and sub-blocks;
+    None, or where it does not fit: one block of the answer, as ``generate``."""
 
     base: GenerationConfig
     options: dict[str, Any] = field(default_factory=dict)
     max_tokens: int | None = None
     model: Any = None
+    default_block: int | None = None
 
     def config(self) -> GenerationConfig:
+        if self.default_block is not None and "block_length" not in self.options and canvas_length(self.model) is None:
+            try:  # a canvas, steps budget or sub-block that 32 does not divide keeps one block (below)
+                return merge_config(self.base, {**self.options, "block_length": self.default_block}, self.max_tokens,
+                                    model=self.model)
+            except ValueError:
+                pass
         return merge_config(self.base, self.options, self.max_tokens, model=self.model)
 
     def updated(self, text: str) -> "ChatSettings":
@@ -101,7 +111,7 @@ class ChatSettings:
                 value = {**current, sub: value}
             options[name] = value
         OutputRequest.parse(max_tokens=max_tokens)  # a positive int or null
-        new = ChatSettings(self.base, options, max_tokens, self.model)
+        new = ChatSettings(self.base, options, max_tokens, self.model, self.default_block)
         check_policies(new.config())
         if self.model is not None:  # what the model itself refuses: now, not at the next turn
             from dllm.engine.model_fit import check_model_fit

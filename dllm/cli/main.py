@@ -97,9 +97,10 @@ def _generate(args: argparse.Namespace, config, prompts: list[PromptLine], print
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from dllm.api.request import merge_config
+    from dllm.api.request import DEFAULT_BLOCK_LENGTH
     from dllm.cli.chat import HELP, banner, redraws_in_place, require_chat_template, run_chat
     from dllm.cli.chat_context import check_answer_room
+    from dllm.cli.chat_settings import ChatSettings
     from dllm.engine.model_fit import check_model_fit
 
     config = generation_config(args)  # validate before loading anything
@@ -107,21 +108,23 @@ def cmd_chat(args: argparse.Namespace) -> int:
     model = load_from_args(args)
     require_chat_template(model, "dllm chat")
     config = model_block(args, model, config, args.max_tokens)
-    merged = merge_config(config, given_block(args), args.max_tokens, model=model.model)
+    # blocks of 32 as the server decodes them (an answer that ends early stops after its block), unless --block-length
+    default_block = None if args.block_length is not None else DEFAULT_BLOCK_LENGTH
+    merged = ChatSettings(config, given_block(args), args.max_tokens, model.model, default_block).config()
     check_model_fit(model.model, merged)  # not at each turn
     flag = length_flag(args)
     check_answer_room(model, merged, f"{flag} {merged.gen_length if args.max_tokens is None else args.max_tokens}",
                       f"{flag} ", args.system)
     interactive = sys.stdin.isatty()
     live = redraws_in_place(sys.stdout) if args.live is None else args.live
-    log.debug("%s", describe(model, config))
+    log.debug("%s", describe(model, merged))
     if interactive:
         _line_editing()
         log.info("%s\n%s", banner(model), HELP)
     return run_chat(model, config, live=live, out=sys.stdout, max_tokens=args.max_tokens, interactive=interactive,
                     read_line=lambda: ask("> " if interactive else ""),
                     read_more=lambda: ask("... " if interactive else ""), system=args.system,
-                    options=given_block(args))
+                    options=given_block(args), default_block=default_block)
 
 
 def check_system(args: argparse.Namespace) -> None:

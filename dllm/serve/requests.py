@@ -28,13 +28,12 @@ from dllm.validation import did_you_mean
 from dllm.serve.budget import one_row_mib
 from dllm.serve.limits import ServerLimits
 from dllm.serve.structured_fields import FIELDS as CONSTRAINT_FIELDS, ConstraintFieldError, requested_constraint
-from dllm.api.request import canvas_length
+from dllm.api.request import DEFAULT_BLOCK_LENGTH, canvas_length  # the server's block when no option sets one
 from dllm.api.structured import answer_bound, parse_constraint, row_constraint
 from dllm.api.tools import ToolChoice, ToolError, check_readable, parse_tool_choice
 from dllm.samplers.constraints import ConstraintSpec, RowConstraint, TableTooLarge
 from dllm.api.stops import StopConditions
 
-DEFAULT_BLOCK_LENGTH = 32  # the server's block when no option sets one (ServerDefaults)
 # dllm's options a request may set as extra body fields (gen_length comes from max_tokens)
 DLLM_OPTIONS = ("policy", "policy_args", "strategy", "strategy_args", "stopper", "stopper_args",
                 "cache", "cache_args", "sub_block_length", "block_length", "steps", "top_k",
