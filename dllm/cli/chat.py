@@ -11,7 +11,8 @@ generation option for the next turns, ``cli.chat_settings``; ``key value`` too),
 settings), ``/exit`` (or end of input), ``/help``, and ollama's ``/bye``, ``/clear``, ``/?``;
 ``--system`` sends a system message before every turn.
 Ctrl-C cancels the answer in progress (or the line being typed) and keeps the conversation; a
-second Ctrl-C in a row, or Ctrl-D, ends the session.
+second Ctrl-C in a row, or Ctrl-D, ends the session. With piped input (a script's turns) Ctrl-C
+ends the command as it ends any other (``dllm chat: interrupted``, status 130).
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ class ChatSession:
     history: list[dict[str, str]] = field(default_factory=list)
     system: str | None = None  # a system message before the conversation, kept across /reset
     errors: int = 0  # turns and commands that failed (piped input then exits 1)
+    interactive: bool = True  # a person at a prompt (piped input: Ctrl-C ends the command)
 
     def messages(self) -> list[dict[str, str]]:
         """What a turn sends: the system message, if any, then the conversation."""
@@ -78,7 +80,8 @@ class ChatSession:
             self.history.pop()
             self.out.write("\r\x1b[K" if self.live else "\n")
             self.out.flush()
-            log.info("(answer cancelled, the conversation kept; Ctrl-C again or Ctrl-D to exit)")
+            if self.interactive:
+                log.info("(answer cancelled, the conversation kept; Ctrl-C again or Ctrl-D to exit)")
             raise
         self.history.append({"role": "assistant", "content": answer})
         return True
@@ -232,7 +235,8 @@ def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable
              options: dict[str, Any] | None = None, default_block: int | None = None) -> int:
     """The REPL: read lines until /exit, end of input or a second Ctrl-C in a row. ``interactive``:
     a person types at a prompt, so leaving ends the prompt's line; otherwise (piped input, a
-    script) the exit status is 1 when a turn or command failed, as a command's is. A line that starts with
+    script) the exit status is 1 when a turn or command failed, as a command's is, and Ctrl-C
+    raises KeyboardInterrupt (the CLI's one line and status 130). A line that starts with
     ``QUOTE`` opens a message of several lines, read with ``read_more`` (default: ``read_line``;
     a continuation prompt) up to the line that ends with ``QUOTE``: one turn, never a command.
     ``system``: a system message sent before the conversation at every turn; ``options``: the
@@ -241,7 +245,7 @@ def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable
     require_chat_template(model, "dllm chat")
     settings = ChatSettings(config, dict(options or {}), max_tokens=max_tokens, model=model.model,
                             default_block=default_block)
-    session = ChatSession(model=model, settings=settings, out=out, live=live, system=system)
+    session = ChatSession(model=model, settings=settings, out=out, live=live, system=system, interactive=interactive)
     interrupted = False  # the last key was a Ctrl-C: another one ends the session
     while True:
         try:  # a Ctrl-C anywhere in the loop lands here, between two lines as well
@@ -249,6 +253,8 @@ def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable
                 line = read_line()
                 quoted = read_quoted(line, read_more or read_line) if line.lstrip().startswith(QUOTE) else None
             except KeyboardInterrupt:
+                if not interactive:  # input a script pipes in: Ctrl-C ends the command (below)
+                    raise
                 out.write("\n")  # the prompt's line ends where ^C was typed
                 out.flush()
                 if not interrupted:
@@ -260,6 +266,8 @@ def run_chat(model, config: GenerationConfig, *, live: bool, read_line: Callable
         except EOFError:  # Ctrl-D, or the end of piped input
             break
         except KeyboardInterrupt:  # the line or the answer was cancelled, the conversation kept
+            if not interactive:  # piped turns: the command is interrupted (its CLI line, status 130), as any other
+                raise
             if interrupted:
                 return 0
             interrupted = True
