@@ -189,7 +189,8 @@ class Parsed:
     start: int
 
     def chart_items(self) -> int:
-        """Items in the chart (0 once taken over): its memory, at about 0.3 KB an item traced (0.7 KB before a completion way became an int)."""
+        """Items in the chart (0 once taken over): its memory, at about 0.3 KB an item traced
+        (0.7 KB before a completion's way became an int)."""
         return 0 if self.parse is None else sum(len(ways) for ways in self.parse.items.values())
 
     def allowed(self, positions: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
