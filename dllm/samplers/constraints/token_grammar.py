@@ -25,9 +25,9 @@ from dllm.samplers.constraints.token_dfa import TokenDFA, compile_regex
 # answer tokens a recursive grammar may span: its check is an Earley parse, cubic in the positions
 # (about 1.5 s to check and 10 s to mask 48 all-hole positions of the bundled vocabulary, pure Python)
 MAX_GRAMMAR_TOKENS = 64
-# items of a chart a row keeps for the next canvas's parse to resume (about 50 MB traced): a larger
+# items of a chart a row keeps for the next canvas's parse to resume (about 20 MB traced): a larger
 # chart is let go once its canvas is answered, so a batch of long grammar rows holds no chart of
-# hundreds of MB each between steps (48 all-hole positions of a JSON-like grammar: 82k items, 64 MB)
+# hundreds of MB each between steps (48 all-hole positions of a JSON-like grammar: 82k items)
 HELD_CHART_ITEMS = 64_000
 
 
