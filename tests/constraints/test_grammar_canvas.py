@@ -37,8 +37,17 @@ NAME: /"[a-b]+"/
 """
 JSONISH_VOCAB = (None, None, b"[", b"]", b'"a', b'a"', b'"', b",", b"],", b'["', b'",', b"[]", b"b", None)
 JSONISH_VALUES = [MASK, EOS, 2, 3, 4, 5, 6, 7, 9, 10]
+# a^n b^n with no %ignore: the sentence starts with terminal 0 ("a"), which the parser's augmented
+# start rule once shared its id with, so completing a sentence moved "a" on as if read again
+# ("ab" then "b" was accepted)
+NESTED = r"""
+start: "a" start? "b"
+"""
+NESTED_VOCAB = (None, None, b"a", b"b", b"ab", b"ba", b"bb", None)
+NESTED_VALUES = [MASK, EOS, 2, 3, 4, 5, 6]
 CASES = {"arithmetic": (ARITHMETIC, ARITHMETIC_VOCAB, ARITHMETIC_VALUES),
-         "jsonish": (JSONISH, JSONISH_VOCAB, JSONISH_VALUES)}
+         "jsonish": (JSONISH, JSONISH_VOCAB, JSONISH_VALUES),
+         "nested": (NESTED, NESTED_VOCAB, NESTED_VALUES)}
 
 
 def _fillings(canvas: list[int], limit: int, vocab, parses) -> list[list[int]]:

@@ -65,7 +65,10 @@ class _Parse:
     keeps the rest as they are."""
 
     def __init__(self, grammar: Grammar, lexer: TokenLexer, trace: bool) -> None:
-        self.rules = [*grammar.rules, (-1, (grammar.start,))]  # the last rule: the augmented start
+        # the last rule: the augmented start, its left side a nonterminal id of its own (no rule's right
+        # side holds it, so its completion moves nothing on; -1 is terminal 0's id, and completing the
+        # start moved items waiting at the start node for terminal 0 on, as if it had been read)
+        self.rules = [*grammar.rules, (len(grammar.nonterminals), (grammar.start,))]
         self.root = len(self.rules) - 1
         self.lhs = [lhs for lhs, _ in self.rules]
         self.rhs = [rhs for _, rhs in self.rules]
