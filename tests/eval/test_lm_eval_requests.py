@@ -76,3 +76,29 @@ def test_loglikelihood_under_tensor_parallelism_is_refused_before_any_forward(lm
     monkeypatch.setattr(lm.options, "tensor_parallel", 2)  # as a torchrun rank of a 2-way copy sees it
     with pytest.raises(ValueError, match="tensor parallelism does not combine"):
         lm.loglikelihood([Instance("loglikelihood", {}, ("hello", " there"), 0, ("t", 0, 1))], disable_tqdm=True)
+
+
+def test_requests_of_different_lengths_in_one_call_each_decode_as_alone(tiny_dirs, tmp_path):
+    """Requests group by the config they decode with: a 16-token request beside an 8-token one
+    is not decoded at the other's length (stop_at_eos off: each answer fills its length)."""
+    lm = DllmLM(pretrained=str(tiny_dirs["llada"]), device="cpu", batch_size=2, block_length=8, stop_at_eos=False,
+                save_dir=str(tmp_path))
+    requests = [Instance("generate_until", {}, (p, {"max_gen_toks": n}), 0, ("t", i, 1))
+                for i, (p, n) in enumerate([("hello there", 8), ("x y z", 16)])]
+    together = lm.generate_until(requests, disable_tqdm=True)
+    records = [json.loads(line) for line in (tmp_path / "dllm_requests.rank0.jsonl").read_text().splitlines()]
+    assert sorted((r["doc_id"], r["tokens"]) for r in records) == [(0, 8), (1, 16)]
+    alone = DllmLM(pretrained=str(tiny_dirs["llada"]), device="cpu", block_length=8, stop_at_eos=False)
+    assert together == [alone.generate_until([r], disable_tqdm=True)[0] for r in requests]
+
+
+def test_add_bos_token_without_a_bos_token_is_refused(tiny_dirs):
+    lm = DllmLM(pretrained=str(tiny_dirs["llada"]), device="cpu", add_bos_token=True)
+    bos = lm.tokenizer.bos_token
+    lm.tokenizer.bos_token = None  # this model's own tokenizer, loaded for it alone
+    try:
+        assert lm.tokenizer.bos_token_id is None  # the arrangement: a tokenizer without one
+        with pytest.raises(ValueError, match="add_bos_token=true, but the tokenizer .* has no bos token"):
+            lm.encode_context("hello")
+    finally:
+        lm.tokenizer.bos_token = bos

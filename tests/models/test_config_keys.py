@@ -55,6 +55,9 @@ def _field(cfg, dotted: str):
     ("llada_moe", {"rope_theta": 12345.0}, "rope_theta", 12345.0),
     ("sdar", {"rope_theta": 12345.0}, "rope_theta", 12345.0),
     ("sdar", {"block_size": 8}, "block_size", 8),
+    ("llada2_moe", {"use_qkv_bias": True}, "qkv_bias", True),
+    ("llada_moe", {"attention_bias": True}, "qkv_bias", True),  # LLaDA-MoE: q, k, v and o alike
+    ("llada_moe", {"attention_bias": True}, "o_bias", True),
 ])
 def test_a_setting_is_read_from_its_key(raws, family, changes, field, expected):
     assert _field(_parse(raws, family, **changes), field) == expected
@@ -156,3 +159,8 @@ def test_gemma_reads_its_canvas_and_image_token_from_the_top_level(gemma_raw):
     assert (cfg.canvas_length, cfg.image_token_id) == (12, gemma_raw["image_token_id"])
     assert diffusion_gemma.parse_config({k: v for k, v in gemma_raw.items() if k != "canvas_length"}
                                         ).canvas_length == 256
+
+
+def test_sdar_moe_refuses_a_sparse_step_below_one(raws):
+    with pytest.raises(ValueError, match="decoder_sparse_step=0 must be a positive integer"):
+        _parse(raws, "sdar", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8, decoder_sparse_step=0)
