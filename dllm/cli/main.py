@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import sys
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import dllm
 
@@ -23,6 +23,7 @@ from dllm.cli.options import (
     refuse_idle_pipeline_options,
 )
 from dllm.cli.parser import EXIT_USAGE, CommandParser, name_command_parsers
+from dllm.cli.parser import subcommands as _subcommands  # tests walk the commands by this name
 from dllm.cli.output import LOGGER_NAME, configure_logging
 from dllm.cli.progress import answer_bar, describe, generate_batch
 from dllm.cli.prompts import (
@@ -182,13 +183,32 @@ def _generate_prompts(args: argparse.Namespace) -> list[PromptLine]:
             for i, text in enumerate(texts, start=1)]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
+    """The ``dllm`` parser; ``lazy``: each command's options are added when it is chosen (``main``),
+    so ``dllm --help`` and ``dllm --version`` import no torch (the registries behind ``--policy``'s
+    choices do)."""
     parser = CommandParser(prog="dllm", description="Parallel decoding for masked-diffusion LMs",
                            formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {dllm.__version__}")
     add_verbosity_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="generate text for one or more prompts")
+    gen.fill_later(_add_generate_options)
+    gen.set_defaults(func=cmd_generate)
+    chat = sub.add_parser("chat", help="a terminal chat with multi-turn history, showing the canvas filling")
+    chat.fill_later(_add_chat_options)
+    chat.set_defaults(func=cmd_chat)
+    for register in _extra_commands():
+        register(sub)
+    for command in sub.choices.values():
+        command.fill_later(_finish_command)
+    name_command_parsers(parser)
+    if not lazy:
+        parser.fill_all()
+    return parser
+
+
+def _add_generate_options(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("prompt", nargs="*", help="prompt text (chat template applied when the tokenizer has one); "
                                                "- reads one prompt from stdin")
     gen.add_argument("-p", "--prompt", dest="prompt_option", action="append", metavar="TEXT",
@@ -207,8 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_generation_options(gen)
     add_request_options(gen)
     add_structured_options(gen)
-    gen.set_defaults(func=cmd_generate)
-    chat = sub.add_parser("chat", help="a terminal chat with multi-turn history, showing the canvas filling")
+
+
+def _add_chat_options(chat: argparse.ArgumentParser) -> None:
     chat.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
                       help="redraw the filling canvas in place (default: on when stdout is a terminal "
                            "other than TERM=dumb); "
@@ -219,23 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_argument(chat)
     add_model_options(chat)
     add_generation_options(chat)
-    chat.set_defaults(func=cmd_chat)
-    for register in _extra_commands():
-        register(sub)
-    for command in _subcommands(parser):
-        command.formatter_class = HelpFormatter  # one way to show defaults, on every command
-        add_verbosity_options(command, top_level=False)
-    name_command_parsers(parser)
-    return parser
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
-    """Every parser below ``parser`` (``generate``, ``bench``, ``bench throughput``, ...)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for command in action.choices.values():
-                yield command
-                yield from _subcommands(command)
+def _finish_command(command: argparse.ArgumentParser) -> None:
+    """After a command's own options: one way to show defaults and -v / -q, on it and on the
+    commands below it (``bench throughput``), each of which names itself in errors."""
+    for parser in (command, *_subcommands(command)):
+        parser.formatter_class = HelpFormatter
+        add_verbosity_options(parser, top_level=False)
+    name_command_parsers(command)
 
 
 def _extra_commands():
@@ -254,7 +267,7 @@ def _extra_commands():
 def main(argv: Sequence[str] | None = None) -> int:
     prog = "dllm"
     try:
-        parser = build_parser()
+        parser = build_parser(lazy=True)
         args = parser.parse_args(argv)
         prog = args.command_parser.prog
         configure_logging(args.verbose, args.quiet)

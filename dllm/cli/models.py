@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from dllm.models.bundled import DEFAULT_MODEL, bundled_models
-
 
 def cmd_models(args: argparse.Namespace) -> int:
+    from dllm.models.bundled import DEFAULT_MODEL, bundled_models  # imported by the command, not by `dllm --help`
+
     rows = []
     for model in bundled_models().values():
         scores = model.scores or {}

@@ -10,8 +10,6 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Sequence
 
-from dllm.models.placement import DTYPE_ALIASES, DTYPE_CHOICES
-
 if TYPE_CHECKING:
     from dllm.api.model import DiffusionLM
 
@@ -190,6 +188,8 @@ def add_tensor_parallel_option(p: argparse.ArgumentParser, *, copies: bool = Fal
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
+    from dllm.models.placement import DTYPE_CHOICES  # torch: only once a command that loads a model is chosen
+
     p.add_argument("--model", default=None,
                    help="checkpoint directory, a bundled model's name (`dllm models`) or a Hugging Face hub id "
                         "(org/name: the hub cache first, fetching only the files dllm reads; HF_HUB_OFFLINE=1 "
@@ -244,6 +244,8 @@ def model_of(args: argparse.Namespace) -> str | None:
 
 def _dtype_name(text: str) -> str:
     """argparse type of --dtype: vLLM's aliases as the dtype they name (then checked by ``choices``)."""
+    from dllm.models.placement import DTYPE_ALIASES
+
     return DTYPE_ALIASES.get(text, text)
 
 

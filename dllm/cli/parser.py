@@ -7,7 +7,7 @@ the top-level parser; ``CommandParser`` prints one line naming the command at fa
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from dllm.validation import did_you_mean
 
@@ -110,10 +110,46 @@ def one_edit_apart(a: str, b: str) -> bool:
 
 class CommandParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line; its subcommands are CommandParsers too
-    (argparse makes them of the parent's class)."""
+    (argparse makes them of the parent's class).
+
+    A command's options may be added when it is chosen (``fill_later``): the registries that
+    list their choices import torch, which ``dllm --help`` and ``dllm --version`` never need."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._fills: list[Callable[[argparse.ArgumentParser], None]] = []
+
+    def fill_later(self, fill: Callable[[argparse.ArgumentParser], None]) -> None:
+        """Run ``fill(self)`` (add options) before this parser first parses or shows its help."""
+        self._fills.append(fill)
+
+    def fill_now(self) -> None:
+        """Run the pending fills of this parser, in the order they were asked for."""
+        while self._fills:
+            self._fills.pop(0)(self)
+
+    def fill_all(self) -> None:
+        """Run every pending fill of this parser and of the commands below it: the whole parser."""
+        self.fill_now()
+        for command in subcommands(self):
+            command.fill_now()
+
+    def format_help(self) -> str:
+        self.fill_now()
+        return super().format_help()
+
+    def format_usage(self) -> str:
+        self.fill_now()
+        return super().format_usage()
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace=None):  # type: ignore[override]
+        """As argparse, once this command's options are added (a chosen subcommand's are added
+        when the parent hands it its arguments)."""
+        self.fill_now()
+        return super().parse_known_args(args, namespace)
 
     def parse_args(self, args: Sequence[str] | None = None, namespace=None):  # type: ignore[override]
         """As argparse, but an unknown argument is reported by the command it was given to."""
@@ -189,6 +225,16 @@ def _stray_words_hint(parser: argparse.ArgumentParser) -> str:
         return f": {parser.prog} takes {f'one {one[0]} and ' if one else ''}options only"
     name = lists[0].dest
     return f": give every {name} together, before or after the options (a {name} with spaces needs quotes)"
+
+
+def subcommands(parser: argparse.ArgumentParser):
+    """Every parser below ``parser`` (``generate``, ``bench``, ``bench throughput``, ...); a
+    command filled on the way (``fill_all``) yields the commands its fill added."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                yield command
+                yield from subcommands(command)
 
 
 def name_command_parsers(parser: argparse.ArgumentParser) -> None:

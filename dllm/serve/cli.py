@@ -158,6 +158,11 @@ def _serve_tensor_parallel(args: argparse.Namespace, setup: ServeSetup) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (completions, chat, streaming)")
+    p.fill_later(_add_serve_options)
+    p.set_defaults(func=cmd_serve)
+
+
+def _add_serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=port_number, default=8000, help="port to listen on (0: any free port, logged)")
     p.add_argument("--served-model-name", default=None, nargs="+", action=_OneName, metavar="NAME",
@@ -185,7 +190,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_tensor_parallel_option(p)
     add_generation_options(p)
     _serve_help(p)
-    p.set_defaults(func=cmd_serve)
 
 
 def _serve_help(p: argparse.ArgumentParser) -> None:

@@ -50,9 +50,14 @@ def cmd_train_filter(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
+    p = sub.add_parser("train-filter", help="train a Learn2PD filter for a model")
+    p.fill_later(_add_options)
+    p.set_defaults(func=cmd_train_filter)
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
     from dllm.cli.options import add_model_options, positive_int
 
-    p = sub.add_parser("train-filter", help="train a Learn2PD filter for a model")
     add_model_options(p)
     p.add_argument("--data", default=None, help="ParallelBench data dir (names and templates only; "
                    "default: $DLLM_PARALLELBENCH_DIR or ../shared/data/parallelbench)")
@@ -66,4 +71,3 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="corpus and training seed")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="output directory for filter.safetensors + filter.json (created if missing)")
-    p.set_defaults(func=cmd_train_filter)

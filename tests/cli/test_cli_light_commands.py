@@ -1,0 +1,56 @@
+"""``dllm --help`` and ``dllm --version`` need no model, so they import no torch: each command's
+options are added when it is chosen (``CommandParser.fill_later``), and the registries behind
+``--policy``'s choices (torch modules) load only for a command that decodes. Building the whole
+parser at start made both take seconds on a CPU, as long as a command that runs a model."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dllm
+
+REPO = Path(__file__).resolve().parents[2]
+
+# runs the ``dllm`` script's code and reports which heavy modules it imported, as the last line
+MAIN_THEN_MODULES = """
+import sys
+from dllm.cli import main
+try:
+    status = main(sys.argv[1:])
+except SystemExit as done:
+    status = done.code
+print(sorted(name for name in ("torch", "transformers") if name in sys.modules), status)
+"""
+
+
+def _dllm(*argv: str) -> tuple[str, str]:
+    """The command's stdout without its last line, and that line (heavy modules imported, status)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-c", MAIN_THEN_MODULES, *argv], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    *output, modules = done.stdout.splitlines()
+    return "\n".join(output), modules
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["-h"]])
+def test_version_and_help_import_no_torch(argv):
+    output, modules = _dllm(*argv)
+    assert modules == "[] 0"
+    assert output.startswith(f"dllm {dllm.__version__}" if argv == ["--version"] else "usage: dllm")
+
+
+def test_help_still_lists_every_command():
+    output, _ = _dllm("--help")
+    for command in ("generate", "chat", "serve", "bench", "train-filter", "models"):
+        assert f"    {command} " in output
+
+
+def test_a_command_that_decodes_still_shows_the_registered_choices():
+    output, modules = _dllm("generate", "--help")
+    assert modules.endswith(" 0")
+    assert "low_confidence" in output and "--policy RULE" in output
