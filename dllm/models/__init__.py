@@ -1,9 +1,24 @@
-"""Model families, checkpoint loading and tiny random checkpoints."""
-from dllm.models.config import ArchConfig
-from dllm.models.loading import CheckpointError, load_model
-from dllm.models.registry import FAMILIES, Family, family_for, register_family
-from dllm.models.tokenizer import load_tokenizer
-from dllm.models.transformer import DiffusionTransformer
+"""Model families, checkpoint loading and tiny random checkpoints.
+
+The names below load on first use (PEP 562), as ``dllm``'s do: ``dllm models`` reads the bundled
+models' metadata (``dllm.models.bundled``) without the torch and transformers that loading needs.
+"""
+from importlib import import_module
+
+_EXPORTS = {
+    "ArchConfig": "config", "CheckpointError": "loading", "load_model": "loading", "FAMILIES": "registry",
+    "Family": "registry", "family_for": "registry", "register_family": "registry", "load_tokenizer": "tokenizer",
+    "DiffusionTransformer": "transformer",
+}
+
+
+def __getattr__(name: str):
+    """An export, imported from its module when first named."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'dllm.models' has no attribute {name!r}")
+    value = globals()[name] = getattr(import_module(f"dllm.models.{_EXPORTS[name]}"), name)
+    return value
+
 
 __all__ = [
     "ArchConfig", "CheckpointError", "DiffusionTransformer", "FAMILIES", "Family",

@@ -1,7 +1,8 @@
-"""``dllm --help`` and ``dllm --version`` need no model, so they import no torch: each command's
-options are added when it is chosen (``CommandParser.fill_later``), and the registries behind
-``--policy``'s choices (torch modules) load only for a command that decodes. Building the whole
-parser at start made both take seconds on a CPU, as long as a command that runs a model."""
+"""``dllm --help``, ``dllm --version`` and ``dllm models`` need no model, so they import no torch:
+each command's options are added when it is chosen (``CommandParser.fill_later``), the registries
+behind ``--policy``'s choices (torch modules) load only for a command that decodes, and
+``dllm.models``' exports load on first use. Building the whole parser at start made each take
+seconds on a CPU, as long as a command that runs a model."""
 from __future__ import annotations
 
 import os
@@ -37,11 +38,16 @@ def _dllm(*argv: str) -> tuple[str, str]:
     return "\n".join(output), modules
 
 
-@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["-h"]])
-def test_version_and_help_import_no_torch(argv):
+@pytest.mark.parametrize("argv, first_line", [
+    (["--version"], f"dllm {dllm.__version__}"),
+    (["--help"], "usage: dllm [-h]"),
+    (["-h"], "usage: dllm [-h]"),
+    (["models"], "name "),  # the bundled models' table: read from their files' headers, no torch
+])
+def test_commands_without_a_model_import_no_torch(argv, first_line):
     output, modules = _dllm(*argv)
     assert modules == "[] 0"
-    assert output.startswith(f"dllm {dllm.__version__}" if argv == ["--version"] else "usage: dllm")
+    assert output.startswith(first_line)
 
 
 def test_help_still_lists_every_command():
