@@ -16,6 +16,7 @@ from dllm.samplers.constraints.canvas import HOLE
 from dllm.samplers.constraints.cfg_canvas import allowed_tokens, completable
 from dllm.samplers.constraints.grammar import parse_grammar
 from dllm.samplers.constraints.lexer import build_lexer
+from tests.constraints.brute_fillings import fillings
 
 lark = pytest.importorskip("lark")
 
@@ -74,20 +75,13 @@ def test_random_grammar_canvases_match_brute_force(text):
     for length in (1, 2, 3):
         for canvas in itertools.product(CANVAS_VALUES, repeat=length):
             holes = [i for i, t in enumerate(canvas) if t == MASK]
-            fillings = []
-            for values in itertools.product(words + [EOS], repeat=len(holes)):
-                filled = list(canvas)
-                for i, v in zip(holes, values):
-                    filled[i] = v
-                end = filled.index(EOS) if EOS in filled else len(filled)
-                if all(t == EOS for t in filled[end:]) and parses(b"".join(VOCAB[t] for t in filled[:end]).decode()):
-                    fillings.append(filled)
+            found = fillings(canvas, words + [EOS], EOS, MASK, lambda w: parses(b"".join(VOCAB[t] for t in w).decode()))
             tokens = np.array(canvas)
             kinds = np.where(tokens == MASK, HOLE, np.where(tokens == EOS, EOS_KIND, tokens))
-            assert completable(grammar, lexer, kinds, tokens, length) == bool(fillings), canvas
-            if not fillings or not holes:
+            assert completable(grammar, lexer, kinds, tokens, length) == bool(found), canvas
+            if not found or not holes:
                 continue
             allowed, eos = allowed_tokens(grammar, lexer, kinds, tokens, length, np.array(holes), len(VOCAB))
             for k, pos in enumerate(holes):
                 got = set(np.flatnonzero(allowed[k]).tolist()) | ({EOS} if eos[k] else set())
-                assert got == {f[pos] for f in fillings}, (canvas, pos)
+                assert got == {f[pos] for f in found}, (canvas, pos)

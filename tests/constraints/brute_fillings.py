@@ -1,0 +1,21 @@
+"""What the constraint tests' brute-force oracles share: every filling of a canvas's holes."""
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Sequence
+
+
+def fillings(canvas: Sequence[int], values: Sequence[int], eos: int, mask: int,
+             accepts: Callable[[list[int]], bool]) -> list[list[int]]:
+    """Every filling of ``canvas``'s ``mask`` positions with ``values`` that is w + ``eos``* with
+    ``accepts(w)`` (w: the ids before the first end-of-text)."""
+    holes = [i for i, t in enumerate(canvas) if t == mask]
+    found = []
+    for chosen in itertools.product(values, repeat=len(holes)):
+        filled = list(canvas)
+        for i, v in zip(holes, chosen):
+            filled[i] = v
+        end = filled.index(eos) if eos in filled else len(filled)
+        if all(t == eos for t in filled[end:]) and accepts(filled[:end]):
+            found.append(filled)
+    return found
