@@ -22,15 +22,18 @@ class CacheMode(Protocol):
 
 
 CACHES: dict[str, Callable[..., CacheMode]] = {}
-CACHE_ARGS: dict[str, tuple[str, ...]] = {}  # the options a user may set per mode (cache_args)
+# the options a user may set per mode (cache_args); None: a mode that did not declare them (a
+# bench's or a user's own), whose factory takes what it takes, as before modes declared them
+CACHE_ARGS: dict[str, tuple[str, ...] | None] = {}
 ENGINE_OPTIONS = ("block_length", "sub_block_length")  # what the engine passes every mode itself
 
 
-def register_cache(name: str, cache_args: tuple[str, ...] = ()):
-    """Register ``factory`` as cache mode ``name``; ``cache_args`` are the options it takes from a user."""
+def register_cache(name: str, cache_args: tuple[str, ...] | None = None):
+    """Register ``factory`` as cache mode ``name``; ``cache_args`` are the options it takes from a
+    user (() for none), checked by name before the factory is called; None leaves them to it."""
     def wrap(factory):
         CACHES[name] = factory
-        CACHE_ARGS[name] = tuple(cache_args)
+        CACHE_ARGS[name] = None if cache_args is None else tuple(cache_args)
         return factory
 
     return wrap
@@ -39,9 +42,10 @@ def register_cache(name: str, cache_args: tuple[str, ...] = ()):
 def make_cache(name: str, **options) -> CacheMode:
     if name not in CACHES:
         raise ValueError(f"unknown cache {name!r}{did_you_mean(str(name), CACHES)}; known caches: {sorted(CACHES)}")
-    unknown = sorted(set(options) - set(CACHE_ARGS[name]) - set(ENGINE_OPTIONS))
+    declared = CACHE_ARGS[name]
+    unknown = [] if declared is None else sorted(set(options) - set(declared) - set(ENGINE_OPTIONS))
     if unknown:  # named before the mode's own TypeError, with the options it does take
-        known = sorted(CACHE_ARGS[name])
+        known = sorted(declared)
         raise ValueError(f"cache {name!r} has no option(s) {unknown}{did_you_mean(unknown[0], known)}; "
                          f"its cache_args: {known}")
     try:

@@ -14,7 +14,7 @@ from dllm.cache.base import register_cache
 from dllm.runner.model_runner import ModelRunner
 
 
-@register_cache("encoder")
+@register_cache("encoder", cache_args=())
 class EncoderPrefix:
     def __init__(self, *, block_length: int, sub_block_length: int | None = None) -> None:
         if sub_block_length is not None:

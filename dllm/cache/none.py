@@ -9,7 +9,7 @@ from dllm.cache.base import register_cache
 from dllm.runner.model_runner import ModelRunner
 
 
-@register_cache("none")
+@register_cache("none", cache_args=())
 class NoCache:
     peak_bytes = 0  # no buffers
 

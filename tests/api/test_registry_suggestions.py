@@ -46,3 +46,17 @@ def test_a_misspelt_cache_option_is_named_with_the_mode_s_options(name, options,
 def test_the_engine_s_options_and_the_mode_s_own_still_build_it():
     assert type(make_cache("dual", block_length=8, sub_block_length=4, refresh_every=2, first_token="argmax")).__name__ == "BlockCache"
     assert type(make_cache("adaptive", block_length=8, cover=0.5)).__name__ == "AdaptiveCache"
+
+
+def test_a_mode_registered_without_cache_args_takes_what_its_factory_takes(monkeypatch):
+    """A bench's or a user's own mode (bench/kv_drift_probe.py's, on BlockCache) declares no
+    cache_args: its factory's options reach it, and its factory still refuses the others."""
+    from dllm.cache.base import CACHE_ARGS, CACHES, register_cache
+    from dllm.cache.block import BlockCache
+
+    monkeypatch.setitem(CACHES, "own_dual", None)
+    monkeypatch.setitem(CACHE_ARGS, "own_dual", None)
+    register_cache("own_dual")(lambda **options: BlockCache("dual", **options))
+    assert make_cache("own_dual", block_length=8, refresh_every=2).refresh_every == 2
+    with pytest.raises(ValueError, match="unexpected keyword argument 'refresh_evry'"):
+        make_cache("own_dual", block_length=8, refresh_evry=2)
