@@ -20,6 +20,10 @@ def __getattr__(name: str):
     return value
 
 
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
 __all__ = [
     "ArchConfig", "CheckpointError", "DiffusionTransformer", "FAMILIES", "Family",
     "family_for", "load_model", "load_tokenizer", "register_family",

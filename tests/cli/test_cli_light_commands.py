@@ -60,3 +60,11 @@ def test_a_command_that_decodes_still_shows_the_registered_choices():
     output, modules = _dllm("generate", "--help")
     assert modules.endswith(" 0")
     assert "low_confidence" in output and "--policy RULE" in output
+
+
+def test_dir_of_dllm_models_lists_its_exports_before_they_load():
+    """Tab completion and dir() see ``dllm.models``' names as the eager import listed them."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    code = "import sys, dllm.models as m; print(sorted(set(m.__all__) - set(dir(m))), 'torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split("\n")[0] == "[] False", done.stderr
