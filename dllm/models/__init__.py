@@ -4,6 +4,7 @@ The names below load on first use (PEP 562), as ``dllm``'s do: ``dllm models`` r
 models' metadata (``dllm.models.bundled``) without the torch and transformers that loading needs.
 """
 from importlib import import_module
+from importlib.util import find_spec
 
 _EXPORTS = {
     "ArchConfig": "config", "CheckpointError": "loading", "load_model": "loading", "FAMILIES": "registry",
@@ -13,10 +14,15 @@ _EXPORTS = {
 
 
 def __getattr__(name: str):
-    """An export, imported from its module when first named."""
-    if name not in _EXPORTS:
+    """An export, imported from its module when first named; a submodule (``dllm.models.tiny``)
+    likewise, as the eager package had them."""
+    if name in _EXPORTS:
+        value = getattr(import_module(f"dllm.models.{_EXPORTS[name]}"), name)
+    elif not name.startswith("_") and find_spec(f"dllm.models.{name}") is not None:
+        value = import_module(f"dllm.models.{name}")
+    else:
         raise AttributeError(f"module 'dllm.models' has no attribute {name!r}")
-    value = globals()[name] = getattr(import_module(f"dllm.models.{_EXPORTS[name]}"), name)
+    globals()[name] = value
     return value
 
 

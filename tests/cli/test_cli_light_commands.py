@@ -68,3 +68,15 @@ def test_dir_of_dllm_models_lists_its_exports_before_they_load():
     code = "import sys, dllm.models as m; print(sorted(set(m.__all__) - set(dir(m))), 'torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.stdout.split("\n")[0] == "[] False", done.stderr
+
+
+def test_submodules_of_dllm_models_are_reached_by_name_as_the_eager_package_had_them():
+    """``import dllm`` then ``dllm.models.tiny`` / ``dllm.models.loading`` (README's spelling of the
+    tiny checkpoint writer) worked while importing dllm loaded everything; the lazy package imports
+    a named submodule on first use, and a name that is none stays an AttributeError."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    code = ("import dllm\n"
+            "print(dllm.models.tiny.write_tiny_checkpoint.__name__, dllm.models.loading.__name__)\n"
+            "try:\n    dllm.models.no_such_module\nexcept AttributeError:\n    print('refused')\n")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split("\n")[:2] == ["write_tiny_checkpoint dllm.models.loading", "refused"], done.stderr
