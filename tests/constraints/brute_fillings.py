@@ -1,6 +1,8 @@
-"""What the constraint tests' brute-force oracles share: every filling of a canvas's holes."""
+"""What the constraint tests' brute-force oracles share: every filling of a canvas's holes, and
+Lark's verdict on a sentence of a grammar."""
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Callable, Sequence
 
@@ -19,3 +21,21 @@ def fillings(canvas: Sequence[int], values: Sequence[int], eos: int, mask: int,
         if all(t == eos for t in filled[end:]) and accepts(filled[:end]):
             found.append(filled)
     return found
+
+
+def lark_verdicts(text: str) -> Callable[[str], bool]:
+    """Whether Lark's Earley parser (every split of the text into terminals) accepts a sentence of
+    the grammar ``text``, each sentence decided once."""
+    import lark
+
+    reference = lark.Lark(text, parser="earley", lexer="dynamic_complete")
+
+    @functools.cache
+    def parses(sentence: str) -> bool:
+        try:
+            reference.parse(sentence)
+        except lark.exceptions.LarkError:
+            return False
+        return True
+
+    return parses

@@ -15,6 +15,7 @@ from dllm.samplers.constraints.canvas import HOLE
 from dllm.samplers.constraints.cfg_canvas import allowed_tokens, completable
 from dllm.samplers.constraints.grammar import parse_grammar
 from dllm.samplers.constraints.lexer import build_lexer
+from tests.constraints.brute_fillings import lark_verdicts
 
 lark = pytest.importorskip("lark")
 
@@ -72,17 +73,7 @@ def test_completable_and_allowed_values_match_brute_force(case):
     text, vocab, values = CASES[case]
     grammar = parse_grammar(text)
     lexer = build_lexer(grammar, vocab, EOS)
-    reference = lark.Lark(text, parser="earley", lexer="dynamic_complete")
-    verdicts: dict[str, bool] = {}
-
-    def parses(sentence: str) -> bool:
-        if sentence not in verdicts:
-            try:
-                reference.parse(sentence)
-                verdicts[sentence] = True
-            except lark.exceptions.LarkError:
-                verdicts[sentence] = False
-        return verdicts[sentence]
+    parses = lark_verdicts(text)
 
     checked = completables = 0
     for length in range(1, 4):

@@ -16,7 +16,7 @@ from dllm.samplers.constraints.canvas import HOLE
 from dllm.samplers.constraints.cfg_canvas import allowed_tokens, completable
 from dllm.samplers.constraints.grammar import parse_grammar
 from dllm.samplers.constraints.lexer import build_lexer
-from tests.constraints.brute_fillings import fillings
+from tests.constraints.brute_fillings import fillings, lark_verdicts
 
 lark = pytest.importorskip("lark")
 
@@ -58,19 +58,10 @@ def _grammars() -> list[str]:
 
 @pytest.mark.parametrize("text", _grammars(), ids=[f"grammar{k}" for k in range(GRAMMARS)])
 def test_random_grammar_canvases_match_brute_force(text):
-    grammar, reference = parse_grammar(text), lark.Lark(text, parser="earley", lexer="dynamic_complete")
+    grammar = parse_grammar(text)
     lexer = build_lexer(grammar, VOCAB, EOS)
     words = [t for t, piece in enumerate(VOCAB) if piece]
-    verdicts: dict[str, bool] = {}
-
-    def parses(sentence: str) -> bool:
-        if sentence not in verdicts:
-            try:
-                reference.parse(sentence)
-                verdicts[sentence] = True
-            except lark.exceptions.LarkError:
-                verdicts[sentence] = False
-        return verdicts[sentence]
+    parses = lark_verdicts(text)
 
     for length in (1, 2, 3):
         for canvas in itertools.product(CANVAS_VALUES, repeat=length):
