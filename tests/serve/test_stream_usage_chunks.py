@@ -1,7 +1,8 @@
 """``stream_options.include_usage``: every chunk but the last carries ``"usage": null`` and the
 last (no choices) the request's usage, as OpenAI documents it and vLLM sends it; without it no
 chunk has a usage key. vLLM's ``continuous_usage_stats`` puts each choice's usage so far on its
-chunks."""
+chunks. A stream is each choice's role chunk, its deltas, its finish chunk (OpenAI's reading of the
+finish reason), the usage chunk, then ``[DONE]``."""
 from __future__ import annotations
 
 import json
@@ -76,3 +77,36 @@ def test_continuous_usage_stats_refusals(url, options, refusal):
     r = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2, "stream": True,
                                                    "stream_options": options})
     assert r.status_code == 400 and refusal in r.json()["error"]["message"]
+
+
+OPENAI_REASON = {"eos": "stop", "stop": "stop", "length": "length"}  # dllm's reading -> OpenAI's
+
+
+def test_a_chat_stream_is_role_deltas_finish_usage_then_done(url):
+    """Each choice's first chunk names the role, its last one carries the finish reason (OpenAI's
+    reading of dllm's: an answer cut at max_tokens is "length", never "stop"), the usage chunk
+    comes after every choice's finish and ``data: [DONE]`` ends the stream; the whole response
+    reads the same finish reasons."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "count to ten"}], "max_tokens": 3, "n": 3,
+            "seed": 4, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]" and lines.count("data: [DONE]") == 1
+    *chunks, usage = [json.loads(line[6:]) for line in lines[:-1]]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] > 0
+    by_choice: dict[int, list[dict]] = {}
+    for c in chunks:
+        (choice,) = c["choices"]
+        by_choice.setdefault(choice["index"], []).append(choice)
+    assert sorted(by_choice) == [0, 1, 2]
+    streamed = []
+    for own in by_choice.values():
+        assert own[0]["delta"].get("role") == "assistant"
+        assert [bool(c["finish_reason"]) for c in own] == [False] * (len(own) - 1) + [True]
+        streamed.append((own[-1]["dllm"]["finish_reason"], own[-1]["finish_reason"]))
+    whole = httpx.post(url + "/v1/chat/completions", json={**body, "stream": False, "stream_options": None},
+                       timeout=60).json()
+    read = [(c["dllm"]["finish_reason"], c["finish_reason"]) for c in whole["choices"]]
+    assert sorted(read) == sorted(streamed)
+    assert all(openai == OPENAI_REASON[own] for own, openai in read)
+    assert ("length", "length") in read  # an answer max_tokens cut (not vacuous)
