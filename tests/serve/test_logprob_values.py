@@ -109,3 +109,16 @@ def test_chat_logprob_values(client, model, stream):
         want = expected_top(model, logprobs[position], 2)
         assert [t.token for t in item.top_logprobs] == [text for text, _ in want]
         assert [t.logprob for t in item.top_logprobs] == pytest.approx([v for _, v in want], abs=TOL)
+
+
+def test_chat_logprob_bytes_are_each_tokens_utf8():
+    """chat's ``bytes``: the UTF-8 bytes of the token's text (OpenAI's; a client joins them to
+    rebuild characters a token splits), for the token and each alternative."""
+    from dllm.engine.logprobs import TokenLogprob
+    from dllm.serve.logprob_format import chat_logprobs
+
+    texts = {1: "é", 2: " 日本", 3: "a"}
+    out = chat_logprobs([TokenLogprob(-0.1, [(1, -0.1), (2, -2.5), (3, -4.0)])], [1], 0, lambda ids: texts[ids[0]])
+    (item,) = out["content"]
+    assert item["bytes"] == [0xC3, 0xA9]
+    assert [t["bytes"] for t in item["top_logprobs"]] == [[0xC3, 0xA9], [32, 230, 151, 165, 230, 156, 172], [97]]

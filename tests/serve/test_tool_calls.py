@@ -16,7 +16,7 @@ import dllm
 from dllm.api.tools import ToolError, parse_tool_choice
 from dllm.serve.requests import RequestError, ServerDefaults, parse_request
 from dllm.serve.responses import ResponseWriter
-from dllm.serve.tool_stream import ToolStream
+from dllm.serve.tool_stream import ToolStream, finish_reason
 from serve_helpers import served_model
 
 CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6}}, "required": ["city"],
@@ -92,6 +92,20 @@ def test_auto_with_parallel_tool_calls_false_keeps_the_first_call():
     stream = ToolStream(single)
     deltas = stream.feed(HERMES_ANSWER) + stream.finish()
     assert _joined(deltas) == ("Let me look.\n", [("weather", '{"city": "Paris"}')]) and stream.calls == 1
+
+
+def test_an_answer_cut_at_max_tokens_ends_length_after_whole_calls():
+    """Calls read from an answer that ran out of tokens (whole Hermes blocks, then cut text) keep
+    finish_reason "length", whole and streamed: the client learns the answer was cut; "tool_calls"
+    is for an answer the model ended itself."""
+    text = HERMES_ANSWER + "\nThen I"
+    slot = {"finish_reason": "length"}
+    message = ResponseWriter(True, "m", "x", 0, tools=AUTO)._message(text, slot)
+    assert len(message["tool_calls"]) == 2 and slot["finish_reason"] == "length"
+    stream = ToolStream(AUTO)
+    stream.feed(text), stream.finish()
+    assert stream.calls == 2 and finish_reason(AUTO, stream.calls, "length") == "length"
+    assert finish_reason(AUTO, 2, "stop") == "tool_calls"
 
 
 @pytest.mark.parametrize("parameters,words,not_words", [
