@@ -59,6 +59,7 @@ def test_a_response_is_the_chat_answer_for_the_same_messages_and_seed(client):
     assert (resp.usage.input_tokens, resp.usage.output_tokens) == (chat.usage.prompt_tokens,
                                                                    chat.usage.completion_tokens)
     assert resp.usage.total_tokens == chat.usage.total_tokens and resp.store is False
+    assert resp.to_dict()["completed_at"] >= resp.created_at  # set once completed, null before
 
 
 def test_instructions_are_a_system_message_and_items_are_messages(client):
@@ -89,6 +90,7 @@ def test_max_output_tokens_cuts_the_answer_and_says_so(client):
     assert chat.choices[0].finish_reason == "length"  # the chat answer was cut there too
     assert resp.status == "incomplete" and resp.incomplete_details.reason == "max_output_tokens"
     assert resp.output_text == text and resp.usage.output_tokens == 3 and resp.max_output_tokens == 3
+    assert resp.to_dict()["completed_at"] is None  # an incomplete response never completed
 
 
 def test_the_stream_adds_up_to_the_whole_response(client):

@@ -79,6 +79,17 @@ def test_continuous_usage_stats_refusals(url, options, refusal):
     assert r.status_code == 400 and refusal in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("stream", [False, None])
+def test_stream_options_without_a_stream_are_refused(url, stream):
+    """A usage chunk exists only in a stream: include_usage on a whole response is a 400 naming
+    stream_options (as OpenAI answers it), not silently ignored."""
+    r = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2, "stream": stream,
+                                                   "stream_options": {"include_usage": True}})
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["param"] == "stream_options"
+    assert "only allowed with stream=true" in error["message"]
+
+
 OPENAI_REASON = {"eos": "stop", "stop": "stop", "length": "length"}  # dllm's reading -> OpenAI's
 
 
