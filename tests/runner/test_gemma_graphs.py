@@ -20,7 +20,7 @@ from dllm.runner import graphs
 from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_interpreted
 from tests.models.test_gemma_batch_invariant import CANVAS, PROMPTS, tiny_gemma
 
-STEPS = 3  # denoiser forwards a canvas at most
+STEPS = 2  # denoiser forwards a canvas at most: the second self-conditioned
 
 
 def _config(**options) -> GenerationConfig:
