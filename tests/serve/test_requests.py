@@ -38,6 +38,14 @@ def test_openai_fields_map_onto_dllm(model):
     assert chat.prompt_ids == [model.encode([{"role": "user", "content": "hi"}], chat=True)] and chat.max_tokens == 8
 
 
+def test_n_is_one_to_64_samples(model):
+    assert parse(model, {"prompt": "hi", "n": 64}).n == 64  # the bound itself is served
+    for n in (65, 0, 2.0):
+        with pytest.raises(RequestError, match=r"n must be an integer in \[1, 64\]") as err:
+            parse(model, {"prompt": "hi", "n": n})
+        assert err.value.param == "n"
+
+
 def test_server_steps_apply_to_its_own_length_only(model):
     defaults = ServerDefaults(options={"steps": 16, "block_length": 8}, max_tokens=32)
     assert parse(model, {"prompt": "hi"}, defaults).config.steps == 16

@@ -132,6 +132,7 @@ REFUSED = [
     ({"text": {"format": {"type": "json_schema", "schema": PERSON}}}, "text", "text.format"),
     ({"frequency_penalty": 1.0}, "frequency_penalty", "unknown field"),
     ({"moderation": {"model": "omni-moderation-latest"}}, "moderation", "leave moderation out"),
+    ({"stream_options": {"include_obfuscation": True}}, "stream_options", "only allowed with stream=true"),
 ]
 
 
