@@ -169,6 +169,14 @@ class GenerationConfig:
         """The decision window: the sub-block when sub_block_length is set, else the block."""
         return self.sub_block_length or self.block_length
 
+    def cache_options(self) -> dict[str, Any]:
+        """The keyword options ``make_cache(self.cache, ...)`` takes: ``cache_args`` with the
+        block (and the sub-block when set), as the decode and the up-front check build it."""
+        options = {**self.cache_args, "block_length": self.block_length}
+        if self.sub_block_length is not None:
+            options["sub_block_length"] = self.sub_block_length
+        return options
+
     @property
     def num_windows(self) -> int:
         return self.gen_length // self.window_length

@@ -63,7 +63,7 @@ class DecodeState:
         self.tp = getattr(model, "tensor_parallel", None)
         self.runner = ModelRunner(model, canvas, cfg_scale=config.cfg_scale, compile=config.compile,
                                   cuda_graphs=config.cuda_graphs)
-        self.cache = make_cache(config.cache, **self._cache_options())
+        self.cache = make_cache(config.cache, **config.cache_options())
         self.rule = make_rule(config.policy, config.policy_args)
         self.stopper = make_stopper(config.stopper, config.stopper_args)
         device = canvas.tokens.device
@@ -118,12 +118,6 @@ class DecodeState:
         # the canvas's eligible positions and what they were computed from: (bs, be, window_mask,
         # lead_mask, mask); the methods below that write canvas tokens drop it (``_wrote``)
         self._eligible: tuple | None = None
-
-    def _cache_options(self) -> dict:
-        options = {**self.config.cache_args, "block_length": self.config.block_length}
-        if self.config.sub_block_length is not None:
-            options["sub_block_length"] = self.config.sub_block_length
-        return options
 
     @property
     def tokens(self) -> Tensor:

@@ -24,10 +24,7 @@ def check_policies(config: GenerationConfig, flags: dict[str, str] | None = None
     built = [_build(make_strategy, STRATEGIES, config.strategy, config.strategy_args, "strategy", flags),
              _build(make_rule, RULES, config.policy, config.policy_args, "policy", flags),
              _build(make_stopper, STOPPERS, config.stopper, config.stopper_args, "stopper", flags)]
-    cache_options = {**config.cache_args, "block_length": config.block_length}
-    if config.sub_block_length is not None:
-        cache_options["sub_block_length"] = config.sub_block_length
-    make_cache(config.cache, **cache_options)
+    make_cache(config.cache, **config.cache_options())
     if config.block_add_threshold is not None:  # the pipeline's semi-active blocks need the threshold
         from dllm.engine.pipeline import check_pipeline_rule
 
