@@ -65,6 +65,9 @@ def test_tp2_times_dp2_gives_one_process_tokens(prompts_file, tmp_path):
     assert [o["token_ids"] for o in summary["outputs"]] == [expected[i] for i in range(len(PROMPTS))]
     assert sorted(p.name for p in tmp_path.glob("outputs.rank*.jsonl")) == ["outputs.rank0.jsonl",
                                                                             "outputs.rank2.jsonl"]
+    for rank, dealt in ((0, [0, 2]), (2, [1, 3])):  # prompts dealt round-robin to the copies, as documented
+        rows = (tmp_path / f"outputs.rank{rank}.jsonl").read_text().splitlines()
+        assert [json.loads(row)["index"] for row in rows] == dealt
 
 
 def test_tp2_times_branch2_lopa_gives_one_process_tokens(prompts_file, tmp_path):

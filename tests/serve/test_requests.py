@@ -8,7 +8,8 @@ import dllm
 from dllm.cli import build_parser, main
 from dllm.engine.config import sample_seeds
 from dllm.serve.cli import server_defaults
-from dllm.serve.requests import RequestError, ServerDefaults, parse_request
+from dllm.serve.limits import ServerLimits
+from dllm.serve.requests import RequestError, ServerDefaults, check_chars, parse_request
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,22 @@ def test_n_is_one_to_64_samples(model):
         with pytest.raises(RequestError, match=r"n must be an integer in \[1, 64\]") as err:
             parse(model, {"prompt": "hi", "n": n})
         assert err.value.param == "n"
+
+
+def test_a_prompt_and_answer_that_fill_the_context_exactly_fit(model):
+    context = model.model.config.max_sequence_length
+    body = {"prompt": [5] * (context - 32), "max_tokens": 32}  # one block of 32 after the prompt
+    assert parse(model, body).max_tokens == 32
+    with pytest.raises(RequestError, match=f"= {context + 1} > the model's context of {context}") as err:
+        parse(model, {**body, "prompt": [5] * (context - 31)})
+    assert err.value.param == "prompt"
+
+
+def test_a_prompt_of_exactly_the_character_cap_is_tokenized():
+    limits = ServerLimits(chars_per_token=2)
+    check_chars(["a" * 20], limits, 10, chat=False)  # a context of 10 tokens x 2 characters: at the cap
+    with pytest.raises(RequestError, match=r"21 characters, more than .*\(at most 20: 10 tokens x 2"):
+        check_chars(["a" * 21], limits, 10, chat=False)
 
 
 def test_server_steps_apply_to_its_own_length_only(model):

@@ -69,6 +69,7 @@ HERMES_ANSWER = ('Let me look.\n<tool_call>\n{"name": "weather", "arguments": {"
     (REQUIRED, CALLS, None, [("weather", {"city": "Paris"}), ("forecast", {"days": 3})]),
     (REQUIRED, CALLS[:30], CALLS[:30], []),  # cut short: no call, the text as content
     (NAMED, '{"days": 4}', None, [("forecast", {"days": 4})]),
+    (REQUIRED, '[{"name": "weather", "arguments": "Paris"}]', '[{"name": "weather", "arguments": "Paris"}]', []),
     (AUTO, HERMES_ANSWER, "Let me look.\n", [("weather", {"city": "Paris"}), ("forecast", {"days": 2})]),
     (AUTO, "  \n" + HERMES_ANSWER[13:], None, [("weather", {"city": "Paris"}), ("forecast", {"days": 2})]),
     (AUTO, "It is sunny.", "It is sunny.", []),
