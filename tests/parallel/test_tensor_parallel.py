@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -32,6 +29,7 @@ from dllm.models.tiny import write_tiny_checkpoint
 from dllm.parallel.tensor_plan import TensorPlanError, check_plan
 from dllm.parallel.vocab_shard import filter_shard_logits, shard_logprobs
 from tests.parallel.tp_worker import decode_logprobs, denoise_logits
+from torchrun_helpers import torchrun
 
 WORKER = Path(__file__).with_name("tp_worker.py")
 BUNDLED = ["dllm-waitingline-llada", "dllm-waitingline-dream", "dllm-waitingline-bd"]
@@ -74,9 +72,7 @@ GEMMA_GEN = dict(gen_length=16, block_length=8, steps=8, stop_at_eos=False)
 
 
 def _torchrun(args, nproc, env=None, timeout=240):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd(), "DLLM_DEVICE": "cpu", **(env or {})}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
+    return torchrun(args, nproc, env, timeout)
 
 
 @pytest.fixture(scope="module")

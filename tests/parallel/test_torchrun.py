@@ -3,26 +3,21 @@ rank ends the whole run with its error."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 
 import dllm
 from dllm import GenerationConfig
+from torchrun_helpers import torchrun
 
 PROMPTS = ["copy the list [a, b, c]", "reverse", "sort these names please", "x y z w v u", "one more prompt here"]
 GEN = ["--gen-length", "16", "--block-length", "8", "--steps", "16", "--no-stop-at-eos"]
 
 
 def _torchrun(model_dir, prompts_file, out_dir, extra, env=None, nproc=2, timeout=600):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "dllm", "bench", "throughput", "--model", str(model_dir), "--prompts", str(prompts_file),
-           "--out", str(out_dir), "--timeout", "60", *GEN, *extra]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd(), "DLLM_DEVICE": "cpu", **(env or {})}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
+    return torchrun(["-m", "dllm", "bench", "throughput", "--model", str(model_dir), "--prompts", str(prompts_file),
+                     "--out", str(out_dir), "--timeout", "60", *GEN, *extra], nproc, env, timeout)
 
 
 @pytest.fixture(scope="module")
