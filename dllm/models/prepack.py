@@ -10,13 +10,17 @@ linear of the model.
 The result is float rounding away from the unpacked path (another summation order), so it is
 opt-in: the default keeps the GEMMs bit for bit those of the reference implementations. What
 it keeps is batch invariance: a row's output is the same bits at any row count (checked by
-``tests/models/test_prepack.py``), so ragged batches still decode the tokens of batch 1.
+``tests/models/test_prepack.py``), so ragged batches still decode the tokens of batch 1. A torch
+whose oneDNN does not keep it on this CPU (2.11 on an AVX2-only one) is refused: a probe at load.
 
 Inference only: the packed copy does not follow later changes to ``weight``, and a forward
 that would need gradients is refused. The dense ``weight`` stays (state_dict, tied embeddings
 and anything that reads it are unchanged), so the linear weights take twice their memory.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
 
 import torch
 from torch import Tensor, nn
@@ -35,6 +39,55 @@ def prepack_unavailable() -> str | None:
     ops = ("_linear_pointwise", "_reorder_linear_weight", "_nbytes")
     if not all(hasattr(torch.ops.mkldnn, op) for op in ops):
         return f"torch {torch.__version__} has no oneDNN prepacked linear ops"
+    return None
+
+
+def prepack_refused(dtype: torch.dtype = torch.float32) -> str | None:
+    """Why ``load(prepack=True)`` refuses weights of ``dtype`` on this machine whatever else is
+    asked (no oneDNN ops, or a row's bits that vary with the row count), or None."""
+    return prepack_unavailable() or row_bits_vary(dtype)
+
+
+# The probe's linears (in, out features) and row counts, each compared with the same rows of a
+# PROBE_FULL_ROWS call. Measured: torch 2.11's oneDNN on an AVX2-only CPU runs some rows of a call
+# in another kernel, so rows 1-3 and 7-9 of a 512x128 float32 linear differ from those rows of a
+# longer call (and every count up to 256 of a 128x1286 one); torch 2.13's keeps every row's bits.
+PROBE_SHAPES = ((512, 128), (128, 1286))
+PROBE_ROWS = (1, 2, 3, 7, 9, 33)
+PROBE_FULL_ROWS = 160
+
+
+def first_varying_rows(forward: Callable[[Tensor], Tensor], x: Tensor) -> int | None:
+    """The first of PROBE_ROWS at which ``forward`` of the first rows of ``x`` differs in a bit
+    from those rows of ``forward(x)``, or None when none does."""
+    full = forward(x)
+    for rows in PROBE_ROWS:
+        if not torch.equal(forward(x[:rows]), full[:rows]):
+            return rows
+    return None
+
+
+def row_bits_vary(dtype: torch.dtype) -> str | None:
+    """Why this torch's oneDNN gives a prepacked row of ``dtype`` other bits at another row count
+    (so a ragged batch could decode other tokens than batch 1), or None when the probe finds
+    none; measured once per dtype and thread count."""
+    return _row_bits_vary(dtype, torch.get_num_threads())
+
+
+@lru_cache(maxsize=None)
+def _row_bits_vary(dtype: torch.dtype, threads: int) -> str | None:
+    generator = torch.Generator().manual_seed(0)
+    for in_features, out_features in PROBE_SHAPES:
+        linear = nn.Linear(in_features, out_features, bias=False, dtype=dtype).requires_grad_(False)
+        with torch.no_grad():
+            linear.weight.copy_(torch.randn(out_features, in_features, generator=generator))
+            x = torch.randn(PROBE_FULL_ROWS, in_features, generator=generator).to(dtype)
+            rows = first_varying_rows(PrepackedLinear(linear), x)
+        if rows is not None:
+            return (f"torch {torch.__version__}'s oneDNN gives the first {rows} row(s) of a {in_features}x"
+                    f"{out_features} {str(dtype).removeprefix('torch.')} linear, called alone, other bits than "
+                    f"those rows of a {PROBE_FULL_ROWS}-row call on this CPU (torch threads: {threads}), so a "
+                    "ragged batch could decode other tokens than batch 1 (torch 2.13's oneDNN keeps them)")
     return None
 
 
@@ -95,6 +148,9 @@ def check_prepack(device: torch.device, dtype: torch.dtype) -> None:
     if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         raise ValueError("prepack=True with bfloat16 needs a CPU with oneDNN bfloat16 support, which this one "
                          "lacks; pass dtype='float32' or leave prepack off")
+    varies = row_bits_vary(dtype)  # last: the caller's own mistakes are named first
+    if varies is not None:
+        raise ValueError(f"prepack=True: {varies}; load with prepack=False")
 
 
 def prepack_linears(model: nn.Module) -> int:

@@ -226,10 +226,10 @@ def test_repeated_requests_sample_anew_and_each_is_a_single_runs_sample(tiny_dir
 
 
 def test_prepack_loads_the_prepacked_model_and_batches_as_single_requests(tiny_dirs):
-    from dllm.models.prepack import PrepackedLinear, prepack_unavailable
+    from dllm.models.prepack import PrepackedLinear, prepack_refused
 
-    if prepack_unavailable():
-        pytest.skip(prepack_unavailable())
+    if prepack_refused():
+        pytest.skip(prepack_refused())
     args = {"policy": "threshold", "tau": 0.5, "cache": "dual", "block_length": 8, "prepack": True}
     requests = [_gen(p, i) for i, p in enumerate(PROMPTS)]
     batched = _lm(tiny_dirs["llada"], batch_size=3, **args)
