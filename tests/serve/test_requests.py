@@ -63,6 +63,32 @@ def test_a_prompt_of_exactly_the_character_cap_is_tokenized():
         check_chars(["a" * 21], limits, 10, chat=False)
 
 
+CHAT = [{"role": "user", "content": "hi"}]
+
+
+def test_logprobs_and_seed_at_their_bounds(model):
+    """20 alternatives a token (chat: top_logprobs, 0 when logprobs=true alone; completions:
+    logprobs) and seeds in [0, 2**63) are served; one more, or top_logprobs without logprobs, is a
+    400 on its field."""
+    assert parse(model, {"messages": CHAT, "logprobs": True, "top_logprobs": 20}, chat=True).top_logprobs == 20
+    assert parse(model, {"messages": CHAT, "logprobs": True}, chat=True).top_logprobs == 0
+    assert parse(model, {"prompt": "hi", "logprobs": 20}).top_logprobs == 20
+    assert parse(model, {"prompt": "hi", "seed": 2**63 - 1}).seed == 2**63 - 1
+    for body, chat, field in [({"messages": CHAT, "logprobs": True, "top_logprobs": 21}, True, "top_logprobs"),
+                              ({"messages": CHAT, "top_logprobs": 3}, True, "top_logprobs"),
+                              ({"prompt": "hi", "logprobs": 21}, False, "logprobs"),
+                              ({"prompt": "hi", "seed": 2**63}, False, "seed")]:
+        with pytest.raises(RequestError) as err:
+            parse(model, body, chat=chat)
+        assert err.value.param == field, body
+
+
+def test_a_messages_text_parts_are_joined_by_newlines(model):
+    parts = [{"type": "text", "text": "Ann Lee"}, {"type": "text", "text": "Tom Kay"}]
+    parsed = parse(model, {"messages": [{"role": "user", "content": parts}]}, chat=True)
+    assert parsed.prompt_ids == [model.encode([{"role": "user", "content": "Ann Lee\nTom Kay"}], chat=True)]
+
+
 def test_server_steps_apply_to_its_own_length_only(model):
     defaults = ServerDefaults(options={"steps": 16, "block_length": 8}, max_tokens=32)
     assert parse(model, {"prompt": "hi"}, defaults).config.steps == 16
