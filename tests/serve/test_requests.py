@@ -89,6 +89,13 @@ def test_a_messages_text_parts_are_joined_by_newlines(model):
     assert parsed.prompt_ids == [model.encode([{"role": "user", "content": "Ann Lee\nTom Kay"}], chat=True)]
 
 
+def test_a_prompt_of_token_ids_echoes_its_special_tokens(model):
+    """echo gives back the prompt as sent: token ids are decoded with their special tokens."""
+    eos = model.model.eos_token_ids[0]
+    parsed = parse(model, {"prompt": model.encode("hi", chat=False) + [eos], "echo": True})
+    assert parsed.prompt_texts == ["hi" + model.tokenizer.convert_ids_to_tokens(eos)]
+
+
 def test_server_steps_apply_to_its_own_length_only(model):
     defaults = ServerDefaults(options={"steps": 16, "block_length": 8}, max_tokens=32)
     assert parse(model, {"prompt": "hi"}, defaults).config.steps == 16

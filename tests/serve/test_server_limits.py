@@ -104,6 +104,21 @@ def test_streamed_body_is_413_once_it_passes_the_limit_and_health_stays_fast(ser
     assert rss_mb() - before < 64  # at most the limit per connection was ever held
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_of_exactly_the_limit_is_read(served, chunked):
+    """max_body_bytes is the most a body may have: exactly that many bytes reach the request parser
+    (a 400 for its max_tokens here), one more is a 413, announced (Content-Length) or streamed."""
+    url = served[0]
+    body = b'{"prompt": "hi", "max_tokens": -1}'
+    exact = body + b" " * (MB - len(body))
+
+    def send(data: bytes) -> int:
+        content = iter([data[: MB // 2], data[MB // 2 :]]) if chunked else data
+        return httpx.post(url + "/v1/completions", content=content, headers=JSON, timeout=30).status_code
+
+    assert send(exact) == 400 and send(exact + b" ") == 413
+
+
 def test_openai_client_gets_413_for_a_huge_prompt(served):
     client = openai.OpenAI(base_url=served[0] + "/v1", api_key="unused", max_retries=0, timeout=30)
     with pytest.raises(openai.APIStatusError) as err:
