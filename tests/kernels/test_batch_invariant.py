@@ -1,8 +1,9 @@
 """Batch-invariant kernels (issue 39): matmul, RMSNorm (both arithmetic orders, with and without
 a weight), log-softmax and attention (per-row validity, and DiffusionGemma's causal / sliding rule
 by position with scale 1) give a row the same bits alone and inside ragged batches of 2..33 rows,
-and match their torch references; the MoE grouped product is checked for the same property (its
-reference parity is test_grouped_matmul's).
+and match their torch references (RMSNorm rounding where its reference does, log-softmax counting
+a max in the last lane); the MoE grouped product is checked for the same property (its reference
+parity is test_grouped_matmul's).
 
 The Triton check runs this file as a script in a fresh interpreter (under TRITON_INTERPRET=1 on
 CPU, natively on a GPU), as the other kernel tests do, and refuses to pass unless the Triton path
@@ -70,6 +71,10 @@ def _cases(device: str, g: torch.Generator):
         xl = (torch.randn(5000, generator=g) * 4).to(dtype).to(device)  # V = 5000: two chunks
         xl[:700] = float("-inf")  # a filtered stretch: whole -inf lanes in the first chunk
         yield (f"log_softmax {dtype}", kernels.log_softmax, ls.log_softmax_torch, xl,
+               {"rtol": 1e-5, "atol": 1e-5})
+        xm = xl.clone()
+        xm[-1] = xl.max() + 8  # the max in the last lane of the masked tail chunk: dropping it moves log Z
+        yield (f"log_softmax max last {dtype}", kernels.log_softmax, ls.log_softmax_torch, xm,
                {"rtol": 1e-5, "atol": 1e-5})
 
 
@@ -156,6 +161,19 @@ def _positional_attention_row_check(device: str, g: torch.Generator, reference) 
                 assert out[at, :pad].eq(0).all() and not out.isnan().any(), ("pad queries", window, n)
 
 
+def _norm_order_check(device: str, g: torch.Generator) -> None:
+    """RMSNorm's kernel rounds where its reference does (RMSNorm: the normed row to x's dtype,
+    then the weight; Gemma's order: one cast after the weight): in half precision its values are
+    the reference's bits but where the sums' order moves a rounding (under 1%), where the other
+    order differs in a quarter. float16: the interpreter does not round bfloat16 to nearest."""
+    x = (torch.randn(2, 1100, generator=g) * 2).half().to(device)
+    w = (1 + torch.randn(1100, generator=g) / 4).half().to(device)
+    for cast_last in (False, True):
+        got = kernels.rms_norm(x, w, 1e-6, cast_last=cast_last)
+        differ = (got != rn.rms_norm_torch(x, w, 1e-6, cast_last=cast_last)).float().mean().item()
+        assert differ <= 0.01, ("rms_norm order", cast_last, differ)
+
+
 def _kernel_check(device: str) -> None:
     """Each kernel through the dispatch with DLLM_KERNELS=triton: row-invariant, and within
     float rounding of its reference; raises unless the Triton path ran."""
@@ -189,6 +207,7 @@ def _kernel_check(device: str) -> None:
         got, want = fn(batch), reference(batch)
         assert got.dtype == want.dtype and got.shape == want.shape, what
         torch.testing.assert_close(got, want, **tol, msg=lambda m, w=what: f"{w}: {m}")
+    _norm_order_check(device, g)
     # a 3-d input (B, T, K) with a non-contiguous row layout goes through the same kernels
     w = torch.randn(24, 40, generator=g).to(device)
     x = torch.randn(3, 40, 5, generator=g).to(device).transpose(1, 2)  # (3, 5, 40), stride(-1) = 5
