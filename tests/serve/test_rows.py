@@ -8,6 +8,7 @@ import pytest
 
 from dllm.api.outputs import end_row
 from dllm.api.request import OutputRequest
+from dllm.engine.logprobs import TokenLogprob
 from dllm.serve.protocol import RowUpdate
 from dllm.serve.rows import RowText
 from dllm.api.stops import StopConditions
@@ -88,3 +89,15 @@ def test_a_row_ended_by_the_scheduler_keeps_its_reason():
     row.add(RowUpdate(request_id="r", final_ids=[0]))
     row.add(RowUpdate(request_id="r", finished=True, finish_reason="cancelled"))
     assert row.reason == "cancelled" and row.take_text() == "a"
+
+
+def test_logprobs_go_out_with_their_tokens_text():
+    """A token's logprob is handed out once all of its text has gone out: "b" may begin the stop
+    "bz", so its text and its logprob wait until "x" shows it is not one."""
+    row = RowText(decode, [EOS], StopConditions.parse("bz"), 10)
+    first = [TokenLogprob(-0.1, []), TokenLogprob(-0.2, [])]
+    row.add(RowUpdate(request_id="r", final_ids=[0, 1], logprobs=first))  # "a", "b"
+    assert row.take_text() == "a" and row.take_logprobs() == first[:1]
+    then = [TokenLogprob(-0.3, [])]
+    row.add(RowUpdate(request_id="r", final_ids=[7], logprobs=then))  # "x"
+    assert row.take_text() == "bx" and row.take_logprobs() == first[1:] + then

@@ -126,9 +126,13 @@ def test_n_samples_use_distinct_seeds(model, client):
 
 
 def test_echo_and_prompt_lists(model, client):
-    out = client.completions.create(model="dllm-test", prompt=[PROMPT, raw_ids(model, "Bob")], echo=True, max_tokens=8)
-    assert out.choices[0].text == PROMPT + expected(model, raw_ids(model, PROMPT), max_tokens=8).text
-    assert out.choices[1].text.startswith("Bob")
+    """Prompt p's sample j is choice p * n + j, and echoes prompt p."""
+    out = client.completions.create(model="dllm-test", prompt=[PROMPT, raw_ids(model, "Bob")], echo=True, max_tokens=8,
+                                    n=2)
+    assert [c.index for c in out.choices] == [0, 1, 2, 3]
+    answer = expected(model, raw_ids(model, PROMPT), max_tokens=8).text  # greedy: both samples alike
+    assert out.choices[0].text == out.choices[1].text == PROMPT + answer
+    assert out.choices[2].text.startswith("Bob") and out.choices[3].text.startswith("Bob")
 
 
 BAD_REQUESTS = {
