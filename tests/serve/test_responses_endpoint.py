@@ -18,7 +18,7 @@ from dllm.serve.app import create_app
 from dllm.serve.limits import AccessSettings
 from dllm.serve.protocol import SchedulerLimits
 from dllm.serve.requests import ServerDefaults
-from dllm.serve.responses_api import ResponsesCall
+from dllm.serve.responses_api import ResponsesCall, chat_body
 from serve_helpers import RecordingScheduler, running_server, served_model
 
 DEFAULTS = ServerDefaults(options={"block_length": 8}, max_tokens=16)
@@ -74,6 +74,13 @@ def test_instructions_are_a_system_message_and_items_are_messages(client):
     # (this model's answer to these messages changes without the system message, or with the parts joined otherwise)
     assert resp.output_text == chat_text(client, messages)[0] != ""
     assert resp.instructions == system
+
+
+def test_a_developer_message_is_a_system_message():
+    """OpenAI's developer role (its newer name for system instructions) reaches the template as
+    system, as instructions do."""
+    body = {"input": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}]}
+    assert chat_body(body)["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 
 
 def test_a_json_schema_format_gives_json_of_that_schema(client):
