@@ -6,12 +6,20 @@ quoted local part and ``uri``'s ``[^\\s]`` classes let a raw ``"`` or control ch
 string, and ``date`` (and ``date-time``'s date) takes any day 01-31 of any month
 (``"2019-02-30"``). These patterns are exact for dates (month lengths, leap years, no year 0000)
 and RFC 3339 times (an offset is part of the format), and keep e-mail addresses and URIs to the
-characters JSON writes unescaped: every match is a JSON string body of the format.
+characters JSON writes unescaped: every match is a JSON string body of the format. ``ipv4``
+(which outlines-core refuses) is written as dotted quads without leading zeros; any other string
+format is refused by name and place before any model work (outlines-core keeps ``uuid`` itself).
+
+The same copy also gives ``properties: {}`` to an object closed to every property
+(``{"type": "object", "additionalProperties": false}``): outlines-core fails on it, and ``{}``
+is its one instance.
 """
 from __future__ import annotations
 
 import copy
+from typing import Any
 
+from dllm.samplers.constraints.schema_shapes import DISPATCH
 from dllm.samplers.constraints.schema_walk import subschemas
 from dllm.samplers.constraints.token_dfa import unanchored
 
@@ -23,6 +31,7 @@ DATE = rf"(?:{_YEAR}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
 TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 _ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _PCHAR = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})"
 FORMAT_PATTERNS = {
     "date": DATE,
@@ -32,7 +41,20 @@ FORMAT_PATTERNS = {
     "uri": (rf"(?:(?:https?|ftp)://(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{{2}})*@)?(?:{_HOST}|localhost)"
             rf"(?::[0-9]+)?(?:/{_PCHAR}*)*(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
             rf"|urn:[A-Za-z0-9][A-Za-z0-9-]{{0,31}}:(?:{_PCHAR}|/)+)"),
+    "ipv4": rf"{_OCTET}(?:\.{_OCTET}){{3}}",
 }
+# formats outlines-core writes rightly itself
+OWN_FORMATS = ("uuid",)
+
+
+def check_formats(schema: dict) -> None:
+    """Refuse a string format no pattern here or in outlines-core writes, naming it and where."""
+    for sub, where in subschemas(schema):
+        fmt = sub.get("format")
+        if _is_string(sub) and fmt not in FORMAT_PATTERNS and fmt not in OWN_FORMATS:
+            known = ", ".join(sorted([*FORMAT_PATTERNS, *OWN_FORMATS]))
+            raise ValueError(f"json_schema's string 'format' {fmt!r} at {where} is not one structured output "
+                             f"writes ({known}); drop it, or give a 'pattern' instead")
 
 
 def with_format_patterns(schema: dict) -> dict:
@@ -43,10 +65,17 @@ def with_format_patterns(schema: dict) -> dict:
     and strips only a ``^ ... $`` pair, so ``^[A-Z]`` alone would be left to fail in the regex."""
     schema = copy.deepcopy(schema)
     for sub, _ in subschemas(schema):
-        types = sub.get("type")
-        is_string = types == "string" or (isinstance(types, list) and "string" in types)
-        if is_string and sub.get("format") in FORMAT_PATTERNS and "pattern" not in sub:
+        if _is_string(sub) and sub.get("format") in FORMAT_PATTERNS and "pattern" not in sub:
             sub["pattern"] = FORMAT_PATTERNS[sub.pop("format")]
         elif isinstance(sub.get("pattern"), str):
             sub["pattern"] = unanchored(sub["pattern"])
+        if sub.get("additionalProperties") is False and next((k for k in DISPATCH if k in sub), None) == "type" \
+                and sub["type"] == "object":
+            sub["properties"] = {}
     return schema
+
+
+def _is_string(sub: Any) -> bool:
+    """``sub`` has a format and its ``type`` is (or lists) string: the subschemas a format applies to."""
+    types = sub.get("type")
+    return "format" in sub and (types == "string" or (isinstance(types, list) and "string" in types))

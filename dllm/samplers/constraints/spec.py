@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dllm.samplers.constraints.integer_ranges import check_integer_ranges, fill_holes, with_integer_ranges
-from dllm.samplers.constraints.schema_formats import with_format_patterns
+from dllm.samplers.constraints.schema_formats import check_formats, with_format_patterns
 from dllm.samplers.constraints.schema_shapes import check_shapes
 from dllm.samplers.constraints.schema_support import check_enforceable
 from dllm.samplers.constraints.token_dfa import unanchored
@@ -84,8 +84,8 @@ class ConstraintSpec:
             raise ValueError(f"json_schema cannot be turned into a regular expression ({err}); "
                              "outlines-core covers types, properties, required, enum, const, items, "
                              "min/maxItems, min/maxLength, pattern, integer and number bounds, format (date, time, date-time, "
-                             "email, uri, uuid), anyOf, allOf of one schema, $ref (not recursive); "
-                             "a recursive schema needs grammar=") from err
+                             "email, uri, uuid, ipv4), anyOf, allOf of one schema, $ref (a recursive one "
+                             "written a few levels deep; deeper needs grammar=)") from err
 
 
 def check_regex(regex: str) -> None:
@@ -115,6 +115,7 @@ def _check_schema(schema: dict) -> None:
     check_enforceable(schema)
     check_integer_ranges(schema)
     check_shapes(schema)
+    check_formats(schema)
 
 
 def json_answer_errors(text: str, schema: dict) -> str | None:
