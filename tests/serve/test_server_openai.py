@@ -209,6 +209,7 @@ def test_queue_full_is_429_with_retry_after(slow_model):
                     assert wait_until(lambda: scheduler.queue_depth == 1)
                     r = httpx.post(url + "/v1/completions", json={"prompt": "hi"}, timeout=30)
                     assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+                    assert r.json()["error"]["type"] == "rate_limit_exceeded"  # OpenAI's error type for 429
                     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
                     with pytest.raises(openai.RateLimitError):
                         client.completions.create(model=slow_model.path.name, prompt="hi")
