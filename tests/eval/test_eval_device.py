@@ -70,3 +70,20 @@ def test_a_named_cuda_device_without_cuda_is_an_error_naming_the_fix(tiny_dirs, 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match=r"device 'cuda:0' is not available on this machine \(no CUDA\); pass --device cpu"):
         DllmLM(pretrained=str(tiny_dirs["llada"]), device="cuda:0")
+
+
+def test_each_rank_of_an_eval_job_loads_on_its_local_gpu(monkeypatch):
+    """Under torchrun a rank loads on cuda:LOCAL_RANK whatever --device names (cuda, cuda:0,
+    auto), so the copies never share one GPU; outside a job the named device is kept."""
+    import torch
+
+    from dllm.eval.lm_eval import _device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("DLLM_DEVICE", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert [_device(d, 7) for d in ("cuda", "cuda:0", "auto")] == ["cuda:3"] * 3
+    assert _device("cpu", 7) == "cpu"
+    assert _device("cuda:1", None) == "cuda:1" and _device("auto", None) == "cuda"
+    monkeypatch.delenv("LOCAL_RANK")
+    assert _device("cuda", 2) == "cuda:2"

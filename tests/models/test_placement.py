@@ -42,6 +42,18 @@ def test_dllm_device_overrides_auto_and_is_checked(monkeypatch):
         resolve_device("auto")
 
 
+def test_a_cuda_index_past_the_visible_devices_is_refused(monkeypatch):
+    """cuda:N is checked against the devices this process sees (CUDA_VISIBLE_DEVICES renumbers
+    them from 0) before any weight is read, naming the range; an index in range is kept."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    assert resolve_device("cuda") == torch.device("cuda")  # no index: the current device
+    with pytest.raises(ValueError, match=r"device 'cuda:2' asked for, but only 2 CUDA device\(s\) are visible; "
+                                         r"use cuda:0 \.\. cuda:N-1"):
+        resolve_device("cuda:2")
+
+
 @pytest.mark.parametrize("device, declared, want", [
     ("cpu", None, torch.float32), ("cuda", None, torch.bfloat16),
     ("cpu", torch.bfloat16, torch.bfloat16), ("cuda", torch.float16, torch.float16),
