@@ -161,6 +161,38 @@ def test_float8_runs_on_gpus_that_have_it_and_is_refused_elsewhere(tiny_dirs, te
                                                          dtype="bfloat16").model)
 
 
+@needs_torchao
+def test_float8_quantizes_each_kept_linear_to_e4m3_with_one_scale_a_row(tiny_dirs):
+    """The quantization a float8 load runs after its GPU check, run here on CPU weights (torchao
+    converts them anywhere; only the check needs a GPU): every linear but the LM head holds
+    float8 e4m3 values and one float32 scale per output row (1 byte a weight plus 4 a row), and
+    the forward stays within e4m3's rounding of the float one. A GPU session was the only place
+    a changed torchao config (per-tensor scales, e5m2) or a dropped linear could show."""
+    from dllm.models.quantize import dequant_workspace_bytes, quantize_linears
+
+    model = dllm.load(tiny_dirs["llada"], device="cpu", dtype="bfloat16").model
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
+    positions = torch.arange(6)[None].expand(2, 6)
+    with torch.inference_mode():
+        plain = model(ids, positions).float()
+    linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    assert quantize_linears(model, "float8") == len(linears) - 1 and model.quantization == "float8"
+    for name, linear in linears.items():
+        w = linear.weight
+        if name.rsplit(".", 1)[-1] in KEPT_MODULES:
+            assert type(w) is nn.Parameter and w.dtype == torch.bfloat16, name
+            continue
+        rows, cols = w.shape
+        assert w.qdata.dtype == torch.float8_e4m3fn and w.scale.shape == (rows, 1), name
+        assert tensor_bytes(w) == rows * cols + rows * 4, name
+    assert dequant_workspace_bytes(model) == max(m.weight.numel() for m in linears.values()
+                                                 if type(m.weight) is not nn.Parameter) * 2  # cast back to bfloat16
+    with torch.inference_mode():
+        quant = model(ids, positions).float()
+    error = (quant - plain).abs().max() / plain.abs().max()
+    assert 0 < error < 0.15, error  # quantized (not the float weights), within e4m3's 3 mantissa bits
+
+
 @pytest.mark.parametrize("capability, name", [((8, 0), "NVIDIA A100-SXM4-80GB"), ((7, 5), "Tesla T4")])
 def test_float8_refused_on_gpus_before_ada_naming_the_gpu(monkeypatch, capability, name):
     """The CUDA branch of the check, without a GPU: a GPU under compute capability 8.9 is refused
