@@ -61,7 +61,10 @@ def check_imports(*, tests: bool, cuda: bool, whole_suite: bool = False) -> Pref
 
 
 def wants_cuda(device: str) -> bool:
-    """Whether ``--device`` means a GPU ("auto": when this torch sees one)."""
+    """Whether ``--device`` means a GPU ("auto": $DLLM_DEVICE when set, as ``device="auto"``
+    reads it, else whether this torch sees one)."""
+    if device == "auto":
+        device = os.environ.get("DLLM_DEVICE", "").strip() or "auto"
     if device.startswith("cuda"):
         return True
     if device != "auto":
@@ -79,8 +82,20 @@ def whole_suite(argv: list[str]) -> bool:
     return any(a == "--full" or a == "--pytest-args" or a.startswith("--pytest-args=") for a in argv)
 
 
+def device_option(argv: list[str]) -> str:
+    """``--device``'s value as gpu_check's parser reads it: ``--device D`` or ``--device=D``, the
+    last one given, else "auto"."""
+    device = "auto"
+    for i, arg in enumerate(argv):
+        if arg == "--device" and i + 1 < len(argv):
+            device = argv[i + 1]
+        elif arg.startswith("--device="):
+            device = arg.split("=", 1)[1]
+    return device
+
+
 def main(argv: list[str]) -> int:
-    device = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--device"), "auto")
+    device = device_option(argv)
     try:
         check_imports(tests="--no-tests" not in argv, cuda=wants_cuda(device), whole_suite=whole_suite(argv))
     except MissingModules as err:

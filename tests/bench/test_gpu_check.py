@@ -375,3 +375,21 @@ def test_preflight_names_the_whole_suites_server_and_eval_modules_only_when_it_r
         assert preflight.main(["--device", "cpu", *argv]) == 2
     assert preflight.main(["--device", "cpu", "--full", "--no-tests"]) == 0
     preflight.check_imports(tests=False, cuda=False, whole_suite=True)  # without the suite they are not needed
+
+
+def test_preflight_reads_the_device_as_the_check_will(monkeypatch):
+    """bench/gpu_check.sh hands the check's arguments to the preflight first: --device=D counts as
+    --device D, the last one wins, and "auto" follows $DLLM_DEVICE as the check's device="auto"
+    does. A GPU machine run with --device=cpu (or DLLM_DEVICE=cpu) was asked for the CUDA modules
+    (triton) the CPU run never imports."""
+    asked = []
+    monkeypatch.setattr(preflight, "check_imports", lambda tests, cuda, whole_suite=False: asked.append(cuda))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("DLLM_DEVICE", raising=False)
+    for argv in (["--device=cpu"], ["--device", "cuda", "--device=cpu"], ["--no-tests", "--device", "cpu"]):
+        assert preflight.main(argv) == 0 and asked.pop() is False, argv
+    for argv in ([], ["--device=auto"], ["--device=cuda:1"], ["--device", "cpu", "--device", "cuda"]):
+        assert preflight.main(argv) == 0 and asked.pop() is True, argv
+    monkeypatch.setenv("DLLM_DEVICE", "cpu")
+    assert preflight.main([]) == 0 and asked.pop() is False
+    assert preflight.main(["--device", "cuda"]) == 0 and asked.pop() is True  # a named device wins
