@@ -15,6 +15,7 @@ from dllm.bench.device_peaks import device_peak
 from dllm.bench.forward_timer import ForwardTimer
 from dllm.bench.random_models import build_random_model
 from dllm.engine import decoding
+from dllm.engine.config import GenerationConfig
 
 CUDA1 = torch.device("cuda", 1)
 
@@ -96,3 +97,18 @@ def test_run_decode_names_out_of_memory_and_goes_on(monkeypatch):
     row = gm.run_decode(model, gm.Method("dual", {"cache": "dual"}), gm.Shape(1, 5, 8, 8), device_peak("x"), {})
     assert row["error"] == "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert row["batch"] == 1 and "wall_s" not in row
+
+
+def test_a_decodes_wall_time_waits_for_the_device_before_and_after(monkeypatch):
+    """On CUDA the host runs ahead of the device: a decode waits for its device before its clock
+    starts and again before it stops, so wall_time holds every forward it queued (the timing
+    stands in for CUDA's wait, as a CPU one need not wait)."""
+    events: list = []
+    monkeypatch.setattr(decoding, "_sync", lambda model: events.append(("wait", model)))
+    model = build_random_model("tiny-llada", device=torch.device("cpu"), dtype=torch.float32)
+    model.register_forward_hook(lambda *args: events.append("forward"))
+    config = GenerationConfig(gen_length=4, block_length=4, steps=2, cache="dual", stop_at_eos=False)
+    result = decoding.decode(model, [[5, 6, 7], [8, 9]], config)
+    forwards = events.count("forward")
+    assert events == [("wait", model)] + ["forward"] * forwards + [("wait", model)]
+    assert forwards == int(result.nfe.max()) and result.wall_time > 0
