@@ -27,7 +27,7 @@ from dllm.kernels.shard_stats import combine_shard_stats_torch, shard_stats_torc
 from dllm.models.loading import read_config
 from dllm.models.tiny import write_tiny_checkpoint
 from dllm.parallel.tensor_plan import TensorPlanError, check_plan
-from dllm.parallel.vocab_shard import filter_shard_logits, shard_logprobs
+from dllm.parallel.vocab_shard import _key_floats, _order_keys, filter_shard_logits, shard_logprobs
 from tests.parallel.tp_worker import decode_logprobs, denoise_logits
 from torchrun_helpers import torchrun
 
@@ -348,6 +348,17 @@ def test_shard_filtering_keeps_exactly_what_one_process_keeps(size):
             got = torch.cat(_on_ranks(size, lambda tp: filter_shard_logits(tp, x[:, tp.rank * n:(tp.rank + 1) * n],
                                                                            k, p)), dim=-1)
             assert torch.equal(got, ref), (trial, k, p)
+
+
+def test_nucleus_search_keys_order_floats_and_invert():
+    """The nucleus search walks float32 bit patterns as ordered integer keys: keys rise with the
+    values (-0.0 just below +0.0, subnormals and infinities in place) and map back to the same
+    bits, so the threshold it ends on is a value of the row, exactly."""
+    tiny = torch.finfo(torch.float32).tiny
+    x = torch.tensor([float("-inf"), -3.5, -1.0, -tiny, -tiny / 4, -0.0, 0.0, tiny / 4, tiny, 1.0, 3.5, float("inf")])
+    keys = _order_keys(x)
+    assert bool((keys[1:] > keys[:-1]).all())
+    assert torch.equal(_key_floats(keys).view(torch.int32), x.view(torch.int32))
 
 
 @pytest.mark.parametrize("size", [1, 2, 4])

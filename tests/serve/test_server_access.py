@@ -105,6 +105,8 @@ def test_loopback_server_refuses_foreign_hosts(keyed):
     r = httpx.get(keyed + "/health", headers={"Host": f"evil.example:{port}"})
     assert r.status_code == 400 and "--allowed-hosts" in r.json()["error"]["message"]
     assert httpx.get(keyed + "/health", headers={"Host": f"localhost:{port}"}).status_code == 200
+    assert httpx.get(keyed + "/health", headers={"Host": f"[::1]:{port}"}).status_code == 200  # IPv6 loopback, bracketed
+    assert httpx.get(keyed + "/health", headers={"Host": f"[::2]:{port}"}).status_code == 400
 
 
 def test_models_retrieve_version_and_unknown_paths(keyed):
