@@ -202,6 +202,14 @@ MUTATIONS = [
              'dllm/serve/responses.py', '{401: "authentication_error", 429: "rate_limit_exceeded"',
              '{401: "authentication_error", 429: "invalid_request_error"', ('tests/serve/test_server_openai.py::test_queue_full_is_429_with_retry_after',)),
 
+    Mutation("ipv6-host-with-port", "a loopback server answers Host [::1]:PORT (the brackets and port dropped)",
+             "dllm/serve/guards.py", '        return host[1 : host.find("]")] if "]" in host else host', "        return host",
+             ("tests/serve/test_server_access.py::test_loopback_server_refuses_foreign_hosts",)),
+    Mutation("order-keys-zero-split", "the nucleus search's order keys invert exactly (-0.0 just below +0.0)",
+             "dllm/parallel/vocab_shard.py", "return torch.where(bits >= 0, bits, -(bits & 0x7FFFFFFF) - 1)",
+             "return torch.where(bits >= 0, bits, -(bits & 0x7FFFFFFF))",
+             ("tests/parallel/test_tensor_parallel.py::test_nucleus_search_keys_order_floats_and_invert",)),
+
     # lm-eval model and likelihoods (mutation audit, round 5)
     Mutation("likelihood-own-width", "a likelihood row is charged its forward's padded width",
              "dllm/eval/likelihood.py", "token_forwards[r] += width", "token_forwards[r] += sum(map(len, pairs[r]))",
