@@ -16,6 +16,7 @@ dynamo would guard on the count's value and recompile the forward at every call.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from functools import partial
@@ -68,6 +69,14 @@ def kernel_backend(device=None) -> str:
     return "triton" if dev == "cuda" and _cs.triton_available() else "torch"
 
 
+def on_device(device: torch.device):
+    """Where a Triton launch must run: Triton launches on the current CUDA device and its current
+    stream, not the tensors' device, so a model on cuda:1 with cuda:0 current would have its
+    kernels refused ("Pointer argument cannot be accessed from Triton") or run unordered with
+    torch's work on cuda:1's stream."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def confidence_stats(logits: Tensor, *, scratch: StatsScratch | None = None, **kwargs) -> TokenStats:
     """Per-row statistics of (R, V) logits through the selected backend.
 
@@ -78,7 +87,8 @@ def confidence_stats(logits: Tensor, *, scratch: StatsScratch | None = None, **k
     backend = kernel_backend(logits.device)
     _count("confidence_stats", backend)
     if backend == "triton":
-        return _cs.confidence_stats_triton(logits, **kwargs)
+        with on_device(logits.device):
+            return _cs.confidence_stats_triton(logits, **kwargs)
     return _cs.confidence_stats_torch(logits, scratch=scratch, **kwargs)
 
 
@@ -88,7 +98,8 @@ def shard_stats(logits: Tensor, **kwargs) -> Tensor:
     backend = kernel_backend(logits.device)
     _count("shard_stats", backend)
     if backend == "triton":
-        return _ss.shard_stats_triton(logits, **kwargs)
+        with on_device(logits.device):
+            return _ss.shard_stats_triton(logits, **kwargs)
     return _ss.shard_stats_torch(logits, **kwargs)
 
 
@@ -108,7 +119,8 @@ def grouped_matmul(x: Tensor, w: Tensor, offsets: Tensor, *, row_tile: int | Non
     backend = kernel_backend(x.device)
     _count("grouped_matmul", backend)
     if backend == "triton":
-        return _gm.grouped_matmul_triton(x, w, offsets, block_m=row_tile)
+        with on_device(x.device):
+            return _gm.grouped_matmul_triton(x, w, offsets, block_m=row_tile)
     if torch.compiler.is_compiling():  # the reference reads the offsets on the host: an opaque op
         return _gm.grouped_matmul_op(x, w, offsets)
     return _gm.grouped_matmul_torch(x, w, offsets)
@@ -125,7 +137,10 @@ def _dispatch(name: str, device, triton_fn, torch_fn, *args):
     """Count the call under ``name`` and its backend, then run that backend's function."""
     backend = kernel_backend(device)
     _count(name, backend)
-    return (triton_fn if backend == "triton" else torch_fn)(*args)
+    if backend != "triton":
+        return torch_fn(*args)
+    with on_device(torch.device(device)):
+        return triton_fn(*args)
 
 
 def invariant_linear(x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
