@@ -57,6 +57,9 @@ def test_api_key_is_required(keyed):
     r = httpx.post(keyed + "/v1/completions", json={"prompt": "hi"})
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
     assert "(--api-key, $DLLM_API_KEY or $VLLM_API_KEY)" in r.json()["error"]["message"]  # every way to set it
+    for scheme in ("Token", "Basic"):  # the key as a Bearer token only
+        r = httpx.post(keyed + "/v1/completions", json={"prompt": "hi"}, headers={"Authorization": f"{scheme} {KEY}"})
+        assert r.status_code == 401, scheme
     assert client(keyed).completions.create(model="m", prompt="hi", max_tokens=4).choices[0].finish_reason
     assert httpx.get(keyed + "/health").status_code == 200  # open by default
     assert httpx.get(keyed + "/metrics").status_code == 200
