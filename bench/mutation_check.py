@@ -209,6 +209,9 @@ MUTATIONS = [
              "dllm/parallel/vocab_shard.py", "return torch.where(bits >= 0, bits, -(bits & 0x7FFFFFFF) - 1)",
              "return torch.where(bits >= 0, bits, -(bits & 0x7FFFFFFF))",
              ("tests/parallel/test_tensor_parallel.py::test_nucleus_search_keys_order_floats_and_invert",)),
+    Mutation("key-any-scheme", "the API key counts only as a Bearer token",
+             "dllm/serve/guards.py", 'if scheme.lower() != "bearer" or not hmac.compare_digest', "if not hmac.compare_digest",
+             ("tests/serve/test_server_access.py::test_api_key_is_required",)),
 
     # lm-eval model and likelihoods (mutation audit, round 5)
     Mutation("likelihood-own-width", "a likelihood row is charged its forward's padded width",
