@@ -168,22 +168,28 @@ def test_rows_that_never_fit_the_queue_are_400_not_429(served):
 
 
 def test_tokenizing_runs_off_the_event_loop(served, model):
-    """A tokenizer call that takes 1.5 s does not hold /health."""
+    """/health is answered while a request's tokenizer call is still running: the call is held
+    until /health has answered, so on the event loop it would hold /health to its timeout (no
+    time bound to miss on a loaded machine)."""
     url = served[0]
     encode = model.encode
+    started, release = threading.Event(), threading.Event()
 
-    def slow_encode(prompt, chat=None):
-        time.sleep(1.5)
+    def held_encode(prompt, chat=None):
+        started.set()
+        release.wait(30)
         return encode(prompt, chat=chat)
 
-    model.encode = slow_encode
+    model.encode = held_encode
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            slow = pool.submit(httpx.post, url + "/v1/completions", json={"prompt": "hi", "max_tokens": 4}, timeout=30)
-            time.sleep(0.2)
-            start = time.perf_counter()
-            assert httpx.get(url + "/health").status_code == 200
-            assert time.perf_counter() - start < 0.5
+            slow = pool.submit(httpx.post, url + "/v1/completions", json={"prompt": "hi", "max_tokens": 4}, timeout=60)
+            assert started.wait(30), "the request never reached the tokenizer"
+            try:
+                assert httpx.get(url + "/health", timeout=10).status_code == 200
+                assert not release.is_set() and not slow.done()  # answered while the tokenizer held
+            finally:
+                release.set()
             assert slow.result().status_code == 200
     finally:
         model.encode = encode
