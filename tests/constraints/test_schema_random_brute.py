@@ -63,3 +63,31 @@ def test_a_pretty_printed_instance_is_not_a_word():
     regex = re.compile(ConstraintSpec.parse(json_schema=schema).to_regex())
     assert regex.fullmatch('{"a": 1}') and regex.fullmatch('{ "a" : 1 }')
     assert not regex.fullmatch(json.dumps({"a": 1}, indent=2))
+
+
+@pytest.mark.parametrize("anything", [{}, True, {"description": "any value"}])
+def test_a_property_of_any_value_keeps_the_object(anything):
+    """pydantic's ``Any`` ({} or an annotation alone) and ``true`` as a property, prefix item or
+    item: outlines-core wrote {} there as an ungrouped alternation (a bare number was a word of
+    the object) and failed on ``true`` and on an annotation alone."""
+    def regex(schema: dict) -> re.Pattern:
+        return re.compile(ConstraintSpec.parse(json_schema=schema).to_regex())
+
+    integer = {"type": "integer"}
+    pair = regex({"type": "object", "properties": {"a": anything, "b": integer}, "required": ["a", "b"]})
+    assert pair.fullmatch('{"a": [1, {"c": null}], "b": 2}') and pair.fullmatch('{"a": "x", "b": 2}')
+    assert not any(pair.fullmatch(text) for text in ("1", "null", '"a"', '[1, 2]', '{"a": 1}', '{"a": 1, "b": "x"}'))
+    prefix = regex({"type": "array", "prefixItems": [anything, integer]})
+    assert prefix.fullmatch('[{"c": true}, 3]') and not any(prefix.fullmatch(text) for text in ("0.5", "[1, 2.5]"))
+    items = regex({"type": "array", "items": anything})
+    assert items.fullmatch('[1, "x", null, []]') and not items.fullmatch("1")
+
+
+@pytest.mark.parametrize("schema, words", [
+    ({"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 1}, r"'minItems' 3 over 'maxItems' 1 at /"),
+    ({"type": "object", "properties": {"s": {"type": "string", "minLength": 5, "maxLength": 2}}},
+     r"'minLength' 5 over 'maxLength' 2 at /properties/s"),
+])
+def test_bounds_no_value_meets_are_refused_by_place(schema, words):
+    with pytest.raises(ValueError, match=words + ".*widen them"):
+        ConstraintSpec.parse(json_schema=schema)

@@ -12,14 +12,17 @@ format is refused by name and place before any model work (outlines-core keeps `
 
 The same copy also gives ``properties: {}`` to an object closed to every property
 (``{"type": "object", "additionalProperties": false}``): outlines-core fails on it, and ``{}``
-is its one instance.
+is its one instance. And a subschema that asserts nothing (``true``, ``{}``, pydantic's ``Any``
+with a description) gets the list of every type: outlines-core fails on ``true`` and on an
+annotation alone, and writes ``{}`` as a property or prefix item as an alternation it does not
+group, so ``{"a": {}}`` let bare numbers and arrays through (measured on 0.2.14).
 """
 from __future__ import annotations
 
 import copy
 from typing import Any
 
-from dllm.samplers.constraints.schema_shapes import DISPATCH
+from dllm.samplers.constraints.schema_shapes import ASSERTIONS, DISPATCH
 from dllm.samplers.constraints.schema_walk import subschemas
 from dllm.samplers.constraints.token_dfa import unanchored
 
@@ -72,7 +75,26 @@ def with_format_patterns(schema: dict) -> dict:
         if sub.get("additionalProperties") is False and next((k for k in DISPATCH if k in sub), None) == "type" \
                 and sub["type"] == "object":
             sub["properties"] = {}
+        _true_as_dicts(sub)
+        if not set(sub) & ASSERTIONS:
+            sub["type"] = list(ANY_TYPES)
     return schema
+
+
+ANY_TYPES = ("string", "number", "boolean", "null", "object", "array")
+
+
+def _true_as_dicts(sub: dict) -> None:
+    """``true`` as ``items`` or as a property, prefix item, anyOf / allOf branch or $defs entry of
+    ``sub`` becomes ``{}`` (the same: any value; given its types when the walk reaches it)."""
+    if sub.get("items") is True:
+        sub["items"] = {}
+    for key in ("prefixItems", "anyOf", "allOf"):
+        if isinstance(sub.get(key), list):
+            sub[key] = [{} if item is True else item for item in sub[key]]
+    for key in ("properties", "$defs", "definitions"):
+        if isinstance(sub.get(key), dict):
+            sub[key] = {name: {} if item is True else item for name, item in sub[key].items()}
 
 
 def _is_string(sub: Any) -> bool:

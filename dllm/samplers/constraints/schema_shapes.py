@@ -8,7 +8,7 @@ keeps one of ``pattern``, ``format`` and min/maxLength; ``enum`` writes its valu
 ``type`` says); ``allOf`` of two schemas writes one answer after the other (``{"a":1}{"b":2}``, not
 JSON); a ``pattern`` and a property name go into the JSON text unescaped (``"`` ends the string
 early, ``\\b`` reads back as a backspace); a ``required`` name missing from ``properties`` is never
-written. Every one of these would let a constrained answer break its schema.
+written; ``minItems`` over ``maxItems`` (or ``minLength`` over ``maxLength``) writes no word, or fails. Every one of these would let a constrained answer break its schema.
 """
 from __future__ import annotations
 
@@ -55,6 +55,10 @@ def shape_errors(schema: dict) -> list[str]:
                           "writes as one answer after another (not JSON); merge them into one schema")
         if kept == "prefixItems":
             errors += _prefix_errors(sub, where)
+        for low, high in (("minItems", "maxItems"), ("minLength", "maxLength")):
+            if isinstance(sub.get(low), int) and isinstance(sub.get(high), int) and sub[low] > sub[high]:
+                errors.append(f"has {low!r} {sub[low]} over {high!r} {sub[high]} at {where}, which no value "
+                              "meets; widen them")
         if kept in ("enum", "const"):
             errors += _value_errors(sub, where, kept, validator)
         if kept == "type":
