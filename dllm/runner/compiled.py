@@ -98,11 +98,11 @@ def mark_static(cache, devices: tuple[str, ...] = ("cuda",)) -> None:
                 _STATIC[buf] = True
 
 
-def call_compiled(model: torch.nn.Module, *args) -> torch.Tensor:
+def call_compiled(model: torch.nn.Module, *args, **kwargs) -> torch.Tensor:
     """Run the compiled forward; a compiler failure becomes an error that names the fix."""
     try:
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-            return compiled_model(model)(*args)
+            return compiled_model(model)(*args, **kwargs)
     except torch._dynamo.exc.BackendCompilerFailed as err:
         raise RuntimeError(f"compile=True: torch.compile failed on {model.device.type} ({err}); "
                            "use compile=False") from err

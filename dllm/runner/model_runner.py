@@ -113,7 +113,9 @@ class ModelRunner:
             head_lo, head_hi = min(lo, max(0, self.canvas.prompt_width - int(self.shift_logits) - q_start)), T
         head = None if (head_lo, head_hi) == (0, T) else (head_lo, head_hi)
         need = self.head_rows
-        static = self.compile or self.graphs is not None  # compiled or captured forwards keep fixed shapes
+        # compiled or captured forwards keep fixed shapes: the rows' selection is a data-dependent
+        # shape (a graph break under torch.compile; a CUDA graph cannot replay it)
+        static = self.compile or self.graphs is not None
         if need is not None and (rows is not None or keep or static or self.cfg_scale > 0
                                  or need.shape != (tokens.shape[0], hi - lo) or not head_rows_pay_off(tokens.device)
                                  or not isinstance(self.model, DiffusionTransformer)):
@@ -196,13 +198,12 @@ class ModelRunner:
             if need is None and (cache is None or slot is not None):
                 return self.graphs.run(self.model, tokens, positions, visible, slot, write_at, head)
             self.graphs.stats.eager += 1  # buffers of its own (candidate states): not replayable
+        read = {} if need is None else {"head_rows": need}  # wrapped models take no head_rows
         if not self.compile:
-            if need is not None:
-                return self.model(tokens, positions, visible, cache, write_at, head, head_rows=need)
-            return self.model(tokens, positions, visible, cache, write_at, head)
+            return self.model(tokens, positions, visible, cache, write_at, head, **read)
         if cache is not None:
             mark_static(cache)
-        return call_compiled(self.model, tokens, positions, visible, cache, write_at, head)
+        return call_compiled(self.model, tokens, positions, visible, cache, write_at, head, **read)
 
     def _count(self, T: int | Tensor, N: int, rows: Tensor | None, count: Tensor | None) -> Tensor:
         charged = self.active if count is None else count & self.active

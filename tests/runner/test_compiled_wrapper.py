@@ -2,11 +2,13 @@
 wrapper per model, built once and reused by every decode (another would trace and capture again),
 and every cached forward marks its K/V buffers as static before the compiled call (on CUDA,
 where the marking matters, the graphs then write them in place). Mutation audit, round 6:
-building the wrapper at every call, or never marking the cache, passed every compile test."""
+building the wrapper at every call, or never marking the cache, passed every compile test.
+The runner's one decision on ``head_rows`` keeps them out of compiled forwards (a graph break)."""
 from __future__ import annotations
 
 import torch
 
+import dllm
 from dllm import GenerationConfig
 from dllm.engine.decoding import decode
 from dllm.runner import compiled, model_runner
@@ -55,3 +57,22 @@ def test_every_compiled_cached_forward_marks_its_cache_static_first(tiny_models,
     assert len(calls) >= 8 and all(events[i][1] is not None for i in calls)  # every forward of a dual decode is cached
     for i in calls:  # the cache was marked right before its forward
         assert events[i - 1] == ("mark", events[i][1]), events[max(0, i - 2): i + 1]
+
+
+def test_compiled_forwards_get_no_head_rows_on_a_cpu(tiny_dirs, monkeypatch):
+    """On a CPU an eager decode's forwards read only the eligible rows' logits (``head_rows``);
+    a compiled one's forwards never get them: their boolean selection is a data-dependent shape,
+    a graph break in every compiled forward. The tokens are the eager decode's either way."""
+    model = dllm.load(tiny_dirs["llada"], device="cpu", dtype="float32").model  # head_rows pay on a CPU only
+    seen = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: seen.append("head_rows" in kwargs),
+                                    with_kwargs=True)
+    monkeypatch.setattr(model_runner, "call_compiled", lambda model, *args, **kwargs: model(*args, **kwargs))
+    config = dict(gen_length=16, block_length=8, steps=8, cache="none")
+    prompts = [[5, 17, 42], [7, 8, 9, 10, 11]]
+    eager = decode(model, prompts, GenerationConfig(**config))
+    assert seen and all(seen)  # the eager forwards read eligible rows only
+    seen.clear()
+    compiled_ = decode(model, prompts, GenerationConfig(**config, compile=True))
+    assert len(seen) == 8 and not any(seen)
+    assert torch.equal(eager.answer, compiled_.answer)
