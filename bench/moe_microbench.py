@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from dllm.bench.results_store import cpu_model
-from dllm.kernels import kernel_backend
+from dllm.kernels import kernel_backend, kernels_set_to
 from dllm.models.config import MoEConfig
 from dllm.models.moe import MoEMLP
 
@@ -83,11 +82,8 @@ def run(shape: str, tokens: list[int], device: torch.device, dtype: torch.dtype,
                  "loop_ms": loop_s * 1e3, "grouped_ms": grouped_s * 1e3, "grouped_backend": kernel_backend(device),
                  "speedup": loop_s / grouped_s, "max_abs_diff": diff}
         if cuda:
-            os.environ["DLLM_KERNELS"] = "torch"
-            try:
+            with kernels_set_to("torch"):
                 entry["grouped_torch_ms"] = _time(lambda: layer(x), iters, warmup, cuda) * 1e3
-            finally:
-                os.environ["DLLM_KERNELS"] = "auto"
         rows.append(entry)
         print(f"{shape} {n:4d} tokens ({entry['experts_used']} experts): loop {entry['loop_ms']:.3f} ms, grouped "
               f"[{entry['grouped_backend']}] {entry['grouped_ms']:.3f} ms (x{entry['speedup']:.2f})"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
+from collections.abc import Iterator
 from functools import partial
 
 import torch
@@ -67,6 +68,24 @@ def kernel_backend(device=None) -> str:
                                "TRITON_INTERPRET=1 before importing dllm, or set DLLM_KERNELS=torch (or auto)")
         return "triton"
     return "triton" if dev == "cuda" and _cs.triton_available() else "torch"
+
+
+@contextlib.contextmanager
+def kernels_set_to(choice: str) -> Iterator[None]:
+    """While inside, ``DLLM_KERNELS`` is ``choice`` (one of ``BACKENDS``); after, the caller's
+    value again, or unset when it was (a bench timing the torch path beside the kernels leaves
+    a user's ``DLLM_KERNELS=triton`` as it was)."""
+    if choice not in BACKENDS:
+        raise ValueError(f"kernels_set_to({choice!r}); use one of {BACKENDS}")
+    before = os.environ.get("DLLM_KERNELS")
+    os.environ["DLLM_KERNELS"] = choice
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("DLLM_KERNELS", None)
+        else:
+            os.environ["DLLM_KERNELS"] = before
 
 
 def on_device(device: torch.device):
@@ -177,5 +196,5 @@ def log_softmax(x: Tensor) -> Tensor:
 
 __all__ = ["BACKENDS", "CALL_COUNTS", "StatsScratch", "TokenStats", "combine_shard_stats", "confidence_stats",
            "confidence_stats_torch", "grouped_matmul", "grouped_matmul_torch", "invariant_attention",
-           "invariant_linear", "kernel_backend",
+           "invariant_linear", "kernel_backend", "kernels_set_to",
            "log_softmax", "rms_norm", "shard_stats"]

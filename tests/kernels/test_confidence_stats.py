@@ -10,6 +10,7 @@ refuses to pass unless the Triton path really ran.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import pytest
@@ -201,6 +202,27 @@ def test_dispatch_refuses_instead_of_falling_back(monkeypatch):
     monkeypatch.setenv("DLLM_KERNELS", "cuda-please")
     with pytest.raises(ValueError, match="DLLM_KERNELS"):
         kernel_backend("cpu")
+
+
+def test_kernels_set_to_restores_the_callers_choice(monkeypatch):
+    """A bench that times the torch path beside the kernels leaves DLLM_KERNELS as the user set
+    it (bench/moe_microbench.py reset a user's triton to auto), or unset."""
+    for before in ("triton", "torch", None):
+        if before is None:
+            monkeypatch.delenv("DLLM_KERNELS", raising=False)
+        else:
+            monkeypatch.setenv("DLLM_KERNELS", before)
+        with kernels.kernels_set_to("torch"):
+            assert kernel_backend("cuda") == "torch"
+        assert os.environ.get("DLLM_KERNELS") == before
+        with pytest.raises(KeyError), kernels.kernels_set_to("auto"):  # restored on the way out of an error too
+            assert os.environ["DLLM_KERNELS"] == "auto"
+            raise KeyError
+        assert os.environ.get("DLLM_KERNELS") == before
+    with pytest.raises(ValueError, match="use one of"):
+        with kernels.kernels_set_to("cuda-please"):
+            pass
+    assert "DLLM_KERNELS" not in os.environ
 
 
 def test_kernel_check_fails_when_the_torch_path_runs(monkeypatch):

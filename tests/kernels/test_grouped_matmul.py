@@ -7,7 +7,6 @@ refuses as documented. The kernel check runs this file as a script in a fresh in
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 import pytest
@@ -175,11 +174,8 @@ def _moe_layer_check(device: str) -> None:
     before = CALL_COUNTS["grouped_matmul:triton"]
     got = layer(x)
     assert CALL_COUNTS["grouped_matmul:triton"] - before == 3  # gate, up, down: one launch each
-    os.environ["DLLM_KERNELS"] = "torch"
-    try:
+    with kernels.kernels_set_to("torch"):
         want = layer(x)
-    finally:
-        os.environ["DLLM_KERNELS"] = "triton"
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
