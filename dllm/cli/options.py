@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
@@ -82,13 +83,26 @@ def parse_kv(pairs: Sequence[str] | None) -> dict[str, Any]:
     return out
 
 
-def policy_names() -> dict[str, list[str]]:
-    """Registered names of each kind of policy and of the cache modes, for ``choices``."""
-    from dllm.cache import CACHES
-    from dllm.samplers import RULES, STOPPERS, STRATEGIES
+# each kind of policy and the cache modes: the package whose modules register them, and the
+# decorator they register with (``@register_rule("threshold")``)
+REGISTRIES = {"policy": ("samplers", "register_rule"), "strategy": ("samplers", "register_strategy"),
+              "stopper": ("samplers", "register_stopper"), "cache": ("cache", "register_cache")}
+REGISTERED = re.compile(r"""^@(register_\w+)\(\s*["']([^"']+)["']""", re.MULTILINE)  # a module-level decorator
 
-    return {"policy": sorted(RULES), "strategy": sorted(STRATEGIES), "stopper": sorted(STOPPERS),
-            "cache": sorted(CACHES)}
+
+def policy_names() -> dict[str, list[str]]:
+    """Registered names of each kind of policy and of the cache modes, for ``choices``: read from
+    the registering decorators in the packages' source (a few ms), since importing the registries
+    imports torch (seconds), which ``dllm generate --help`` never needs. A test holds them equal
+    to the registries' (tests/cli/test_cli_light_commands.py)."""
+    kind_of = {decorator: kind for kind, (_, decorator) in REGISTRIES.items()}
+    names: dict[str, set[str]] = {kind: set() for kind in REGISTRIES}
+    for package in sorted({package for package, _ in REGISTRIES.values()}):
+        for path in (Path(__file__).resolve().parents[1] / package).rglob("*.py"):
+            for decorator, name in REGISTERED.findall(path.read_text(encoding="utf-8")):
+                if decorator in kind_of:
+                    names[kind_of[decorator]].add(name)
+    return {kind: sorted(found) for kind, found in names.items()}
 
 
 def _one_of(names: list[str]) -> str:

@@ -9,11 +9,14 @@ half speed, so nothing defaults to float32 where a GPU is in use.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# the dtypes dllm runs, by their torch names; torch is imported by the functions that use it, so
+# the CLI's --dtype choices are read without it (``dllm generate --help`` needs no torch)
+DTYPES = ("float32", "bfloat16", "float16")
 DTYPE_CHOICES = ["auto", *DTYPES]
 DTYPE_ALIASES = {"half": "float16", "float": "float32"}  # torch's own names (torch.half), as vLLM and lm-eval take them
 DEVICE_ENV = "DLLM_DEVICE"
@@ -21,6 +24,8 @@ DEVICE_ENV = "DLLM_DEVICE"
 
 def auto_device() -> torch.device:
     """What ``device="auto"`` means here: $DLLM_DEVICE, else cuda when available, else cpu."""
+    import torch
+
     chosen = os.environ.get(DEVICE_ENV, "").strip()
     if chosen and chosen != "auto":
         return resolve_device(chosen, source=f"{DEVICE_ENV}={chosen!r}")
@@ -29,6 +34,8 @@ def auto_device() -> torch.device:
 
 def resolve_device(device: str | torch.device, *, source: str | None = None) -> torch.device:
     """A device this torch can use (``"auto"`` resolved), or a clear error before anything is read."""
+    import torch
+
     if isinstance(device, str) and device.strip().lower() == "auto":
         return auto_device()
     named = source or f"device {str(device)!r}"
@@ -62,15 +69,17 @@ def checkpoint_dtype(raw_config: dict[str, Any]) -> torch.dtype | None:
     if name not in DTYPES:
         raise ValueError(f"config.json declares torch_dtype={declared!r}, which dllm does not run; "
                          f"pass dtype= one of {list(DTYPES)} instead of 'auto'")
-    return DTYPES[name]
+    return _torch_dtype(name)
 
 
 def resolve_dtype(dtype: str | torch.dtype, *, device: torch.device | None = None,
                   declared: torch.dtype | None = None) -> torch.dtype:
     """A supported torch dtype; ``"auto"`` is ``declared`` (the checkpoint's), else bfloat16
     on a GPU and float32 elsewhere; ``"half"`` / ``"float"`` are float16 / float32."""
+    import torch
+
     if isinstance(dtype, torch.dtype):
-        if dtype not in DTYPES.values():
+        if dtype not in map(_torch_dtype, DTYPES):
             raise ValueError(f"dtype {dtype} is not supported; use one of {DTYPE_CHOICES}")
         return dtype
     if dtype == "auto":
@@ -80,4 +89,11 @@ def resolve_dtype(dtype: str | torch.dtype, *, device: torch.device | None = Non
     name = DTYPE_ALIASES.get(dtype, dtype) if isinstance(dtype, str) else dtype
     if name not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not supported; use one of {DTYPE_CHOICES}")
-    return DTYPES[name]
+    return _torch_dtype(name)
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of one of ``DTYPES``' names."""
+    import torch
+
+    return getattr(torch, name)

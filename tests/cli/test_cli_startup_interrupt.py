@@ -1,7 +1,8 @@
 """``import dllm`` does not import torch (``dllm.load`` and the other exports load on first use), so
 the ``dllm`` script, which imports ``dllm.cli`` before ``main()`` can catch anything, ends a Ctrl-C
-during its first seconds (torch importing) with one ``dllm: interrupted`` line and status 130, as
-at any later moment; it was a traceback through torch's import."""
+during its first seconds (torch importing) with one ``dllm generate: interrupted`` line and status
+130, as at any later moment; it was a traceback through torch's import. (Torch is imported once
+the command is parsed, since its options' choices are read without it: the line names the command.)"""
 from __future__ import annotations
 
 import os
@@ -33,7 +34,7 @@ def _python(code: str, *argv: str) -> subprocess.CompletedProcess:
 
 def test_ctrl_c_while_torch_imports_is_one_line_and_status_130():
     done = _python(INTERRUPTED_IMPORT, "generate", "hi")
-    assert (done.returncode, done.stderr, done.stdout) == (130, "dllm: interrupted\n", "")
+    assert (done.returncode, done.stderr, done.stdout) == (130, "dllm generate: interrupted\n", "")
 
 
 def test_import_dllm_leaves_torch_to_the_first_use():
