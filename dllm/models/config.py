@@ -155,6 +155,15 @@ def refuse_unsupported(raw: dict, supported: dict[str, tuple]) -> None:
                              "checkpoint is another model than its family's; load one with the published config")
 
 
+def end_and_pad_ids(raw: dict, default_eos: int, default_pad: int | None = None) -> tuple[tuple[int, ...], int]:
+    """config.json's end-of-text ids (``eos_token_id``: one id or a list) and pad id
+    (``pad_token_id``, ``default_pad`` when absent; the first end-of-text id when that is null)."""
+    eos = raw.get("eos_token_id", default_eos)
+    eos_ids = tuple(eos) if isinstance(eos, list) else (eos,)
+    pad = raw.get("pad_token_id", default_pad)
+    return eos_ids, pad if pad is not None else eos_ids[0]
+
+
 def block_origin_of(raw: dict) -> str:
     """The block origin a block-causal checkpoint's config.json declares (default: absolute)."""
     return str(raw.get(BLOCK_ORIGIN_KEY, "absolute"))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dllm.models.config import MoEConfig
+from dllm.models.config import MoEConfig, end_and_pad_ids
 from dllm.models.gemma import DiffusionGemma
 from dllm.models.gemma_config import GemmaConfig
 from dllm.models.sources import Source, inner_of, one
@@ -121,12 +121,10 @@ def parse_config(raw: dict[str, Any]) -> GemmaConfig:
     rope = text.get("rope_parameters") or {}
     sliding_rope = rope.get("sliding_attention") or {"rope_theta": 10_000.0}
     full_rope = rope.get("full_attention") or {"partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0}
-    eos = text.get("eos_token_id", 1)
-    eos_ids = tuple(eos) if isinstance(eos, list) else (eos,)
+    eos_ids, pad_id = end_and_pad_ids(text, 1, default_pad=0)
     moe = MoEConfig(n_experts=text["num_experts"], top_k=text["top_k_experts"],
                     expert_hidden=text["moe_intermediate_size"], norm_topk=True, activation="gelu_tanh",
                     expert_scale=True)
-    pad = text.get("pad_token_id", 0)
     return GemmaConfig(
         d_model=text.get("hidden_size", 2304),
         n_layers=n_layers,
@@ -148,7 +146,7 @@ def parse_config(raw: dict[str, Any]) -> GemmaConfig:
         final_logit_softcapping=text.get("final_logit_softcapping", 30.0),
         canvas_length=raw.get("canvas_length", 256),
         eos_token_ids=eos_ids,
-        pad_token_id=pad if pad is not None else eos_ids[0],
+        pad_token_id=pad_id,
         image_token_id=raw.get("image_token_id"),
         tie_embeddings=bool(raw.get("tie_word_embeddings", True)),
     )

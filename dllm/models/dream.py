@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dllm.models.config import ArchConfig, refuse_unsupported
+from dllm.models.config import ArchConfig, end_and_pad_ids, refuse_unsupported
 
 MODEL_TYPES = ("dream",)
 DEFAULT_MASK_ID = 151666
@@ -36,8 +36,7 @@ def parse_qwen2_config(raw: dict[str, Any], *, family: str, default_mask_id: int
         raise ValueError(f"layer_types={raw['layer_types']!r} is not supported (dllm computes full "
                          "attention in every layer, as the published checkpoints set it): this checkpoint is another "
                          "model than its family's; load one with the published config")
-    eos = raw.get("eos_token_id", 151643)
-    eos_ids = tuple(eos) if isinstance(eos, list) else (eos,)
+    eos_ids, pad_id = end_and_pad_ids(raw, 151643)
     n_heads = raw["num_attention_heads"]
     return ArchConfig(
         family=family,
@@ -53,7 +52,7 @@ def parse_qwen2_config(raw: dict[str, Any], *, family: str, default_mask_id: int
         max_sequence_length=raw.get("max_position_embeddings", 32768),
         mask_token_id=raw.get("mask_token_id", default_mask_id),
         eos_token_ids=eos_ids,
-        pad_token_id=raw.get("pad_token_id") if raw.get("pad_token_id") is not None else eos_ids[0],
+        pad_token_id=pad_id,
         qkv_bias=True,
         rope_full_precision=False,
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dllm.models.config import ArchConfig, refuse_unsupported
+from dllm.models.config import ArchConfig, end_and_pad_ids, refuse_unsupported
 
 MODEL_TYPES = ("llada",)
 ARCHITECTURES = ("LLaDAModelLM",)
@@ -51,8 +51,7 @@ def _kv_heads(raw: dict[str, Any], n_heads: int) -> int:
 def parse_config(raw: dict[str, Any]) -> ArchConfig:
     """config.json of a LLaDA checkpoint -> ArchConfig."""
     refuse_unsupported(raw, SUPPORTED)
-    eos = raw.get("eos_token_id", 126081)
-    eos_ids = tuple(eos) if isinstance(eos, list) else (eos,)
+    eos_ids, pad_id = end_and_pad_ids(raw, 126081)
     n_heads = raw["n_heads"]
     return ArchConfig(
         family="llada",
@@ -68,7 +67,7 @@ def parse_config(raw: dict[str, Any]) -> ArchConfig:
         max_sequence_length=raw.get("max_sequence_length", 4096),
         mask_token_id=raw.get("mask_token_id", DEFAULT_MASK_ID),
         eos_token_ids=eos_ids,
-        pad_token_id=raw.get("pad_token_id") if raw.get("pad_token_id") is not None else eos_ids[0],
+        pad_token_id=pad_id,
         qkv_bias=bool(raw.get("include_qkv_bias", False)),
         rope_full_precision=bool(raw.get("rope_full_precision", True)),
         tie_embeddings=bool(raw.get("weight_tying", False)),

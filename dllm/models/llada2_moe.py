@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dllm.models.config import ArchConfig, block_origin_of
+from dllm.models.config import ArchConfig, block_origin_of, end_and_pad_ids
 from dllm.models.config import MoEConfig
 from dllm.models.sources import Source, mlp_sources, one, rows_of
 
@@ -74,8 +74,7 @@ def _refuse_unsupported(raw: dict[str, Any]) -> None:
 def parse_config(raw: dict[str, Any]) -> ArchConfig:
     """config.json of a LLaDA2.x checkpoint -> ArchConfig (defaults: the remote config class)."""
     _refuse_unsupported(raw)
-    eos = raw.get("eos_token_id", DEFAULT_EOS_ID)
-    eos_ids = tuple(eos) if isinstance(eos, list) else (eos,)
+    eos_ids, pad_id = end_and_pad_ids(raw, DEFAULT_EOS_ID)
     n_heads, d_model = raw["num_attention_heads"], raw["hidden_size"]
     head_dim = raw.get("head_dim") or d_model // n_heads
     rotary = int(head_dim * float(raw.get("partial_rotary_factor", 0.5)))
@@ -104,7 +103,7 @@ def parse_config(raw: dict[str, Any]) -> ArchConfig:
         max_sequence_length=raw.get("max_position_embeddings", 16384),
         mask_token_id=raw.get("mask_token_id", DEFAULT_MASK_ID),
         eos_token_ids=eos_ids,
-        pad_token_id=raw.get("pad_token_id") if raw.get("pad_token_id") is not None else eos_ids[0],
+        pad_token_id=pad_id,
         qkv_bias=bool(raw.get("use_qkv_bias", False)),
         o_bias=bool(raw.get("use_bias", True)),
         qk_norm=bool(raw.get("use_qk_norm", True)),

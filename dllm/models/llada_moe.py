@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from dllm.models import dream
-from dllm.models.config import ArchConfig
+from dllm.models.config import ArchConfig, end_and_pad_ids
 from dllm.models.config import MoEConfig
 from dllm.models.sources import Source, mlp_sources, one
 
@@ -66,8 +66,7 @@ def _refuse_unsupported(raw: dict[str, Any]) -> None:
 def parse_config(raw: dict[str, Any]) -> ArchConfig:
     """config.json of a LLaDA-MoE checkpoint -> ArchConfig."""
     _refuse_unsupported(raw)
-    eos = raw.get("eos_token_id", DEFAULT_EOS_ID)
-    eos_ids = tuple(eos) if isinstance(eos, list) else (eos,)
+    eos_ids, pad_id = end_and_pad_ids(raw, DEFAULT_EOS_ID)
     n_heads, d_model, n_layers = raw["num_attention_heads"], raw["hidden_size"], raw["num_hidden_layers"]
     head_dim = d_model // n_heads
     freq = raw.get("moe_layer_freq") or [1] * n_layers
@@ -94,7 +93,7 @@ def parse_config(raw: dict[str, Any]) -> ArchConfig:
         max_sequence_length=raw.get("max_position_embeddings", 4096),
         mask_token_id=raw.get("mask_token_id", DEFAULT_MASK_ID),
         eos_token_ids=eos_ids,
-        pad_token_id=raw.get("pad_token_id") if raw.get("pad_token_id") is not None else eos_ids[0],
+        pad_token_id=pad_id,
         qkv_bias=bias,
         o_bias=bias,
         qk_norm=bool(raw.get("qk_layernorm", False)),

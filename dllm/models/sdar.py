@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from dllm.models import dream
-from dllm.models.config import ArchConfig, MoEConfig, block_origin_of
+from dllm.models.config import ArchConfig, MoEConfig, block_origin_of, end_and_pad_ids
 from dllm.models.sources import Source, mlp_sources, one
 
 MODEL_TYPES = ("sdar", "sdar_moe")
@@ -69,8 +69,7 @@ def _moe(raw: dict[str, Any], n_layers: int) -> tuple[MoEConfig | None, tuple[in
 
 def parse_config(raw: dict[str, Any]) -> ArchConfig:
     """config.json of an SDAR / TraDo checkpoint -> ArchConfig."""
-    eos = raw.get("eos_token_id", 151643)
-    eos_ids = tuple(eos) if isinstance(eos, list) else (eos,)
+    eos_ids, pad_id = end_and_pad_ids(raw, 151643)
     n_heads = raw["num_attention_heads"]
     bias = bool(raw.get("attention_bias", False))
     if raw.get("use_sliding_window") or raw.get("rope_scaling"):
@@ -92,7 +91,7 @@ def parse_config(raw: dict[str, Any]) -> ArchConfig:
         max_sequence_length=raw.get("max_position_embeddings", 32768),
         mask_token_id=raw.get("mask_token_id", DEFAULT_MASK_ID),
         eos_token_ids=eos_ids,
-        pad_token_id=raw.get("pad_token_id") if raw.get("pad_token_id") is not None else eos_ids[0],
+        pad_token_id=pad_id,
         qkv_bias=bias,
         o_bias=bias,
         qk_norm=True,
