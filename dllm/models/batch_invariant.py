@@ -54,7 +54,7 @@ from torch import Tensor, nn
 
 from dllm import kernels
 from dllm.models.kernel_version import modules_swapped
-from dllm.models.layers import Attention, RMSNorm
+from dllm.models.layers import Attention, LinearTwin, RMSNorm
 from dllm.models.moe import MoEMLP
 from dllm.validation import OptionTypeError
 
@@ -66,20 +66,11 @@ NOT_COVERED = ("the MoE grouped product is not yet measured on a GPU, so a row's
                "with its batch there (issue 39)")
 
 
-class InvariantLinear(nn.Module):
+class InvariantLinear(LinearTwin):
     """An ``nn.Linear`` whose product runs ``kernels.invariant_linear``; the same Parameters."""
-
-    def __init__(self, linear: nn.Linear) -> None:
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight = linear.weight  # the same Parameter: tied weights and state_dict keys unchanged
-        self.bias = linear.bias
 
     def forward(self, x: Tensor) -> Tensor:
         return kernels.invariant_linear(x, self.weight, self.bias)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 class InvariantRMSNorm(RMSNorm):

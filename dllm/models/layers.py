@@ -1,4 +1,5 @@
-"""Building blocks shared by every model family: RMSNorm, RoPE, attention, SwiGLU MLP.
+"""Building blocks shared by every model family: RMSNorm, RoPE, attention, SwiGLU MLP (and the
+base of the linears that replace nn.Linear).
 
 The families (LLaDA, Dream, block-diffusion Qwen2, SDAR, LLaDA2, LLaDA-MoE) differ only in weight
 names, config keys, ArchConfig switches (q/k norm, partial rotary, biases, MoE layers) and the
@@ -17,6 +18,21 @@ from dllm.models.visibility import KeyVisibility
 
 if TYPE_CHECKING:
     from dllm.parallel.tensor_plan import TensorShard
+
+
+class LinearTwin(nn.Module):
+    """What replaces an ``nn.Linear`` to run its product another way (batch-invariant kernels,
+    prepacked weights): the linear's own Parameters, so tied weights and state_dict keys are
+    unchanged, and its repr. Subclasses write ``forward``."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight
+        self.bias = linear.bias
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 class RMSNorm(nn.Module):

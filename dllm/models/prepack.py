@@ -25,6 +25,8 @@ from functools import lru_cache
 import torch
 from torch import Tensor, nn
 
+from dllm.models.layers import LinearTwin
+
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
 # Rows oneDNN is told to expect. Measured: with a hint of 8 or more every row count from 2 up
 # gives each row the same bits (a hint of 1 picks another kernel for single rows, and so does
@@ -96,14 +98,11 @@ def is_prepacked(model: nn.Module) -> bool:
     return any(isinstance(m, PrepackedLinear) for m in model.modules())
 
 
-class PrepackedLinear(nn.Module):
+class PrepackedLinear(LinearTwin):
     """An ``nn.Linear`` whose forward uses a oneDNN-reordered copy of its weight."""
 
     def __init__(self, linear: nn.Linear) -> None:
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight = linear.weight  # the same Parameter: tied weights and state_dict keys unchanged
-        self.bias = linear.bias
+        super().__init__(linear)
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), ROWS_HINT)
         self.packed_dtype = linear.weight.dtype  # what the copy holds, whatever .to() does to weight later
 
@@ -129,9 +128,6 @@ class PrepackedLinear(nn.Module):
         """Memory of the reordered copy, padding of oneDNN's blocked layout included (the memory
         plan counts it on top of the parameters)."""
         return torch.ops.mkldnn._nbytes(self.packed)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 def check_prepack(device: torch.device, dtype: torch.dtype) -> None:
