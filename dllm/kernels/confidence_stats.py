@@ -385,6 +385,19 @@ def triton_interpreted() -> bool:
     return isinstance(_confidence_stats_kernel, InterpretedFunction)
 
 
+def require_kernel(kernel, name: str) -> None:
+    """Refuse a launch of ``name``'s Triton kernel where triton did not import (``kernel`` None)."""
+    if kernel is None:
+        raise RuntimeError(f"{name}_triton needs triton; pip install triton or use DLLM_KERNELS=torch")
+
+
+def require_launch_device(device: torch.device) -> None:
+    """Refuse tensors where no Triton kernel runs: off CUDA without the interpreter."""
+    if device.type != "cuda" and not triton_interpreted():
+        raise RuntimeError(f"the Triton kernel got a {device.type} tensor: set TRITON_INTERPRET=1 before importing "
+                           "dllm to run it on CPU, or use DLLM_KERNELS=torch")
+
+
 def _default_block_v(V: int, interpreted: bool) -> int:
     """Chunk width: 4096 on GPU (a 16 KiB fp32 tile per iteration, enough loads in flight);
     larger under the interpreter, whose cost is per operation, not per element."""
@@ -396,13 +409,9 @@ def kernel_inputs(name: str, logits: Tensor, excluded_ids: Tensor | None,
     """The launchers' shared checks: (logits with unit column stride, the excluded ids as int32
     columns (id - vocab_start, clamped to [-1, V]: outside the row never matches; a placeholder
     when none), their count, whether interpreted). Raises where the kernel cannot run."""
-    if _confidence_stats_kernel is None:
-        raise RuntimeError(f"{name}_triton needs triton; pip install triton or use DLLM_KERNELS=torch")
+    require_kernel(_confidence_stats_kernel, name)
+    require_launch_device(logits.device)
     interpreted = triton_interpreted()
-    if logits.device.type != "cuda" and not interpreted:
-        raise RuntimeError(
-            f"the Triton kernel got a {logits.device.type} tensor: set TRITON_INTERPRET=1 before importing "
-            "dllm to run it on CPU, or use DLLM_KERNELS=torch")
     V = logits.shape[1]
     if V == 0:
         raise ValueError(f"{name} needs a non-empty vocabulary")

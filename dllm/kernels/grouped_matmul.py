@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 # the interpreter flag is global (TRITON_INTERPRET when dllm is imported): one check for every kernel
-from dllm.kernels.confidence_stats import triton_interpreted
+from dllm.kernels.confidence_stats import FLOAT_DTYPES, require_kernel, require_launch_device
 
 try:
     import triton
@@ -37,7 +37,6 @@ except ImportError:  # the torch reference needs no triton
     triton = None
     tl = None
 
-FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # A GEMM over fewer rows takes MKL's small-matrix path, whose float32 rounding differs (see the
 # module docstring); every reference GEMM covers at least this many rows.
 MIN_GEMM_ROWS = 16
@@ -171,12 +170,9 @@ def grouped_matmul_triton(x: Tensor, w: Tensor, offsets: Tensor, *, block_m: int
     (16 at decode sizes), the K tile is fixed per dtype so a row's summation order never
     depends on the batch.
     """
-    if _grouped_matmul_kernel is None:
-        raise RuntimeError("grouped_matmul_triton needs triton; pip install triton or use DLLM_KERNELS=torch")
+    require_kernel(_grouped_matmul_kernel, "grouped_matmul")
     _check(x, w, offsets)
-    if x.device.type != "cuda" and not triton_interpreted():
-        raise RuntimeError(f"the Triton kernel got a {x.device.type} tensor: set TRITON_INTERPRET=1 before importing "
-                           "dllm to run it on CPU, or use DLLM_KERNELS=torch")
+    require_launch_device(x.device)
     N, K = x.shape
     E, N_out = w.shape[0], w.shape[1]
     y = x.new_empty(N, N_out)

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dllm.kernels.confidence_stats import triton_interpreted
+from dllm.kernels.confidence_stats import FLOAT_DTYPES, require_kernel, require_launch_device
 
 try:
     import triton
@@ -38,7 +38,6 @@ except ImportError:  # the torch reference needs no triton
     triton = None
     tl = None
 
-FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 BLOCK_M, BLOCK_N = 16, 32  # fixed: never a function of the batch, the padding or the key count
 
 
@@ -176,12 +175,9 @@ def invariant_attention_triton(q: Tensor, k: Tensor, v: Tensor, valid: Tensor | 
     """Launch ``_invariant_attention_kernel``; same contract as ``invariant_attention_torch``
     (a query that sees no key gets zeros). Needs unit stride on D; float32 products in IEEE
     precision. On CUDA, or on CPU under TRITON_INTERPRET=1."""
-    if _invariant_attention_kernel is None:
-        raise RuntimeError("invariant_attention_triton needs triton; pip install triton or use DLLM_KERNELS=torch")
+    require_kernel(_invariant_attention_kernel, "invariant_attention")
     _check(q, k, v, valid, key_end, positions)
-    if q.device.type != "cuda" and not triton_interpreted():
-        raise RuntimeError(f"the Triton kernel got a {q.device.type} tensor: set TRITON_INTERPRET=1 before importing "
-                           "dllm to run it on CPU, or use DLLM_KERNELS=torch")
+    require_launch_device(q.device)
     q, k, v = (t if t.stride(3) == 1 else t.contiguous() for t in (q, k, v))
     B, H, T, D = q.shape
     out = q.new_empty(B, T, H, D)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dllm.kernels.confidence_stats import triton_interpreted
+from dllm.kernels.confidence_stats import FLOAT_DTYPES, require_kernel, require_launch_device
 
 try:
     import triton
@@ -26,7 +26,6 @@ except ImportError:  # the torch reference needs no triton
     triton = None
     tl = None
 
-FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # The schedule: fixed per dtype, never a function of the row count (that is the whole point).
 BLOCK_M, BLOCK_N = 32, 64
 BLOCK_K = {torch.float32: 32, torch.bfloat16: 64, torch.float16: 64}
@@ -95,12 +94,9 @@ def invariant_linear_triton(x: Tensor, w: Tensor, bias: Tensor | None = None) ->
 
     float32 inputs multiply in IEEE precision (not TF32); tiles BLOCK_M x BLOCK_N x BLOCK_K[dtype]
     whatever the row count. x on CUDA, or on CPU under TRITON_INTERPRET=1."""
-    if _invariant_linear_kernel is None:
-        raise RuntimeError("invariant_linear_triton needs triton; pip install triton or use DLLM_KERNELS=torch")
+    require_kernel(_invariant_linear_kernel, "invariant_linear")
     _check(x, w, bias)
-    if x.device.type != "cuda" and not triton_interpreted():
-        raise RuntimeError(f"the Triton kernel got a {x.device.type} tensor: set TRITON_INTERPRET=1 before importing "
-                           "dllm to run it on CPU, or use DLLM_KERNELS=torch")
+    require_launch_device(x.device)
     K, N = w.shape[1], w.shape[0]
     x2 = x.reshape(-1, K)  # (M, K): a view where the leading dims allow it
     M = x2.shape[0]

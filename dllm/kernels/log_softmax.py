@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dllm.kernels.confidence_stats import triton_interpreted
+from dllm.kernels.confidence_stats import FLOAT_DTYPES, require_kernel, require_launch_device
 
 try:
     import triton
@@ -22,7 +22,6 @@ except ImportError:  # the torch reference needs no triton
     triton = None
     tl = None
 
-FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_BLOCK_V = 4096  # the chunk a row is read in: a function of V only
 
 
@@ -71,12 +70,9 @@ else:
 def log_softmax_triton(x: Tensor) -> Tensor:
     """Launch ``_log_softmax_kernel``; same contract as ``log_softmax_torch``. x on CUDA, or on
     CPU under TRITON_INTERPRET=1."""
-    if _log_softmax_kernel is None:
-        raise RuntimeError("log_softmax_triton needs triton; pip install triton or use DLLM_KERNELS=torch")
+    require_kernel(_log_softmax_kernel, "log_softmax")
     _check(x)
-    if x.device.type != "cuda" and not triton_interpreted():
-        raise RuntimeError(f"the Triton kernel got a {x.device.type} tensor: set TRITON_INTERPRET=1 before importing "
-                           "dllm to run it on CPU, or use DLLM_KERNELS=torch")
+    require_launch_device(x.device)
     V = x.shape[-1]
     x2 = x.reshape(-1, V)
     if x2.stride(1) != 1:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dllm.kernels.confidence_stats import triton_interpreted
+from dllm.kernels.confidence_stats import FLOAT_DTYPES, require_kernel, require_launch_device
 
 try:
     import triton
@@ -24,7 +24,6 @@ except ImportError:  # the torch reference needs no triton
     triton = None
     tl = None
 
-FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_BLOCK_D = 1024  # the chunk a row is read in: a function of D only
 
 
@@ -90,12 +89,9 @@ def rms_norm_triton(x: Tensor, weight: Tensor | None, eps: float, *, cast_last: 
     """Launch ``_rms_norm_kernel``; same contract as ``rms_norm_torch`` (output dtype: x's and
     weight's promoted, x's with ``cast_last`` or no weight). x on CUDA, or on CPU under
     TRITON_INTERPRET=1."""
-    if _rms_norm_kernel is None:
-        raise RuntimeError("rms_norm_triton needs triton; pip install triton or use DLLM_KERNELS=torch")
+    require_kernel(_rms_norm_kernel, "rms_norm")
     _check(x, weight)
-    if x.device.type != "cuda" and not triton_interpreted():
-        raise RuntimeError(f"the Triton kernel got a {x.device.type} tensor: set TRITON_INTERPRET=1 before importing "
-                           "dllm to run it on CPU, or use DLLM_KERNELS=torch")
+    require_launch_device(x.device)
     D = x.shape[-1]
     x2 = x.reshape(-1, D)
     if D and x2.stride(1) != 1:

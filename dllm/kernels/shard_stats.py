@@ -177,8 +177,7 @@ def shard_stats_triton(logits: Tensor, *, vocab_start: int, temperature: float =
     excluded_ids: at most MAX_EXCLUDED global ids (those outside the shard are ignored)."""
     if logits.dim() != 2 or logits.dtype not in FLOAT_DTYPES:
         raise ValueError(f"shard_stats expects (rows, vocab) float logits, got {tuple(logits.shape)} {logits.dtype}")
-    if _shard_stats_kernel is None:
-        raise RuntimeError("shard_stats_triton needs triton; pip install triton or use DLLM_KERNELS=torch")
+    _cs.require_kernel(_shard_stats_kernel, "shard_stats")
     logits, ex, n_ex, interpreted = _cs.kernel_inputs("shard_stats", logits, excluded_ids, vocab_start)
     R, V = logits.shape
     dev = logits.device

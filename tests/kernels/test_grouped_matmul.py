@@ -18,6 +18,7 @@ from tests.kernels.kernel_subprocess import NO_TRITON, run_kernel_check, skip_in
 
 # the module (the package attribute of that name is the dispatch function)
 gm = importlib.import_module("dllm.kernels.grouped_matmul")
+cs = importlib.import_module("dllm.kernels.confidence_stats")  # the launchers' triton checks
 
 
 # rows per expert: empty experts, one expert taking every row, N not a multiple of any tile,
@@ -99,7 +100,7 @@ def test_dispatch_auto_uses_torch_on_cpu_and_counts(monkeypatch):
 def test_dispatch_refuses_instead_of_falling_back(monkeypatch):
     monkeypatch.setenv("DLLM_KERNELS", "triton")
     x, w, offsets = _case([2, 3], 8, 4, torch.float32, "cpu", torch.Generator().manual_seed(0))
-    if gm.triton_available() and not gm.triton_interpreted():
+    if gm.triton_available() and not cs.triton_interpreted():
         with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
             kernels.grouped_matmul(x, w, offsets)
         with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
@@ -124,7 +125,7 @@ def _kernel_check(device: str) -> None:
     backend = kernel_backend(device)
     assert backend == "triton", f"dispatch backend is {backend!r}, not 'triton'"
     if device == "cpu":
-        assert gm.triton_interpreted(), "kernel was not built for the Triton interpreter"
+        assert cs.triton_interpreted(), "kernel was not built for the Triton interpreter"
     reference = gm.grouped_matmul_torch
 
     def refuse(*args, **kwargs):
@@ -222,7 +223,7 @@ def test_the_row_tile_is_pinned_or_follows_the_rows_per_expert(monkeypatch):
             return lambda *args, **meta: launched.append(meta["BLOCK_M"])
 
     monkeypatch.setattr(gm, "_grouped_matmul_kernel", Launch())
-    monkeypatch.setattr(gm, "triton_interpreted", lambda: True)
+    monkeypatch.setattr(cs, "triton_interpreted", lambda: True)
     g = torch.Generator().manual_seed(0)
 
     def tile(rows_per_expert: int, block_m: int | None = None) -> int:
