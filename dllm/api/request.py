@@ -9,7 +9,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from dllm.engine.config import GenerationConfig, block_aligned_gen_length, sample_seeds
+from dllm.engine.config import DEFAULT_BLOCK_LENGTH, GenerationConfig, block_aligned_gen_length, sample_seeds
 from dllm.engine.decoding import check_seeds
 from dllm.api.stops import StopConditions
 from dllm.validation import OptionTypeError
@@ -55,12 +55,6 @@ class OutputRequest:
         stops = StopConditions.parse(stop, stop_token_ids, vocab_size=vocab_size)
         return cls(stops=stops, max_tokens=None if max_tokens is None else int(max_tokens), n=int(n), echo=echo,
                    logprobs=None if logprobs is None else int(logprobs))
-
-
-# the block of interactive decoding (the server, dllm chat) when no option sets one: Fast-dLLM's and
-# LLaDA's semi-autoregressive block (LLaDA's chat.py), Fast-dLLM v2's and LLaDA2's model block; an answer
-# that ends early stops after its block instead of decoding one block of the whole length
-DEFAULT_BLOCK_LENGTH = 32
 
 
 # keywords of a generate call beside GenerationConfig's fields, and other libraries' names for them

@@ -8,6 +8,12 @@ from typing import Any
 from dllm.validation import OptionTypeError, check_value, field_types
 
 # other libraries' names for a field (transformers' GenerationConfig, Fast-dLLM's and Dream's loops)
+# the block of interactive decoding (the server, dllm chat) when no option sets one: Fast-dLLM's and
+# LLaDA's semi-autoregressive block (LLaDA's chat.py), Fast-dLLM v2's and LLaDA2's model block; an answer
+# that ends early stops after its block instead of decoding one block of the whole length
+DEFAULT_BLOCK_LENGTH = 32
+
+
 FOREIGN_FIELDS = {"max_new_tokens": "gen_length", "max_length": "gen_length", "max_tokens": "gen_length",
                   "block_size": "block_length", "diffusion_steps": "steps",
                   "do_sample": "temperature (it samples when > 0; do_sample=False is the default 0)"}

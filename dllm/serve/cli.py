@@ -195,7 +195,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
 def _serve_help(p: argparse.ArgumentParser) -> None:
     """The shared decoding flags' help as a server reads them (``server_defaults``): defaults of
     each request, not one decode's."""
-    from dllm.serve.requests import DEFAULT_BLOCK_LENGTH
+    from dllm.engine.config import DEFAULT_BLOCK_LENGTH
 
     meanings = {
         "--gen-length": "max_tokens of a request that sends none (fewer when its prompt leaves fewer whole blocks "

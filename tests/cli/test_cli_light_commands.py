@@ -47,6 +47,7 @@ def _dllm(*argv: str) -> tuple[str, str]:
     (["models"], "name "),  # the bundled models' table: read from their files' headers, no torch
     (["generate", "--help"], "usage: dllm generate [-h]"),
     (["chat", "--help"], "usage: dllm chat [-h]"),
+    (["serve", "--help"], "usage: dllm serve [-h]"),
 ])
 def test_commands_without_a_model_import_no_torch(argv, first_line):
     output, modules = _dllm(*argv)
