@@ -28,6 +28,7 @@ from dllm.models.loading import read_config
 from dllm.models.tiny import write_tiny_checkpoint
 from dllm.parallel.tensor_plan import TensorPlanError, check_plan
 from dllm.parallel.vocab_shard import _key_floats, _order_keys, filter_shard_logits, shard_logprobs
+from tests.once_per_run import once_per_run
 from tests.parallel.tp_worker import decode_logprobs, denoise_logits
 from torchrun_helpers import torchrun
 
@@ -75,16 +76,16 @@ def _torchrun(args, nproc, env=None, timeout=240):
     return torchrun(args, nproc, env, timeout)
 
 
+def _write_tiny(root: Path) -> None:
+    for i, (family, kw) in enumerate(TINY):
+        write_tiny_checkpoint(root / family, family, seed=10 + i, **kw)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tp-tiny")
+    root = once_per_run(tmp_path_factory, "tp-tiny", _write_tiny)  # one copy: the tp2 job's spec names it
     g = torch.Generator().manual_seed(0)
-    out = {}
-    for i, (family, kw) in enumerate(TINY):
-        path = write_tiny_checkpoint(root / family, family, seed=10 + i, **kw)
-        ids = torch.randint(0, 300, (2, 12), generator=g)
-        out[family] = (path, ids)
-    return out
+    return {family: (root / family, torch.randint(0, 300, (2, 12), generator=g)) for family, _ in TINY}
 
 
 def _spec_logits(tiny):
@@ -95,7 +96,9 @@ def _spec_logits(tiny):
 def gemma(tmp_path_factory):
     """A tiny DiffusionGemma (4 heads; a sliding layer of 2 K/V heads, a full one of 1 of twice the
     head size; 4 experts), a prefix and a canvas for its denoiser."""
-    path = write_tiny_checkpoint(tmp_path_factory.mktemp("tp-gemma") / "gemma", "diffusion_gemma", seed=3)
+    root = once_per_run(tmp_path_factory, "tp-gemma",
+                        lambda root: write_tiny_checkpoint(root / "gemma", "diffusion_gemma", seed=3))
+    path = root / "gemma"
     g = torch.Generator().manual_seed(2)
     return path, torch.randint(6, 250, (2, 11), generator=g), torch.randint(6, 250, (2, 8), generator=g)
 
@@ -117,7 +120,7 @@ def _gemma_case(tp2, kind: str) -> tuple[dict, dict]:
 
 @pytest.fixture(scope="module")
 def tp2(tiny, gemma, tmp_path_factory):
-    root = tmp_path_factory.mktemp("tp2")
+    """(spec, outputs) of the 2-rank job, run once however many workers run this file's tests."""
     spec = [{"model": name, "kind": "generate", "prompts": PROMPTS, "config": _config(opt),
              "structured": opt.get("structured", {})} for name, opt in DECODES]
     spec += [{"model": str(tiny["llada2_moe"][0]), "kind": "generate", "prompts": PROMPTS,
@@ -125,9 +128,14 @@ def tp2(tiny, gemma, tmp_path_factory):
     spec += _spec_logits(tiny) + _spec_gemma(gemma)
     spec += [{"model": name, "kind": "logprobs", "prompts": PROMPTS, "top": 3, "config": {**GEN, **opt}}
              for name, opt in LOGPROBS]
-    (root / "spec.json").write_text(json.dumps(spec))
-    done = _torchrun([str(WORKER), str(root / "spec.json"), str(root / "out.json")], 2)
-    assert done.returncode == 0, done.stderr[-3000:]
+
+    def run(root: Path) -> None:
+        (root / "spec.json").write_text(json.dumps(spec))
+        done = _torchrun([str(WORKER), str(root / "spec.json"), str(root / "out.json")], 2)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    root = once_per_run(tmp_path_factory, "tp2", run)
+    assert json.loads((root / "spec.json").read_text()) == json.loads(json.dumps(spec))  # the job this worker asks for
     return spec, json.loads((root / "out.json").read_text())
 
 
