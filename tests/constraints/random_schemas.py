@@ -35,11 +35,15 @@ class RandomSchema:
     prefixItems and bounds, strings with lengths, patterns, formats, enum, const, bounded integers
     and numbers, type lists, anyOf, allOf of one, $defs with $ref (recursive too) and descriptions;
     now and then a keyword the constraint refuses (multipleOf, uniqueItems, oneOf, pattern beside
-    maxLength)."""
+    maxLength). With ``edges``, also the shapes schema_normal.py rewrites: keywords with no type,
+    type lists beside object and array keywords, ``false`` and ``true`` as items, properties and
+    branches, allOf of several objects (through $ref too) and keywords beside a $ref,
+    ``uniqueItems`` with at most one item, and a $ref to nothing (refused)."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, edges: bool = False):
         self.rng = random.Random(seed)
         self.defs: dict[str, Any] = {}
+        self.edges = edges
 
     def top(self) -> dict:
         schema = self.schema(0) if self.rng.random() < 0.3 else self.object(0)
@@ -49,6 +53,7 @@ class RandomSchema:
         kinds = [self.string, self.integer, self.number, self.boolean, self.null, self.enum, self.const]
         if depth < 3:
             kinds += [self.object] * 3 + [self.array] * 2 + [self.any_of, self.all_of_one, self.type_list, self.ref]
+            kinds += [self.all_of, self.ref_beside, self.typeless, self.nullable] * 2 if self.edges else []
         schema = self.rng.choice(kinds)(depth)
         if self.rng.random() < 0.2:
             schema["description"] = "what this field holds"
@@ -118,6 +123,9 @@ class RandomSchema:
             schema["additionalProperties"] = {"type": "integer"}
         if not names and rng.random() < 0.5:
             del schema["properties"]
+        if self.edges and rng.random() < 0.3:
+            schema.setdefault("properties", {})[rng.choice([n for n in NAMES if n not in names])] = \
+                rng.choice([False, True])
         return schema
 
     def array(self, depth: int) -> dict:
@@ -130,10 +138,68 @@ class RandomSchema:
         schema.update({"minItems": rng.randint(0, 2)} if rng.random() < 0.4 else {})
         schema.update({"maxItems": schema.get("minItems", 0) + rng.randint(0, 3)} if rng.random() < 0.4 else {})
         schema.update({"uniqueItems": True} if rng.random() < 0.05 else {})  # refused
+        if self.edges and rng.random() < 0.2:  # no two items: uniqueItems asserts nothing
+            schema.update(uniqueItems=True, maxItems=rng.randint(0, 1))
+            schema.pop("minItems", None)
+        if self.edges and "prefixItems" not in schema and rng.random() < 0.15:
+            schema["items"] = False
+            schema.pop("minItems", None)
+        return schema
+
+    def all_of(self, depth: int) -> dict:
+        """allOf of objects (one through a $ref now and then) sharing some properties, sometimes
+        closed, sometimes requiring what another part lists."""
+        rng, parts = self.rng, []
+        shared = {"id": {"type": "integer"}, "name": {"type": "string", "maxLength": 8}}
+        for _ in range(rng.randint(2, 3)):
+            names = rng.sample(NAMES, rng.randint(1, 3))
+            props = {name: shared.get(name) or self.schema(depth + 1) for name in names}
+            part: dict[str, Any] = {"type": "object", "properties": props} if rng.random() < 0.8 else {"properties": props}
+            part["required"] = [name for name in names if rng.random() < 0.5]
+            if rng.random() < 0.25:
+                part["additionalProperties"] = False
+            parts.append(part)
+        if rng.random() < 0.4:
+            name = f"d{len(self.defs)}"
+            self.defs[name] = parts[0]
+            parts[0] = {"$ref": f"#/$defs/{name}"}
+        return {"allOf": parts, "description": "merged"} if rng.random() < 0.3 else {"allOf": parts}
+
+    def ref_beside(self, depth: int) -> dict:
+        """A $ref with keywords beside it (a description, a bound, more properties), or to nothing."""
+        rng, name = self.rng, f"d{len(self.defs)}"
+        if rng.random() < 0.1:
+            return {"$ref": "#/$defs/missing"}  # refused
+        kind = rng.choice(["object", "string", "integer"])
+        if kind == "object":
+            self.defs[name] = self.object(depth + 1)
+            beside = {"properties": {"extra": {"type": "boolean"}}} if rng.random() < 0.5 else {}
+        elif kind == "string":
+            self.defs[name] = {"type": "string"}
+            beside = {"maxLength": rng.randint(1, 6)}
+        else:
+            self.defs[name] = {"type": "integer", "minimum": rng.randint(-5, 5)}
+            beside = {"maximum": rng.randint(6, 20)}
+        return {"$ref": f"#/$defs/{name}", "description": "see there", **beside}
+
+    def typeless(self, depth: int) -> dict:
+        """Keywords of a type with no ``type``: every value of another type is an instance too."""
+        rng = self.rng
+        schema = rng.choice([self.object, self.array, self.string, self.integer, self.number])(depth)
+        if len(schema) > 1:
+            del schema["type"]
+        return schema
+
+    def nullable(self, depth: int) -> dict:
+        """An object or array schema whose type is a list with null (Optional[Model])."""
+        schema = (self.object if self.rng.random() < 0.6 else self.array)(depth)
+        schema["type"] = [schema["type"], "null"] if self.rng.random() < 0.8 else [schema["type"]]
         return schema
 
     def any_of(self, depth: int) -> dict:
         branches = [self.schema(depth + 1) for _ in range(self.rng.randint(1, 3))]
+        if self.edges and self.rng.random() < 0.3:
+            branches.insert(self.rng.randint(0, len(branches)), self.rng.choice([False, True]))
         return {"oneOf": branches} if self.rng.random() < 0.05 else {"anyOf": branches}  # oneOf: refused
 
     def all_of_one(self, depth: int) -> dict:
@@ -164,18 +230,45 @@ class RandomInstance:
         rng = self.rng
         if schema is True or schema == {}:
             return rng.choice([1, "x", None])
+        if "allOf" in schema or ("$ref" in schema and len(schema) > 1):
+            return self._all(schema, depth)
         while "$ref" in schema:
             schema = self.root["$defs"][schema["$ref"].rsplit("/", 1)[-1]]
         if "const" in schema:
             return schema["const"]
         if "enum" in schema:
             return rng.choice(schema["enum"])
-        for key in ("anyOf", "oneOf", "allOf"):
+        for key in ("anyOf", "oneOf"):
             if key in schema:
-                return self.value(rng.choice(schema[key]), depth)
-        kind = schema.get("type", "string")
-        kind = rng.choice(kind) if isinstance(kind, list) else kind
-        return getattr(self, f"_{kind}")(schema, depth)
+                return self.value(rng.choice([branch for branch in schema[key] if branch is not False]), depth)
+        return getattr(self, f"_{self._kind(schema)}")(schema, depth)
+
+    def _kind(self, schema: dict) -> str:
+        """The type to write: one of a type list, or with no type mostly the one its keywords are of."""
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            return self.rng.choice(kind)
+        if kind is not None:
+            return kind
+        keyed = [name for name, keys in (("object", ("properties", "required", "additionalProperties")),
+                                         ("array", ("items", "prefixItems", "minItems", "maxItems")),
+                                         ("string", ("minLength", "maxLength", "pattern", "format")),
+                                         ("number", ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")))
+                 if any(key in schema for key in keys)]
+        if keyed and self.rng.random() < 0.7:
+            return keyed[0]
+        return self.rng.choice(["string", "number", "boolean", "null", "object", "array"])
+
+    def _all(self, schema: dict, depth: int) -> Any:
+        """A value of every part of an allOf (or a $ref with keywords beside it): the parts' objects
+        joined in order, else the first part's value."""
+        parts = [self.root["$defs"][schema["$ref"].rsplit("/", 1)[-1]]] if "$ref" in schema else []
+        parts += schema.get("allOf", [])
+        parts.append({key: value for key, value in schema.items() if key not in ("$ref", "allOf")})
+        values = [self.value(part, depth) for part in parts if part is not True]
+        if all(isinstance(value, dict) for value in values):
+            return {key: value for part in values for key, value in part.items()}
+        return values[0]
 
     def _null(self, schema: dict, depth: int) -> None:
         return None
@@ -217,6 +310,8 @@ class RandomInstance:
         return "".join(rng.choice(string.ascii_letters + " é/'-") for _ in range(size))
 
     def _array(self, schema: dict, depth: int) -> list:
+        if schema.get("items") is False and "prefixItems" not in schema:
+            return []
         if "prefixItems" in schema:
             return [self.value(item, depth + 1) for item in schema["prefixItems"]]
         low = schema.get("minItems", 0)
@@ -226,7 +321,7 @@ class RandomInstance:
     def _object(self, schema: dict, depth: int) -> dict:
         required = set(schema.get("required", []))
         return {name: self.value(sub, depth + 1) for name, sub in (schema.get("properties") or {}).items()
-                if name in required or (depth < 4 and self.rng.random() < 0.5)}
+                if sub is not False and (name in required or (depth < 4 and self.rng.random() < 0.5))}
 
 
 def format_checker() -> jsonschema.FormatChecker:

@@ -15,6 +15,9 @@ from tests.constraints.random_schemas import RandomInstance, RandomSchema, forma
 from tests.constraints.test_schema_shapes import regex_words
 
 SEEDS = (*range(1, 25), 45, 46, 48, 61, 83)  # refused and accepted, formats, a recursive $ref; each quick
+# RandomSchema(seed, edges=True): allOf merged and refused, a $ref with a bound beside it, false as
+# items and property, a nullable array, a $ref to nothing; each quick
+EDGE_SEEDS = (3, 7, 9, 10, 12, 13, 30, 34, 35, 58, 93)
 
 
 def _outcome(schema: dict) -> str | None:
@@ -27,9 +30,9 @@ def _outcome(schema: dict) -> str | None:
     return spec.to_regex()
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_random_schema_is_refused_or_sound_and_complete(seed):
-    schema = RandomSchema(seed).top()
+@pytest.mark.parametrize("seed, edges", [*((seed, False) for seed in SEEDS), *((seed, True) for seed in EDGE_SEEDS)])
+def test_random_schema_is_refused_or_sound_and_complete(seed, edges):
+    schema = RandomSchema(seed, edges=edges).top()
     regex = _outcome(schema)
     if regex is None:
         return
@@ -54,6 +57,20 @@ def test_the_seeds_cover_both_outcomes():
     assert 0 < sum(outcomes) < len(outcomes) / 2
     texts = [json.dumps(schema) for schema in schemas]
     assert any('"kids"' in text for text in texts) and any('"format"' in text for text in texts)
+
+
+def test_the_edge_seeds_cover_the_rewritten_shapes():
+    """The edge seeds hold a merged allOf, a refused one, a $ref with a keyword beside it, false as
+    items and as a property, a type list with null and a $ref to nothing."""
+    schemas = {seed: RandomSchema(seed, edges=True).top() for seed in EDGE_SEEDS}
+    texts = {seed: json.dumps(schema) for seed, schema in schemas.items()}
+    accepted = {seed for seed, schema in schemas.items() if _outcome(schema) is not None}
+    assert any('"allOf"' in texts[seed] for seed in accepted) and any('"allOf"' in texts[seed] for seed in
+                                                                        set(EDGE_SEEDS) - accepted)
+    assert any('"see there", "maximum"' in texts[seed] for seed in accepted)
+    assert any('"items": false' in texts[seed] for seed in accepted) and any('"null"]' in texts[seed] for seed in accepted)
+    assert any(': false, "' in texts[seed] or ': false}' in texts[seed] for seed in accepted)
+    assert any("#/$defs/missing" in text for text in texts.values())
 
 
 def test_a_pretty_printed_instance_is_not_a_word():

@@ -62,9 +62,9 @@ def range_pattern(sub: Any) -> str | None:
     return None if bounds is None else number_range_regex(*bounds)
 
 
-def check_integer_ranges(schema: dict) -> None:
+def check_integer_ranges(schema: dict, places: dict[int, str] | None = None) -> None:
     """Refuse bounds that leave no integer (or no number written), naming where."""
-    for sub, where in subschemas(schema):
+    for sub, where in subschemas(schema, places=places):
         bounds = integer_bounds(sub)
         if bounds is not None and None not in bounds and bounds[0] > bounds[1]:
             raise ValueError(f"json_schema's integer bounds at {where} leave no integer ({bounds[0]} > {bounds[1]}); "

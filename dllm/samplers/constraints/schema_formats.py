@@ -50,9 +50,9 @@ FORMAT_PATTERNS = {
 OWN_FORMATS = ("uuid",)
 
 
-def check_formats(schema: dict) -> None:
+def check_formats(schema: dict, places: dict[int, str] | None = None) -> None:
     """Refuse a string format no pattern here or in outlines-core writes, naming it and where."""
-    for sub, where in subschemas(schema):
+    for sub, where in subschemas(schema, places=places):
         fmt = sub.get("format")
         if _is_string(sub) and fmt not in FORMAT_PATTERNS and fmt not in OWN_FORMATS:
             known = ", ".join(sorted([*FORMAT_PATTERNS, *OWN_FORMATS]))

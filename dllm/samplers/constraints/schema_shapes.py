@@ -5,10 +5,12 @@ Measured on outlines-core 0.2.14: each subschema is written from the first of ``
 ``allOf``, ``anyOf``, ``prefixItems``, ``enum``, ``const``, ``$ref``, ``type`` it holds, and what
 stands beside that keyword is dropped (``properties`` with ``anyOf`` ignores the anyOf; a string
 keeps one of ``pattern``, ``format`` and min/maxLength; ``enum`` writes its values whatever the
-``type`` says); ``allOf`` of two schemas writes one answer after the other (``{"a":1}{"b":2}``, not
-JSON); a ``pattern`` and a property name go into the JSON text unescaped (``"`` ends the string
+``type`` says); a ``pattern`` and a property name go into the JSON text unescaped (``"`` ends the string
 early, ``\\b`` reads back as a backspace); a ``required`` name missing from ``properties`` is never
-written; ``minItems`` over ``maxItems`` (or ``minLength`` over ``maxLength``) writes no word, or fails. Every one of these would let a constrained answer break its schema.
+written; ``minItems`` over ``maxItems`` (or ``minLength`` over ``maxLength``) writes no word, or
+fails. Every one of these would let a constrained answer break its schema. The checks see the
+schema as schema_normal.py rewrites it (allOf merged, keywords with no type split by type), named by
+the places of the schema the user sent.
 """
 from __future__ import annotations
 
@@ -38,11 +40,11 @@ STRING_GROUPS = (("pattern",), ("format",), ("minLength", "maxLength"))
 JSON_ESCAPED = ('"', "\\", *map(chr, range(0x20)))
 
 
-def shape_errors(schema: dict) -> list[str]:
+def shape_errors(schema: dict, places: dict[int, str] | None = None) -> list[str]:
     """What the schema -> regex would write wrongly, one sentence each, with its JSON pointer."""
     validator = _validator(schema)
     errors: list[str] = []
-    for sub, where in subschemas(schema):
+    for sub, where in subschemas(schema, places=places):
         kept = next((key for key in DISPATCH if key in sub), None)
         if kept in READ_BESIDE:
             dropped = sorted((set(sub) & ASSERTIONS) - {kept} - READ_BESIDE[kept] - set(UNENFORCED))
@@ -50,9 +52,6 @@ def shape_errors(schema: dict) -> list[str]:
                 errors.append(f"has {', '.join(map(repr, dropped))} beside {kept!r} at {where}, which its "
                               f"schema -> regex drops (it writes the subschema from {kept!r} alone); move them "
                               f"{MOVE_TO[kept]}")
-        if isinstance(sub.get("allOf"), list) and len(sub["allOf"]) > 1:
-            errors.append(f"has 'allOf' of {len(sub['allOf'])} schemas at {where}, which its schema -> regex "
-                          "writes as one answer after another (not JSON); merge them into one schema")
         if kept == "prefixItems":
             errors += _prefix_errors(sub, where)
         for low, high in (("minItems", "maxItems"), ("minLength", "maxLength")):
@@ -88,9 +87,13 @@ def shape_errors(schema: dict) -> list[str]:
     return errors
 
 
-def check_shapes(schema: dict) -> None:
+def check_shapes(schema: dict, places: dict[int, str] | None = None) -> None:
     """Refuse a schema the schema -> regex would write wrongly, naming where and the fix."""
-    errors = shape_errors(schema)
+    refuse_first(shape_errors(schema, places))
+
+
+def refuse_first(errors: list[str]) -> None:
+    """Raise the first of ``errors`` (sentences that name a place and a fix), counting the rest."""
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ValueError(f"json_schema {errors[0]}{more}")

@@ -7,8 +7,9 @@ keywords are refused here by name and place (``minProperties`` {} passes too), a
 shapes it writes wrongly (schema_shapes.py), so every constrained answer validates against its
 schema; integer and number bounds are written as exact ranges (integer_ranges.py); the rest (types,
 properties, required, additionalProperties, enum, const, items,
-prefixItems, min/maxItems, min/maxLength, pattern, format, anyOf, allOf of one schema, $ref)
-is enforced by the regex.
+prefixItems, min/maxItems, min/maxLength, pattern, format, anyOf, allOf merged into one schema,
+$ref) is enforced by the regex; ``uniqueItems`` that asserts nothing (``false``, at most one item)
+is dropped first (schema_normal.py).
 """
 from __future__ import annotations
 
@@ -30,16 +31,16 @@ UNENFORCED = {
     "dependentSchemas": "drop it", "dependencies": "drop it", "dependentRequired": "drop it",
     "minProperties": "list the properties and make them required", "maxProperties": "list the properties",
 }
-def unenforced_keywords(schema: Any) -> list[tuple[str, str]]:
+def unenforced_keywords(schema: Any, places: dict[int, str] | None = None) -> list[tuple[str, str]]:
     """(keyword, JSON pointer of the schema using it) for every keyword of ``UNENFORCED`` in
-    ``schema`` and its subschemas."""
-    return [(key, where) for sub, where in subschemas(schema) for key in sub if key in UNENFORCED
+    ``schema`` and its subschemas (``places``: see schema_walk.subschemas)."""
+    return [(key, where) for sub, where in subschemas(schema, places=places) for key in sub if key in UNENFORCED
             and not (key in BOUNDS and bounded(sub))]  # written as an exact range
 
 
-def check_enforceable(schema: dict) -> None:
+def check_enforceable(schema: dict, places: dict[int, str] | None = None) -> None:
     """Refuse a schema with a keyword the constraint would ignore, naming it, where, and the fix."""
-    found = unenforced_keywords(schema)
+    found = unenforced_keywords(schema, places)
     if found:
         key, where = found[0]
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""

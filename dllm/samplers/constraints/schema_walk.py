@@ -11,19 +11,23 @@ _MANY = ("anyOf", "allOf", "oneOf", "prefixItems", "items")
 _MAPPED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
-def subschemas(schema: Any, path: str = "") -> Iterator[tuple[dict, str]]:
-    """Every (sub)schema object in ``schema`` with its JSON pointer, ``schema`` first, depth first."""
+def subschemas(schema: Any, path: str = "", places: dict[int, str] | None = None) -> Iterator[tuple[dict, str]]:
+    """Every (sub)schema object in ``schema`` with its JSON pointer, ``schema`` first, depth first.
+    ``places`` (id of a subschema -> pointer) names where a rewritten schema's parts stood in the
+    schema the user sent (schema_normal.py); a part not in it is named from its parent's place."""
     if not isinstance(schema, dict):
         return
+    if places:
+        path = places.get(id(schema), path)
     yield schema, path or "/"
     for key in _ONE:
         if isinstance(schema.get(key), dict):
-            yield from subschemas(schema[key], f"{path}/{key}")
+            yield from subschemas(schema[key], f"{path}/{key}", places)
     for key in _MANY:
         if isinstance(schema.get(key), list):
             for i, sub in enumerate(schema[key]):
-                yield from subschemas(sub, f"{path}/{key}/{i}")
+                yield from subschemas(sub, f"{path}/{key}/{i}", places)
     for key in _MAPPED:
         if isinstance(schema.get(key), dict):
             for name, sub in schema[key].items():
-                yield from subschemas(sub, f"{path}/{key}/{name}")
+                yield from subschemas(sub, f"{path}/{key}/{name}", places)

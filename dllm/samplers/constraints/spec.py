@@ -10,7 +10,9 @@ from typing import Any
 
 from dllm.samplers.constraints.integer_ranges import check_integer_ranges, fill_holes, with_integer_ranges
 from dllm.samplers.constraints.schema_formats import check_formats, with_format_patterns
-from dllm.samplers.constraints.schema_shapes import check_shapes
+from dllm.samplers.constraints.schema_normal import normal_form
+from dllm.samplers.constraints.schema_refs import ref_errors
+from dllm.samplers.constraints.schema_shapes import check_shapes, refuse_first
 from dllm.samplers.constraints.schema_support import check_enforceable
 from dllm.samplers.constraints.token_dfa import unanchored
 from dllm.validation import OptionTypeError
@@ -78,13 +80,13 @@ class ConstraintSpec:
             raise ImportError("json_schema= needs outlines-core (its schema -> regex step): "
                               "pip install 'dllm[structured]'") from err
         try:
-            schema, holes = with_integer_ranges(with_format_patterns(self.json_schema))
+            schema, holes = with_integer_ranges(with_format_patterns(normal_form(self.json_schema)[0]))
             return fill_holes(build_regex_from_schema(json.dumps(schema)), holes)
         except Exception as err:  # noqa: BLE001  the Rust extension's errors are plain exceptions
             raise ValueError(f"json_schema cannot be turned into a regular expression ({err}); "
                              "outlines-core covers types, properties, required, enum, const, items, "
                              "min/maxItems, min/maxLength, pattern, integer and number bounds, format (date, time, date-time, "
-                             "email, uri, uuid, ipv4), anyOf, allOf of one schema, $ref (a recursive one "
+                             "email, uri, uuid, ipv4), anyOf, allOf merged exactly, $ref (a recursive one "
                              "written a few levels deep; deeper needs grammar=)") from err
 
 
@@ -101,9 +103,9 @@ def check_regex(regex: str) -> None:
 
 
 def _check_schema(schema: dict) -> None:
-    """The schema itself must be valid JSON Schema (jsonschema's meta-schema check), using only
-    keywords the constraint enforces (schema_support.py) in shapes its regex writes rightly
-    (schema_shapes.py)."""
+    """The schema itself must be valid JSON Schema (jsonschema's meta-schema check), with refs the
+    regex can follow (schema_refs.py), and once rewritten (schema_normal.py) use only keywords the
+    constraint enforces (schema_support.py) in shapes its regex writes rightly (schema_shapes.py)."""
     try:
         import jsonschema
     except ImportError as err:
@@ -112,10 +114,12 @@ def _check_schema(schema: dict) -> None:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as err:
         raise ValueError(f"json_schema is not a valid JSON Schema: {err.message}") from err
-    check_enforceable(schema)
-    check_integer_ranges(schema)
-    check_shapes(schema)
-    check_formats(schema)
+    refuse_first(ref_errors(schema))
+    schema, places = normal_form(schema)  # the checks see what the regex writes, named by the user's places
+    check_enforceable(schema, places)
+    check_integer_ranges(schema, places)
+    check_shapes(schema, places)
+    check_formats(schema, places)
 
 
 def json_answer_errors(text: str, schema: dict) -> str | None:

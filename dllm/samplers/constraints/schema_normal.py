@@ -1,0 +1,121 @@
+"""A schema rewritten into the shapes outlines-core's schema -> regex writes rightly, with the same
+instances (as dllm writes them), and where each part stood in the schema the user sent.
+
+Measured on outlines-core 0.2.14, each of these failed inside its regex step with no place, or
+wrote the wrong values:
+
+- keywords with no ``type`` (``{"maxLength": 2}``, ``{"items": ...}``) failed, and
+  ``{"properties": ...}`` was written as an object only, though any non-object is an instance too;
+  a type list beside ``properties`` (``["object", "null"]``) lost its other types. Such a subschema
+  becomes ``anyOf`` of one schema per type, each with the keywords that apply to that type.
+- ``false`` as ``items``, as a property or as an ``anyOf`` branch failed: ``items: false`` becomes
+  ``maxItems: 0``, an optional property whose schema is false is not written (a property the
+  object does not list is never written), a false branch is dropped; a required one, a false
+  prefix item or an anyOf of nothing but false is refused.
+- ``allOf`` of several schemas and keywords beside a ``$ref`` are merged (schema_merge.py).
+- ``uniqueItems`` where no array has two items (``maxItems`` <= 1) or ``false`` asserts nothing
+  and is dropped; anywhere else it stays refused (schema_support.py).
+
+The checks then run on the rewritten schema, and its ``places`` (id of a subschema -> JSON
+pointer) name their errors by the user's places.
+"""
+from __future__ import annotations
+
+import copy
+
+from dllm.samplers.constraints.schema_merge import MergeError, merged, needs_merge
+from dllm.samplers.constraints.schema_walk import subschemas
+
+# the keywords that apply to values of one type (the rest apply to every value)
+TYPE_KEYWORDS = {
+    "string": ("minLength", "maxLength", "pattern", "format"),
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+    "object": ("properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+               "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies",
+               "unevaluatedProperties"),
+    "array": ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains",
+              "minContains", "maxContains", "unevaluatedItems"),
+}
+TYPE_KEYWORDS["integer"] = TYPE_KEYWORDS["number"]
+ALL_TYPES = ("string", "number", "boolean", "null", "object", "array")
+# keywords about every value that outlines-core writes a subschema from before its type (or refused)
+GENERAL = frozenset({"enum", "const", "$ref", "anyOf", "allOf", "oneOf", "not", "if", "then", "else"})
+
+
+def normal_form(schema: dict) -> tuple[dict, dict[int, str]]:
+    """A rewritten copy of ``schema`` (see the module) and the places of its parts; a shape with no
+    exact rewrite raises ValueError naming its place and the fix."""
+    memo: dict = {}
+    normal = copy.deepcopy(schema, memo)  # memo keeps every copied part alive: ids stay unique
+    places = {id(memo[id(sub)]): _pointer(where) for sub, where in subschemas(schema)}
+    for sub, where in subschemas(normal, places=places):
+        _normalize(sub, _pointer(where), normal, places)
+    return normal, places
+
+
+def _pointer(where: str) -> str:
+    return "" if where == "/" else where
+
+
+def _normalize(sub: dict, where: str, root: dict, places: dict[int, str]) -> None:
+    """``sub`` rewritten in place; the walk goes on into what it holds now."""
+    if needs_merge(sub):
+        try:
+            whole = merged(sub, root)
+        except MergeError as err:
+            raise ValueError(f"json_schema's allOf (or $ref with keywords beside it) at {where or '/'} has no "
+                             f"exact merge: {err}") from None
+        sub.clear()
+        sub.update(whole)
+    _without_false(sub, where)
+    if sub.get("uniqueItems") is False or (sub.get("uniqueItems") is True and sub.get("maxItems", 2) <= 1):
+        del sub["uniqueItems"]
+    views = _type_views(sub)
+    if views is not None:
+        for view in views:
+            places[id(view)] = where
+        for key in [key for key in sub if key == "type" or any(key in keys for keys in TYPE_KEYWORDS.values())]:
+            del sub[key]
+        sub["anyOf"] = views
+
+
+def _without_false(sub: dict, where: str) -> None:
+    """``false`` as items, property, anyOf branch or $defs entry rewritten or refused."""
+    if sub.get("items") is False and "prefixItems" not in sub:
+        del sub["items"]
+        sub["maxItems"] = 0  # a minItems above it is refused as bounds no value meets
+    if isinstance(sub.get("properties"), dict):
+        required = sub.get("required") if isinstance(sub.get("required"), list) else []
+        nothing = [name for name, value in sub["properties"].items() if value is False]
+        if any(name in required for name in nothing):
+            name = next(name for name in nothing if name in required)
+            raise ValueError(f"json_schema requires {name!r} at {where or '/'}, whose schema is false (no value meets "
+                             "it); drop it from required or give it a schema")
+        sub["properties"] = {name: value for name, value in sub["properties"].items() if value is not False}
+    if isinstance(sub.get("anyOf"), list) and False in sub["anyOf"]:
+        sub["anyOf"] = [branch for branch in sub["anyOf"] if branch is not False]
+        if not sub["anyOf"]:
+            raise ValueError(f"json_schema has 'anyOf' at {where or '/'} of only false schemas, which no value meets; "
+                             "give it a schema")
+    if isinstance(sub.get("prefixItems"), list) and False in sub["prefixItems"]:
+        raise ValueError(f"json_schema has a prefix item false at {where}/prefixItems/"
+                         f"{sub['prefixItems'].index(False)}, which its schema -> regex cannot write (it writes "
+                         "every prefix item); shorten prefixItems to the items before it")
+    for key in ("$defs", "definitions"):
+        if isinstance(sub.get(key), dict):  # a ref to a false one is refused (schema_refs.py)
+            sub[key] = {name: value for name, value in sub[key].items() if value is not False}
+
+
+def _type_views(sub: dict) -> list[dict] | None:
+    """One schema per type ``sub`` allows, each with its type's keywords, when ``sub`` has keywords
+    of a type but no single ``type`` (None: it has one, or no such keyword, or a general one)."""
+    if set(sub) & GENERAL:
+        return None
+    if isinstance(sub.get("type"), list) and len(sub["type"]) == 1:
+        sub["type"] = sub["type"][0]
+    types = sub.get("type", list(ALL_TYPES))
+    if not isinstance(types, list) or not any(key in sub for keys in TYPE_KEYWORDS.values() for key in keys):
+        return None
+    if "number" in types:
+        types = [t for t in types if t != "integer"]  # every integer is a number
+    return [{"type": t, **{key: sub[key] for key in TYPE_KEYWORDS.get(t, ()) if key in sub}} for t in types]
