@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from dllm.cli import build_parser, main
+
 
 def _dllm(*args, timeout=300):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
@@ -24,31 +26,34 @@ def test_generate_json(tiny_dirs):
     assert all(r["nfe"] <= 8 for r in rows)
 
 
-def test_generate_prints_stats_line(tiny_dirs):
-    done = _dllm("generate", "--model", str(tiny_dirs["dream"]), "hi", "--gen-length", "8", "--policy", "entropy")
-    assert done.returncode == 0, done.stderr
-    assert "NFE" in done.stderr and "TPF" in done.stderr and "tokens/s" in done.stderr
+# The tests below run ``main`` in this process: test_generate_json above and the closed pipe's test
+# run ``python -m dllm`` itself (whose exit status is main's), and each start-up imports torch anew.
+
+def test_generate_prints_stats_line(tiny_dirs, capsys):
+    assert main(["generate", "--model", str(tiny_dirs["dream"]), "hi", "--gen-length", "8", "--policy", "entropy"]) == 0
+    err = capsys.readouterr().err
+    assert "NFE" in err and "TPF" in err and "tokens/s" in err
 
 
-def test_help_lists_defaults():
-    done = _dllm("generate", "--help")
-    assert done.returncode == 0
+def test_help_lists_defaults(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
     for option in ("--policy", "--cache", "--gen-length", "--block-length", "--steps", "--temperature", "--strategy"):
-        assert option in done.stdout
-    assert "(default: low_confidence)" in done.stdout
+        assert option in out
+    assert "(default: low_confidence)" in out
 
 
-def test_bad_option_is_a_clear_error(tiny_dirs):
-    done = _dllm("generate", "--model", str(tiny_dirs["llada"]), "hi", "--gen-length", "30", "--block-length", "8")
-    assert done.returncode == 2
-    assert "not a multiple of block_length" in done.stderr
-    done = _dllm("generate", "--model", "/nonexistent/dir", "hi")
-    assert done.returncode == 2 and "does not exist" in done.stderr
+def test_bad_option_is_a_clear_error(tiny_dirs, capsys):
+    assert main(["generate", "--model", str(tiny_dirs["llada"]), "hi", "--gen-length", "30", "--block-length", "8"]) == 2
+    assert "not a multiple of block_length" in capsys.readouterr().err
+    assert main(["generate", "--model", "/nonexistent/dir", "hi"]) == 2
+    assert "does not exist" in capsys.readouterr().err
 
 
 # --- prompts files ------------------------------------------------------------------------
 
-from dllm.cli import build_parser, main  # noqa: E402
 from dllm.cli.prompts import read_prompts  # noqa: E402
 
 GEN = ["--gen-length", "8", "--block-length", "8", "--steps", "8"]
