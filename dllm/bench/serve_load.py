@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dllm.cli.output import LOGGER_NAME
-from dllm.serve.requests import DEFAULT_BLOCK_LENGTH
+from dllm.engine.config import DEFAULT_BLOCK_LENGTH
 
 log = logging.getLogger(LOGGER_NAME)
 

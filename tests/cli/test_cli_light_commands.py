@@ -48,6 +48,9 @@ def _dllm(*argv: str) -> tuple[str, str]:
     (["generate", "--help"], "usage: dllm generate [-h]"),
     (["chat", "--help"], "usage: dllm chat [-h]"),
     (["serve", "--help"], "usage: dllm serve [-h]"),
+    (["bench", "--help"], "usage: dllm bench [-h]"),
+    (["bench", "throughput", "--help"], "usage: dllm bench throughput [-h]"),
+    (["bench", "serve", "--help"], "usage: dllm bench serve [-h]"),
 ])
 def test_commands_without_a_model_import_no_torch(argv, first_line):
     output, modules = _dllm(*argv)
