@@ -103,3 +103,25 @@ REFUSED = [
 def test_shapes_with_no_exact_rewrite_are_refused_by_place(schema, words):
     with pytest.raises(ValueError, match=words if "\\" in words or ".*" in words else re.escape(words)):
         ConstraintSpec.parse(json_schema=schema)
+
+
+@pytest.mark.parametrize("schema, words, others", [
+    ({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True},
+     ["[]", "[true]", "[false, true]", "[true,false]"], ["[true, true]", "[false, false, true]"]),
+    ({"type": "array", "items": {"enum": ["a", 1, 1.0, True]}, "uniqueItems": True, "minItems": 2},
+     ['["a", 1]', "[true, 1]", '[1, true, "a"]'], ['["a"]', "[1, 1]", "[1, 1.0]", '["a", "a"]']),
+    ({"type": "array", "items": {"const": [1, True]}, "uniqueItems": True}, ["[]", "[[1, true]]"], ["[[1, true], [1, true]]"]),
+])
+def test_unique_items_of_a_few_values_are_listed(schema, words, others):
+    """uniqueItems over booleans or a short enum is written as the list of arrays of distinct
+    items (1 and 1.0 are one value, true and 1 are two, as JSON Schema compares)."""
+    regex = _regex(schema)
+    assert [word for word in words if not regex.fullmatch(word)] == []
+    assert [word for word in others if regex.fullmatch(word)] == []
+
+
+def test_unique_items_over_too_many_arrays_stays_refused():
+    """An enum of 5 values has 326 arrays of distinct items: over MAX_UNIQUE_ARRAYS, refused."""
+    with pytest.raises(ValueError, match=re.escape("'uniqueItems' at /properties/t") + ".*short enum"):
+        ConstraintSpec.parse(json_schema={"type": "object", "properties": {"t": {
+            "type": "array", "items": {"enum": [1, 2, 3, 4, 5]}, "uniqueItems": True}}})

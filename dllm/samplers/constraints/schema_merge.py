@@ -139,7 +139,7 @@ def _keyword(out: dict, key: str, value: Any) -> None:
     elif key in UPPER:
         out[key] = min(out[key], value)
     elif key == "enum" and isinstance(value, list):
-        out[key] = [v for v in out[key] if any(_same(v, w) for w in value)]
+        out[key] = [v for v in out[key] if any(json_equal(v, w) for w in value)]
         if not out[key]:
             raise MergeError("its parts' enums share no value; make them share one")
     elif key in ASSERTIONS:
@@ -147,9 +147,18 @@ def _keyword(out: dict, key: str, value: Any) -> None:
                          "merge that keyword by hand")
 
 
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality: 1 == 1.0, but true is not 1."""
-    return a == b and isinstance(a, bool) == isinstance(b, bool)
+def json_equal(a: Any, b: Any) -> bool:
+    """JSON equality, as JSON Schema's enum and uniqueItems compare: 1 == 1.0, but true is not 1,
+    in arrays and objects too."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[key], b[key]) for key in a)
+    return type(a) is type(b) and a == b
 
 
 def _object(out: dict, properties: dict[str, list], closed: list[set[str]], required: list[str]) -> None:

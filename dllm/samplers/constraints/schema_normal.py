@@ -14,7 +14,9 @@ wrote the wrong values:
   prefix item or an anyOf of nothing but false is refused.
 - ``allOf`` of several schemas and keywords beside a ``$ref`` are merged (schema_merge.py).
 - ``uniqueItems`` where no array has two items (``maxItems`` <= 1) or ``false`` asserts nothing
-  and is dropped; anywhere else it stays refused (schema_support.py).
+  and is dropped; over items of a few values (booleans, a short enum) the arrays of distinct items
+  are listed as an ``enum`` (at most ``MAX_UNIQUE_ARRAYS``); anywhere else it stays refused
+  (schema_support.py).
 
 The checks then run on the rewritten schema, and its ``places`` (id of a subschema -> JSON
 pointer) name their errors by the user's places.
@@ -22,8 +24,10 @@ pointer) name their errors by the user's places.
 from __future__ import annotations
 
 import copy
+import itertools
+from typing import Any
 
-from dllm.samplers.constraints.schema_merge import MergeError, merged, needs_merge
+from dllm.samplers.constraints.schema_merge import MergeError, json_equal, merged, needs_merge
 from dllm.samplers.constraints.schema_walk import subschemas
 
 # the keywords that apply to values of one type (the rest apply to every value)
@@ -40,6 +44,10 @@ TYPE_KEYWORDS["integer"] = TYPE_KEYWORDS["number"]
 ALL_TYPES = ("string", "number", "boolean", "null", "object", "array")
 # keywords about every value that outlines-core writes a subschema from before its type (or refused)
 GENERAL = frozenset({"enum", "const", "$ref", "anyOf", "allOf", "oneOf", "not", "if", "then", "else"})
+# the most arrays of distinct items listed for uniqueItems (an enum of 4 values: 65 arrays)
+MAX_UNIQUE_ARRAYS = 100
+# what an items schema of a few values may hold besides them
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment"})
 
 
 def normal_form(schema: dict) -> tuple[dict, dict[int, str]]:
@@ -70,6 +78,11 @@ def _normalize(sub: dict, where: str, root: dict, places: dict[int, str]) -> Non
     _without_false(sub, where)
     if sub.get("uniqueItems") is False or (sub.get("uniqueItems") is True and sub.get("maxItems", 2) <= 1):
         del sub["uniqueItems"]
+    arrays = _unique_arrays(sub)
+    if arrays is not None:
+        for key in ("items", "uniqueItems", "minItems", "maxItems"):
+            sub.pop(key, None)
+        sub["enum"] = arrays
     views = _type_views(sub)
     if views is not None:
         for view in views:
@@ -119,3 +132,38 @@ def _type_views(sub: dict) -> list[dict] | None:
     if "number" in types:
         types = [t for t in types if t != "integer"]  # every integer is a number
     return [{"type": t, **{key: sub[key] for key in TYPE_KEYWORDS.get(t, ()) if key in sub}} for t in types]
+
+
+def _unique_arrays(sub: dict) -> list[list] | None:
+    """Every array of distinct items ``sub`` (an array with ``uniqueItems``) allows, when its items
+    take a few values and the arrays number at most ``MAX_UNIQUE_ARRAYS`` (None otherwise)."""
+    if sub.get("uniqueItems") is not True or sub.get("type") != "array" or set(sub) & (GENERAL | {"prefixItems"}):
+        return None
+    values = _few_values(sub.get("items"))
+    if values is None:
+        return None
+    low, high = sub.get("minItems", 0), min(sub.get("maxItems", len(values)), len(values))
+    counts = [len(list(itertools.permutations(range(len(values)), k))) for k in range(low, high + 1)]
+    if sum(counts) > MAX_UNIQUE_ARRAYS:
+        return None
+    return [list(order) for k in range(low, high + 1) for order in itertools.permutations(values, k)]
+
+
+def _few_values(items: Any) -> list | None:
+    """The distinct values an items schema of only an enum, a const, or type boolean or null allows
+    (JSON equality: 1 and 1.0 are one value, true and 1 are two); None for any other schema."""
+    if not isinstance(items, dict) or len(set(items) - _ANNOTATIONS) != 1:
+        return None
+    if isinstance(items.get("enum"), list):
+        values = items["enum"]
+    elif "const" in items:
+        values = [items["const"]]
+    else:
+        values = {"boolean": [True, False], "null": [None]}.get(items.get("type"))
+    if values is None:
+        return None
+    distinct: list = []
+    for value in values:
+        if not any(json_equal(value, seen) for seen in distinct):
+            distinct.append(value)
+    return distinct

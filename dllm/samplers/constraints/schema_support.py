@@ -23,7 +23,9 @@ UNENFORCED = {
     # bounds are enforced on an integer or number of its own (integer_ranges.py), not beside other keywords
     **{key: "bound a schema of type integer or number alone (no multipleOf, enum, const or anyOf beside the bound), "
             "or drop the bound" for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")},
-    "multipleOf": "drop it (or use an enum)", "uniqueItems": "drop it",
+    "multipleOf": "drop it (or use an enum)",
+    "uniqueItems": "drop it (it is written only where an array holds at most one item, or its items are "
+                   "booleans or a short enum)",
     "contains": "drop it", "minContains": "drop it", "maxContains": "drop it",
     "patternProperties": "list the properties instead", "propertyNames": "list the properties instead",
     "if": "drop if / then / else", "then": "drop if / then / else", "else": "drop if / then / else",
