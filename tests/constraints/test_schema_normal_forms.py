@@ -52,6 +52,9 @@ WRITTEN = [
     ({"$defs": {"s": STR}, "$ref": "#/$defs/s", "maxLength": 2}, ['"ab"'], ['"abc"', "1"]),
     ({"allOf": [{"type": "integer", "minimum": 0}, {"maximum": 5}]}, ["0", "5"], ["-1", "6", "2.5"]),
     ({"allOf": [{"type": ["integer", "string"]}, {"type": ["number", "null"]}]}, ["3"], ['"x"', "2.5", "null"]),
+    # draft 7's tuple: items as a list, additionalItems for the rest
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "array", "items": [INT, STR],
+      "additionalItems": False}, ['[1, "a"]'], ["[1]", '[1, "a", 2]', '["a", 1]']),
     # uniqueItems where no array has two items
     ({"type": "array", "items": INT, "uniqueItems": True, "maxItems": 1}, ["[]", "[1]"], ["[1, 2]"]),
     ({"type": "array", "items": INT, "uniqueItems": False}, ["[1, 1]"], []),
@@ -91,6 +94,7 @@ REFUSED = [
     ({"allOf": [INT, False]}, "at / has no exact merge: one of its parts is the schema false"),
     ({"$defs": {"A": {"allOf": [{"$ref": "#/$defs/A"}, INT]}}, "$ref": "#/$defs/A"}, "at /\\$defs/A has no exact merge: its '\\$ref'"),
     ({"type": "array", "items": INT, "uniqueItems": True, "maxItems": 2}, "'uniqueItems' at /"),
+    ({"type": "object", "properties": {"e": {"enum": []}}}, "empty 'enum' at /properties/e"),  # wrote ""
     # a check on a rewritten part names the user's place, not the rewrite's
     ({"type": "object", "properties": {"x": {"type": ["string", "null"], "pattern": "^a+$", "maxLength": 3}}},
      "'pattern' and 'maxLength' on one string at /properties/x;"),

@@ -13,6 +13,8 @@ wrote the wrong values:
   object does not list is never written), a false branch is dropped; a required one, a false
   prefix item or an anyOf of nothing but false is refused.
 - ``allOf`` of several schemas and keywords beside a ``$ref`` are merged (schema_merge.py).
+- draft 7's tuple form (``items`` as a list, ``additionalItems`` for the rest) failed: it becomes
+  ``prefixItems`` and ``items``, its 2020-12 spelling.
 - ``uniqueItems`` where no array has two items (``maxItems`` <= 1) or ``false`` asserts nothing
   and is dropped; over items of a few values (booleans, a short enum) the arrays of distinct items
   are listed as an ``enum`` (at most ``MAX_UNIQUE_ARRAYS``); anywhere else it stays refused
@@ -75,6 +77,10 @@ def _normalize(sub: dict, where: str, root: dict, places: dict[int, str]) -> Non
                              f"exact merge: {err}") from None
         sub.clear()
         sub.update(whole)
+    if isinstance(sub.get("items"), list):  # draft 7's tuple
+        sub["prefixItems"] = sub.pop("items")
+        if "additionalItems" in sub:
+            sub["items"] = sub.pop("additionalItems")
     _without_false(sub, where)
     if sub.get("uniqueItems") is False or (sub.get("uniqueItems") is True and sub.get("maxItems", 2) <= 1):
         del sub["uniqueItems"]

@@ -58,6 +58,9 @@ def shape_errors(schema: dict, places: dict[int, str] | None = None) -> list[str
             if isinstance(sub.get(low), int) and isinstance(sub.get(high), int) and sub[low] > sub[high]:
                 errors.append(f"has {low!r} {sub[low]} over {high!r} {sub[high]} at {where}, which no value "
                               "meets; widen them")
+        if kept == "enum" and sub["enum"] == []:
+            errors.append(f"has an empty 'enum' at {where}, which no value meets (its schema -> regex writes the "
+                          "empty answer); list a value")
         if kept in ("enum", "const"):
             errors += _value_errors(sub, where, kept, validator)
         if kept == "type":
