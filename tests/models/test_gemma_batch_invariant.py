@@ -19,7 +19,7 @@ import sys
 import pytest
 import torch
 
-from dllm.kernels import CALL_COUNTS, kernel_backend
+from dllm.kernels import CALL_COUNTS, kernel_backend, kernels_set_to
 from dllm.models.batch_invariant import make_batch_invariant
 from dllm.models.config import MoEConfig
 from dllm.models.gemma import DiffusionGemma, GemmaRMSNorm
@@ -112,7 +112,8 @@ def test_swapped_gemma_keeps_parameters_and_logits_and_calls_each_kernel():
 
 def _bitwise_check(device: str) -> None:
     """Under DLLM_KERNELS=triton: every row's logits in the ragged batch equal its batch-1
-    logits bit for bit through the Triton kernels, and are close to the default path's."""
+    logits bit for bit through the Triton kernels, and are close to the plain model's through the
+    torch references."""
     assert kernel_backend(device) == "triton", f"dispatch backend is {kernel_backend(device)!r}, not 'triton'"
     plain = tiny_gemma().to(device)
     model = copy.deepcopy(plain)
@@ -126,7 +127,11 @@ def _bitwise_check(device: str) -> None:
         alone = decode_logits(model, [prompt])
         for step, (b, a) in enumerate(zip(batch, alone)):
             assert torch.equal(b[r], a[0]), ("row", r, "step", step, (b[r] - a[0]).abs().max().item())
-    for b, w in zip(batch, decode_logits(plain, list(PROMPTS))):
+    # the plain model's experts through torch: a reference the Triton product does not feed (through it, a
+    # kernel off by 0.1% passed), and an eighth less of the interpreted run
+    with kernels_set_to("torch"):
+        want = decode_logits(plain, list(PROMPTS))
+    for b, w in zip(batch, want):
         torch.testing.assert_close(b, w, rtol=0, atol=1e-4)
 
 
