@@ -264,7 +264,8 @@ class RandomInstance:
         joined in order, else the first part's value."""
         parts = [self.root["$defs"][schema["$ref"].rsplit("/", 1)[-1]]] if "$ref" in schema else []
         parts += schema.get("allOf", [])
-        parts.append({key: value for key, value in schema.items() if key not in ("$ref", "allOf")})
+        rest = {key: value for key, value in schema.items() if key not in ("$ref", "allOf")}
+        parts += [rest] if rest else []
         values = [self.value(part, depth) for part in parts if part is not True]
         if all(isinstance(value, dict) for value in values):
             return {key: value for part in values for key, value in part.items()}
