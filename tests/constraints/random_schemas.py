@@ -261,14 +261,17 @@ class RandomInstance:
 
     def _all(self, schema: dict, depth: int) -> Any:
         """A value of every part of an allOf (or a $ref with keywords beside it): the parts' objects
-        joined in order, else the first part's value."""
+        joined, each name where it first stands in a part (as the merge writes them), else the
+        first part's value."""
         parts = [self.root["$defs"][schema["$ref"].rsplit("/", 1)[-1]]] if "$ref" in schema else []
         parts += schema.get("allOf", [])
         rest = {key: value for key, value in schema.items() if key not in ("$ref", "allOf")}
         parts += [rest] if rest else []
         values = [self.value(part, depth) for part in parts if part is not True]
         if all(isinstance(value, dict) for value in values):
-            return {key: value for part in values for key, value in part.items()}
+            joined = {key: value for part in values for key, value in part.items()}
+            order = dict.fromkeys(name for part in parts if isinstance(part, dict) for name in part.get("properties") or {})
+            return {name: joined[name] for name in order if name in joined}  # the merged schema's order
         return values[0]
 
     def _null(self, schema: dict, depth: int) -> None:
