@@ -96,9 +96,10 @@ def test_apd_kv_window_equals_released_loop(models, family, R, M, W):
     for prompt in PROMPTS:
         want, rounds = apd_generate(model, model.helper.model, prompt, gen_length=G, mixture_weight=R,
                                     max_lookahead=M, eos_id=-1, kv_window=W)
-        exact, _ = apd_generate(model, model.helper.model, prompt, gen_length=G, mixture_weight=R,
-                                max_lookahead=M, eos_id=-1)
-        changed |= want != exact
+        if W == 1:  # the exact loop only serves the check below, made for the smallest window
+            exact, _ = apd_generate(model, model.helper.model, prompt, gen_length=G, mixture_weight=R,
+                                    max_lookahead=M, eos_id=-1)
+            changed |= want != exact
         cfg = _apd(G, R, M, stop_at_eos=False)
         cfg.strategy_args["kv_window"] = W
         got = decode(model, [prompt], cfg)
