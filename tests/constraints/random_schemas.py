@@ -270,9 +270,18 @@ class RandomInstance:
         values = [self.value(part, depth) for part in parts if part is not True]
         if all(isinstance(value, dict) for value in values):
             joined = {key: value for part in values for key, value in part.items()}
-            order = dict.fromkeys(name for part in parts if isinstance(part, dict) for name in part.get("properties") or {})
+            order = dict.fromkeys(name for part in parts for name in self._names(part))
             return {name: joined[name] for name in order if name in joined}  # the merged schema's order
         return values[0]
+
+    def _names(self, schema: Any) -> list[str]:
+        """Property names in the order the merge meets them: a $ref's target's, the allOf parts',
+        then the schema's own."""
+        if not isinstance(schema, dict):
+            return []
+        names = self._names(self.root["$defs"][schema["$ref"].rsplit("/", 1)[-1]]) if "$ref" in schema else []
+        names += [name for part in schema.get("allOf", []) for name in self._names(part)]
+        return names + list(schema.get("properties") or {})
 
     def _null(self, schema: dict, depth: int) -> None:
         return None

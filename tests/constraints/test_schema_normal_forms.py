@@ -52,6 +52,12 @@ WRITTEN = [
     ({"$defs": {"s": STR}, "$ref": "#/$defs/s", "maxLength": 2}, ['"ab"'], ['"abc"', "1"]),
     ({"allOf": [{"type": "integer", "minimum": 0}, {"maximum": 5}]}, ["0", "5"], ["-1", "6", "2.5"]),
     ({"allOf": [{"type": ["integer", "string"]}, {"type": ["number", "null"]}]}, ["3"], ['"x"', "2.5", "null"]),
+    # another type's keywords assert nothing (outlines-core wrote the other type: an object, an array)
+    ({"type": "string", "properties": {"a": INT}, "required": ["a"]}, ['"x"'], ['{"a": 1}']),
+    ({"type": "null", "prefixItems": [INT]}, ["null"], ["[1]"]),
+    ({"allOf": [{"type": ["array", "null"], "prefixItems": [INT], "items": False}, {"type": "null"}]}, ["null"], ["[1]"]),
+    # a const beside an enum (the enum was written whole), in one schema and merged
+    ({"allOf": [{"const": "a"}, {"enum": ["a", "b"]}]}, ['"a"'], ['"b"']),
     # draft 7's tuple: items as a list, additionalItems for the rest
     ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "array", "items": [INT, STR],
       "additionalItems": False}, ['[1, "a"]'], ["[1]", '[1, "a", 2]', '["a", 1]']),
@@ -95,6 +101,8 @@ REFUSED = [
     ({"$defs": {"A": {"allOf": [{"$ref": "#/$defs/A"}, INT]}}, "$ref": "#/$defs/A"}, "at /\\$defs/A has no exact merge: its '\\$ref'"),
     ({"type": "array", "items": INT, "uniqueItems": True, "maxItems": 2}, "'uniqueItems' at /"),
     ({"type": "object", "properties": {"e": {"enum": []}}}, "empty 'enum' at /properties/e"),  # wrote ""
+    ({"enum": ["a", "b"], "const": "a"}, "lists 'b' in 'enum' at /, which the keywords beside it ('const')"),
+    ({"allOf": [{"const": "a"}, {"enum": ["b"]}]}, "at / has no exact merge: one part's const is not in"),
     # a check on a rewritten part names the user's place, not the rewrite's
     ({"type": "object", "properties": {"x": {"type": ["string", "null"], "pattern": "^a+$", "maxLength": 3}}},
      "'pattern' and 'maxLength' on one string at /properties/x;"),
@@ -115,6 +123,8 @@ def test_shapes_with_no_exact_rewrite_are_refused_by_place(schema, words):
     ({"type": "array", "items": {"enum": ["a", 1, 1.0, True]}, "uniqueItems": True, "minItems": 2},
      ['["a", 1]', "[true, 1]", '[1, true, "a"]'], ['["a"]', "[1, 1]", "[1, 1.0]", '["a", "a"]']),
     ({"type": "array", "items": {"const": [1, True]}, "uniqueItems": True}, ["[]", "[[1, true]]"], ["[[1, true], [1, true]]"]),
+    ({"type": "array", "items": {"type": ["boolean", "null"]}, "uniqueItems": True, "minItems": 3},
+     ["[true, null, false]"], ["[true, null, null]", "[true, false]"]),
 ])
 def test_unique_items_of_a_few_values_are_listed(schema, words, others):
     """uniqueItems over booleans or a short enum is written as the list of arrays of distinct

@@ -69,6 +69,9 @@ def merged(sub: dict, root: dict) -> dict:
     if items_from is not None and prefix_from is not None and items_from != prefix_from:
         raise MergeError("one part has 'prefixItems' and another 'items', which apply to different items once "
                          "merged; put them in one part")
+    if "const" in out and "enum" in out:  # the const, if the enum lists it
+        if not any(json_equal(out["const"], value) for value in out.pop("enum")):
+            raise MergeError("one part's const is not in another's enum, so no value meets them all; make them agree")
     if types is not None:
         if not types:
             raise MergeError("its parts share no type, so no value meets them all; make the types agree")

@@ -4,6 +4,9 @@ instances (as dllm writes them), and where each part stood in the schema the use
 Measured on outlines-core 0.2.14, each of these failed inside its regex step with no place, or
 wrote the wrong values:
 
+- keywords of another type than the subschema's (``{"type": "null", "prefixItems": ...}``) were
+  written as that other type (outlines-core writes ``properties`` and ``prefixItems`` before
+  ``type``); they assert nothing there and are dropped.
 - keywords with no ``type`` (``{"maxLength": 2}``, ``{"items": ...}``) failed, and
   ``{"properties": ...}`` was written as an object only, though any non-object is an instance too;
   a type list beside ``properties`` (``["object", "null"]``) lost its other types. Such a subschema
@@ -43,6 +46,7 @@ TYPE_KEYWORDS = {
               "minContains", "maxContains", "unevaluatedItems"),
 }
 TYPE_KEYWORDS["integer"] = TYPE_KEYWORDS["number"]
+_TYPED = frozenset(key for keys in TYPE_KEYWORDS.values() for key in keys)
 ALL_TYPES = ("string", "number", "boolean", "null", "object", "array")
 # keywords about every value that outlines-core writes a subschema from before its type (or refused)
 GENERAL = frozenset({"enum", "const", "$ref", "anyOf", "allOf", "oneOf", "not", "if", "then", "else"})
@@ -89,11 +93,14 @@ def _normalize(sub: dict, where: str, root: dict, places: dict[int, str]) -> Non
         for key in ("items", "uniqueItems", "minItems", "maxItems"):
             sub.pop(key, None)
         sub["enum"] = arrays
+    if isinstance(sub.get("type"), str):  # another type's keywords assert nothing here
+        for key in [key for key in sub if key in _TYPED and key not in TYPE_KEYWORDS.get(sub["type"], ())]:
+            del sub[key]
     views = _type_views(sub)
     if views is not None:
         for view in views:
             places[id(view)] = where
-        for key in [key for key in sub if key == "type" or any(key in keys for keys in TYPE_KEYWORDS.values())]:
+        for key in [key for key in sub if key == "type" or key in _TYPED]:
             del sub[key]
         sub["anyOf"] = views
 
@@ -133,7 +140,7 @@ def _type_views(sub: dict) -> list[dict] | None:
     if isinstance(sub.get("type"), list) and len(sub["type"]) == 1:
         sub["type"] = sub["type"][0]
     types = sub.get("type", list(ALL_TYPES))
-    if not isinstance(types, list) or not any(key in sub for keys in TYPE_KEYWORDS.values() for key in keys):
+    if not isinstance(types, list) or not set(sub) & _TYPED:
         return None
     if "number" in types:
         types = [t for t in types if t != "integer"]  # every integer is a number
@@ -165,9 +172,10 @@ def _few_values(items: Any) -> list | None:
     elif "const" in items:
         values = [items["const"]]
     else:
-        values = {"boolean": [True, False], "null": [None]}.get(items.get("type"))
-    if values is None:
-        return None
+        kinds = items.get("type") if isinstance(items.get("type"), list) else [items.get("type")]
+        if not all(kind in ("boolean", "null") for kind in kinds):
+            return None
+        values = [value for kind in kinds for value in ([True, False] if kind == "boolean" else [None])]
     distinct: list = []
     for value in values:
         if not any(json_equal(value, seen) for seen in distinct):

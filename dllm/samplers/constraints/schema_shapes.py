@@ -140,7 +140,7 @@ def _value_errors(sub: dict, where: str, kept: str, validator) -> list[str]:
     ``$ref`` among them resolved in the whole schema, as ``validator``, the whole schema's, does)."""
     from referencing.exceptions import Unresolvable
 
-    rest = {key: value for key, value in sub.items() if key in ASSERTIONS and key not in ("enum", "const")}
+    rest = {key: value for key, value in sub.items() if key in ASSERTIONS and key != kept}
     if not rest:
         return []
     values = sub["enum"] if kept == "enum" else [sub["const"]]
