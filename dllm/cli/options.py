@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -88,13 +89,17 @@ def parse_kv(pairs: Sequence[str] | None) -> dict[str, Any]:
 REGISTRIES = {"policy": ("samplers", "register_rule"), "strategy": ("samplers", "register_strategy"),
               "stopper": ("samplers", "register_stopper"), "cache": ("cache", "register_cache")}
 REGISTERED = re.compile(r"""^@(register_\w+)\(\s*["']([^"']+)["']""", re.MULTILINE)  # a module-level decorator
+# the registries themselves, by kind: read when a program has already imported them
+REGISTRY_TABLES = {"policy": ("dllm.samplers.base", "RULES"), "strategy": ("dllm.samplers.base", "STRATEGIES"),
+                   "stopper": ("dllm.samplers.base", "STOPPERS"), "cache": ("dllm.cache.base", "CACHES")}
 
 
 def policy_names() -> dict[str, list[str]]:
     """Registered names of each kind of policy and of the cache modes, for ``choices``: read from
     the registering decorators in the packages' source (a few ms), since importing the registries
-    imports torch (seconds), which ``dllm generate --help`` never needs. A test holds them equal
-    to the registries' (tests/cli/test_cli_light_commands.py)."""
+    imports torch (seconds), which ``dllm generate --help`` never needs; and the names in those
+    registries when a program imported them already (its own rule, registered before it calls
+    ``main``). A test holds them equal to the registries' (tests/cli/test_cli_light_commands.py)."""
     kind_of = {decorator: kind for kind, (_, decorator) in REGISTRIES.items()}
     names: dict[str, set[str]] = {kind: set() for kind in REGISTRIES}
     for package in sorted({package for package, _ in REGISTRIES.values()}):
@@ -102,6 +107,9 @@ def policy_names() -> dict[str, list[str]]:
             for decorator, name in REGISTERED.findall(path.read_text(encoding="utf-8")):
                 if decorator in kind_of:
                     names[kind_of[decorator]].add(name)
+    for kind, (module, table) in REGISTRY_TABLES.items():  # a program's own names, registered before main()
+        if module in sys.modules:
+            names[kind].update(getattr(sys.modules[module], table))
     return {kind: sorted(found) for kind, found in names.items()}
 
 

@@ -70,19 +70,41 @@ def test_a_command_that_decodes_still_shows_the_registered_choices():
     assert "low_confidence" in output and "--policy RULE" in output
 
 
-def test_choices_read_from_the_source_are_the_registries_names():
+def test_choices_read_from_the_source_are_the_registries_names(monkeypatch):
     """The names ``policy_names`` reads without importing the registries are those the imported
     registries hold, kind by kind (a registration it cannot read would be a choice argparse refuses)."""
     from dllm.cache import CACHES
+    from dllm.cli import options
     from dllm.cli.options import policy_names
     from dllm.models.placement import DTYPE_CHOICES, resolve_dtype
     from dllm.samplers import RULES, STOPPERS, STRATEGIES
 
+    monkeypatch.setattr(options, "REGISTRY_TABLES", {})  # the source alone, not the registries imported here
     assert policy_names() == {"policy": sorted(RULES), "strategy": sorted(STRATEGIES), "stopper": sorted(STOPPERS),
                               "cache": sorted(CACHES)}
     assert {"threshold", "low_confidence"} <= set(RULES) and {"dual", "prefix"} <= set(CACHES)  # nothing empty
     assert [str(resolve_dtype(name)) for name in DTYPE_CHOICES[1:]] == ["torch.float32", "torch.bfloat16",
                                                                          "torch.float16"]
+
+
+def test_a_name_registered_at_run_time_is_a_choice(monkeypatch):
+    """A program that registers its own rule, strategy, stopper or cache and then runs the command
+    line in its process (``main([... "--policy", "mine"])``) has it accepted, as when the choices
+    were the imported registries; the decorators' source holds only the package's own names."""
+    from dllm.cache.base import CACHE_ARGS, CACHES, register_cache
+    from dllm.cli import build_parser
+    from dllm.samplers.base import RULES, STOPPERS, STRATEGIES, register_rule, register_stopper, register_strategy
+
+    for table, name in ((RULES, "own_rule"), (STRATEGIES, "own_strategy"), (STOPPERS, "own_stopper"),
+                        (CACHES, "own_cache"), (CACHE_ARGS, "own_cache")):
+        monkeypatch.setitem(table, name, None)  # undone after the test, whatever registers it
+    for register, name in ((register_rule, "own_rule"), (register_strategy, "own_strategy"),
+                           (register_stopper, "own_stopper"), (register_cache, "own_cache")):
+        register(name)(type(name, (), {}))
+    args = build_parser().parse_args(["generate", "hi", "--policy", "own_rule", "--strategy", "own_strategy",
+                                      "--stopper", "own_stopper", "--cache", "own_cache"])
+    assert (args.policy, args.strategy, args.stopper, args.cache) == ("own_rule", "own_strategy", "own_stopper",
+                                                                      "own_cache")
 
 
 def test_dir_of_dllm_models_lists_its_exports_before_they_load():
