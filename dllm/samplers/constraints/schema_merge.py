@@ -103,8 +103,18 @@ def _parts(schema: Any, root: dict, sub: dict, chain: tuple[str, ...]) -> list[d
         parts += _parts(target, root, sub, (*chain, ref))
     for branch in schema.get("allOf") or []:
         parts += _parts(branch, root, sub, chain)
-    rest = {key: value for key, value in schema.items() if key not in ("$ref", "allOf")}
+    rest = tuple_as_prefix({key: value for key, value in schema.items() if key not in ("$ref", "allOf")})
     return parts + [rest] if rest else parts
+
+
+def tuple_as_prefix(sub: dict) -> dict:
+    """``sub`` with draft 7's tuple (``items`` as a list, ``additionalItems`` for the rest) in its
+    2020-12 spelling, ``prefixItems`` and ``items``, in place."""
+    if isinstance(sub.get("items"), list):
+        sub["prefixItems"] = sub.pop("items")
+        if "additionalItems" in sub:
+            sub["items"] = sub.pop("additionalItems")
+    return sub
 
 
 def _types(value: Any) -> list[str]:
@@ -122,7 +132,7 @@ def _meet(a: list[str], b: list[str]) -> list[str]:
 def _items(out: dict, key: str, value: Any) -> None:
     """``items`` of two parts: every item meets both (false wins, true yields); ``prefixItems``
     must be equal."""
-    if key not in out or out[key] == value or value is True:
+    if key not in out or json_equal(out[key], value) or value is True:
         out.setdefault(key, value)
         return
     if key == "prefixItems":
@@ -135,7 +145,7 @@ def _items(out: dict, key: str, value: Any) -> None:
 
 def _keyword(out: dict, key: str, value: Any) -> None:
     """Any other keyword of a part into ``out``."""
-    if key not in out or out[key] == value:
+    if key not in out or json_equal(out[key], value):  # not ==: true == 1 in Python, not in JSON
         out[key] = value
     elif key in LOWER:
         out[key] = max(out[key], value)
@@ -172,7 +182,7 @@ def _object(out: dict, properties: dict[str, list], closed: list[set[str]], requ
         if allowed is not None and name not in allowed:
             continue
         kept = [s for s in schemas if s is not True and s != {}]
-        distinct = [s for i, s in enumerate(kept) if s not in kept[:i]]
+        distinct = [s for i, s in enumerate(kept) if not any(json_equal(s, seen) for seen in kept[:i])]
         merged_properties[name] = {} if not distinct else distinct[0] if len(distinct) == 1 else {"allOf": distinct}
     if allowed is not None:
         shut = [name for name in required if name not in allowed]

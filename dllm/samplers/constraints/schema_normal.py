@@ -32,7 +32,7 @@ import copy
 import itertools
 from typing import Any
 
-from dllm.samplers.constraints.schema_merge import MergeError, json_equal, merged, needs_merge
+from dllm.samplers.constraints.schema_merge import MergeError, json_equal, merged, needs_merge, tuple_as_prefix
 from dllm.samplers.constraints.schema_walk import subschemas
 
 # the keywords that apply to values of one type (the rest apply to every value)
@@ -81,10 +81,7 @@ def _normalize(sub: dict, where: str, root: dict, places: dict[int, str]) -> Non
                              f"exact merge: {err}") from None
         sub.clear()
         sub.update(whole)
-    if isinstance(sub.get("items"), list):  # draft 7's tuple
-        sub["prefixItems"] = sub.pop("items")
-        if "additionalItems" in sub:
-            sub["items"] = sub.pop("additionalItems")
+    tuple_as_prefix(sub)  # draft 7's tuple
     _without_false(sub, where)
     if sub.get("uniqueItems") is False or (sub.get("uniqueItems") is True and sub.get("maxItems", 2) <= 1):
         del sub["uniqueItems"]

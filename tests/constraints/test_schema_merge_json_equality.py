@@ -1,0 +1,63 @@
+"""An allOf's parts merged by JSON equality (schema_merge.py): Python's ``==`` holds ``true == 1``
+and ``false == 0``, so two parts whose const, enum or property schema differed only there were
+taken as one, and the regex wrote a value one part refuses (``true`` for ``allOf: [{"const": 1},
+{"const": true}]``, which no value meets). And draft 7's tuple form (``items`` as a list) inside
+an allOf crashed the merge with an AttributeError instead of a refusal by place."""
+from __future__ import annotations
+
+import json
+import re
+
+import jsonschema
+import pytest
+
+from dllm.samplers.constraints import ConstraintSpec
+
+INT, STR = {"type": "integer"}, {"type": "string"}
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+
+
+@pytest.mark.parametrize("schema", [
+    {"allOf": [{"const": 1}, {"const": True}]},
+    {"allOf": [{"const": 0}, {"const": False}]},
+    {"allOf": [{"enum": [1]}, {"enum": [True]}]},
+    {"allOf": [{"const": [1]}, {"const": [True]}]},
+    {"type": "object", "required": ["a"],
+     "allOf": [{"properties": {"a": {"const": 1}}}, {"properties": {"a": {"const": True}}}]},
+    {"type": "array", "minItems": 1, "allOf": [{"items": {"const": 1}}, {"items": {"const": True}}]},
+], ids=["const", "const-false", "enum", "nested", "property", "items"])
+def test_parts_equal_only_in_python_have_no_merge(schema):
+    """No value meets both parts (jsonschema agrees); the merge refuses instead of writing one."""
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert not any(validator.is_valid(value) for value in (1, 0, True, False, [1], [True], {"a": 1}, {"a": True}))
+    with pytest.raises(ValueError, match=re.escape("has no exact merge")):
+        ConstraintSpec.parse(json_schema=schema)
+
+
+def test_an_equal_number_written_two_ways_still_merges():
+    """1 and 1.0 are one JSON value: parts that differ only so merge (as before)."""
+    schema = {"allOf": [{"const": 1}, {"const": 1.0}]}
+    regex = re.compile(ConstraintSpec.parse(json_schema=schema).to_regex())
+    assert regex.fullmatch("1") or regex.fullmatch("1.0")
+    assert not regex.fullmatch("true")
+
+
+@pytest.mark.parametrize("schema, words, others", [
+    ({"$schema": DRAFT7, "allOf": [{"type": "array", "items": [INT], "additionalItems": False},
+                                   {"type": "array", "maxItems": 1}]}, ["[1]"], ['["a"]', "[1, 2]"]),
+    ({"$schema": DRAFT7, "allOf": [{"type": "array", "items": [INT, STR]}, {"type": "array", "minItems": 2}]},
+     ['[1, "a"]'], ['["a", 1]', "[1]"]),
+])
+def test_draft7_tuples_in_an_allof_merge(schema, words, others):
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    regex = re.compile(ConstraintSpec.parse(json_schema=schema).to_regex())
+    assert all(validator.is_valid(json.loads(word)) and regex.fullmatch(word) for word in words)
+    assert not any(regex.fullmatch(word) for word in others)
+
+
+def test_draft7_tuple_beside_items_of_another_part_is_refused_by_place():
+    """Draft 7's items schema holds for every item, the tuple's too: no exact merge, said by place."""
+    schema = {"$schema": DRAFT7, "type": "object", "properties": {"t": {"allOf": [
+        {"type": "array", "items": [INT, STR]}, {"type": "array", "items": INT}]}}}
+    with pytest.raises(ValueError, match=re.escape("at /properties/t has no exact merge")):
+        ConstraintSpec.parse(json_schema=schema)
