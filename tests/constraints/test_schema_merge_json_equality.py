@@ -2,7 +2,8 @@
 and ``false == 0``, so two parts whose const, enum or property schema differed only there were
 taken as one, and the regex wrote a value one part refuses (``true`` for ``allOf: [{"const": 1},
 {"const": true}]``, which no value meets). And draft 7's tuple form (``items`` as a list) inside
-an allOf crashed the merge with an AttributeError instead of a refusal by place."""
+an allOf crashed the merge with an AttributeError instead of a refusal by place. A rewrite's own
+keywords (the enum that lists uniqueItems' arrays) are not what a refusal names."""
 from __future__ import annotations
 
 import json
@@ -61,3 +62,16 @@ def test_draft7_tuple_beside_items_of_another_part_is_refused_by_place():
         {"type": "array", "items": [INT, STR]}, {"type": "array", "items": INT}]}}}
     with pytest.raises(ValueError, match=re.escape("at /properties/t has no exact merge")):
         ConstraintSpec.parse(json_schema=schema)
+
+
+@pytest.mark.parametrize("schema, where", [
+    ({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True, "minItems": 3}, "/"),
+    ({"type": "object", "properties": {"p": {"type": "array", "items": {"enum": ["a", 1, 1.0]}, "uniqueItems": True,
+                                             "minItems": 3, "maxItems": 4}}}, "/properties/p"),
+])
+def test_unique_items_over_fewer_values_than_min_items_names_the_sent_keywords(schema, where):
+    """No array of distinct items is long enough; the refusal names uniqueItems and minItems as
+    sent, not the empty enum the listing of arrays made (which the user never wrote)."""
+    with pytest.raises(ValueError, match=re.escape(f"'uniqueItems' at {where} with 'minItems' ")) as refused:
+        ConstraintSpec.parse(json_schema=schema)
+    assert "enum" not in str(refused.value)

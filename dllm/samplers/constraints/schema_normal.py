@@ -85,7 +85,7 @@ def _normalize(sub: dict, where: str, root: dict, places: dict[int, str]) -> Non
     _without_false(sub, where)
     if sub.get("uniqueItems") is False or (sub.get("uniqueItems") is True and sub.get("maxItems", 2) <= 1):
         del sub["uniqueItems"]
-    arrays = _unique_arrays(sub)
+    arrays = _unique_arrays(sub, where)
     if arrays is not None:
         for key in ("items", "uniqueItems", "minItems", "maxItems"):
             sub.pop(key, None)
@@ -144,15 +144,19 @@ def _type_views(sub: dict) -> list[dict] | None:
     return [{"type": t, **{key: sub[key] for key in TYPE_KEYWORDS.get(t, ()) if key in sub}} for t in types]
 
 
-def _unique_arrays(sub: dict) -> list[list] | None:
+def _unique_arrays(sub: dict, where: str) -> list[list] | None:
     """Every array of distinct items ``sub`` (an array with ``uniqueItems``) allows, when its items
-    take a few values and the arrays number at most ``MAX_UNIQUE_ARRAYS`` (None otherwise)."""
+    take a few values and the arrays number at most ``MAX_UNIQUE_ARRAYS`` (None otherwise); a
+    ``minItems`` over the values' count is refused by its keywords, not as the empty enum it makes."""
     if sub.get("uniqueItems") is not True or sub.get("type") != "array" or set(sub) & (GENERAL | {"prefixItems"}):
         return None
     values = _few_values(sub.get("items"))
     if values is None:
         return None
     low, high = sub.get("minItems", 0), min(sub.get("maxItems", len(values)), len(values))
+    if low > len(values) and low <= sub.get("maxItems", low):  # minItems over maxItems: refused as such
+        raise ValueError(f"json_schema has 'uniqueItems' at {where or '/'} with 'minItems' {low}, but its items take "
+                         f"{len(values)} distinct values, so no array meets them; lower minItems or drop uniqueItems")
     counts = [len(list(itertools.permutations(range(len(values)), k))) for k in range(low, high + 1)]
     if sum(counts) > MAX_UNIQUE_ARRAYS:
         return None
