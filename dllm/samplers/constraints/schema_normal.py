@@ -109,11 +109,10 @@ def _without_false(sub: dict, where: str) -> None:
         sub["maxItems"] = 0  # a minItems above it is refused as bounds no value meets
     if isinstance(sub.get("properties"), dict):
         required = sub.get("required") if isinstance(sub.get("required"), list) else []
-        nothing = [name for name, value in sub["properties"].items() if value is False]
-        if any(name in required for name in nothing):
-            name = next(name for name in nothing if name in required)
-            raise ValueError(f"json_schema requires {name!r} at {where or '/'}, whose schema is false (no value meets "
-                             "it); drop it from required or give it a schema")
+        needed = [name for name, value in sub["properties"].items() if value is False and name in required]
+        if needed:
+            raise ValueError(f"json_schema requires {needed[0]!r} at {where or '/'}, whose schema is false (no value "
+                             "meets it); drop it from required or give it a schema")
         sub["properties"] = {name: value for name, value in sub["properties"].items() if value is not False}
     if isinstance(sub.get("anyOf"), list) and False in sub["anyOf"]:
         sub["anyOf"] = [branch for branch in sub["anyOf"] if branch is not False]
