@@ -7,7 +7,7 @@ ref to the schema ``false`` has no value to write. Those are refused here by pla
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from dllm.samplers.constraints.schema_walk import subschemas
 
@@ -19,21 +19,30 @@ class RefError(ValueError):
 def resolve(root: dict, ref: str) -> Any:
     """What ``ref`` points to in ``root`` (a schema or ``true`` / ``false``), resolved as jsonschema
     resolves it (the root's ``$id`` and ``$schema`` honoured); RefError when it points nowhere."""
+    return resolver(root)(ref)
+
+
+def resolver(root: dict) -> Callable[[str], Any]:
+    """``resolve`` for many refs of one schema: the schema's registry is built once."""
     from referencing import Registry, Resource
     from referencing.exceptions import Unresolvable
     from referencing.jsonschema import DRAFT202012
 
     resource = Resource.from_contents(root, default_specification=DRAFT202012)
     base = resource.id() or ""
-    try:
-        return Registry().with_resource(base, resource).crawl().resolver(base_uri=base).lookup(ref).contents
-    except Unresolvable as err:
-        raise RefError(f"it points to nothing in the schema ({type(err).__name__})") from None
+    lookup = Registry().with_resource(base, resource).crawl().resolver(base_uri=base).lookup
+
+    def find(ref: str) -> Any:
+        try:
+            return lookup(ref).contents
+        except Unresolvable as err:
+            raise RefError(f"it points to nothing in the schema ({type(err).__name__})") from None
+    return find
 
 
 def ref_errors(schema: dict) -> list[str]:
     """One sentence per ``$ref`` the schema -> regex cannot write, with its place and the fix."""
-    errors = []
+    errors, find = [], resolver(schema)
     for sub, where in subschemas(schema):
         ref = sub.get("$ref")
         if not isinstance(ref, str):
@@ -48,7 +57,7 @@ def ref_errors(schema: dict) -> list[str]:
                           "regex cannot follow; rename the definition to plain letters, digits, _ or -")
             continue
         try:
-            target = resolve(schema, ref)
+            target = find(ref)
         except RefError as err:
             errors.append(f"has a '$ref' {ref!r} at {where}, but {err}; define it (under $defs) or fix the ref")
             continue
