@@ -8,6 +8,8 @@ tests that pin ``device="cpu"`` (CPU-only oracles, gloo) stay on the CPU.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 
 import pytest
@@ -56,6 +58,29 @@ def _keep_torch_threads():
     yield
     if torch.get_num_threads() != before:
         torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def logger_kept(name: str):
+    """The logger ``name``'s handlers, level and propagation as they were before the block."""
+    logger = logging.getLogger(name)
+    before = list(logger.handlers), logger.level, logger.propagate
+    try:
+        yield logger
+    finally:
+        logger.handlers[:] = before[0]
+        logger.setLevel(before[1])
+        logger.propagate = before[2]
+
+
+@pytest.fixture(autouse=True)
+def _keep_dllm_logger():
+    """A test that runs a command in this process (``main([...])``) leaves the ``dllm`` logger as
+    it found it: the command sets one handler on the stderr of that moment (a capture pytest closes
+    after the test) and stops propagation, so every later test's dllm log record in the worker
+    printed a '--- Logging error ---' traceback and never reached the root logger's handlers."""
+    with logger_kept("dllm"):
+        yield
 
 
 @pytest.fixture(scope="session")
