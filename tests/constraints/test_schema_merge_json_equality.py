@@ -75,3 +75,17 @@ def test_unique_items_over_fewer_values_than_min_items_names_the_sent_keywords(s
     with pytest.raises(ValueError, match=re.escape(f"'uniqueItems' at {where} with 'minItems' ")) as refused:
         ConstraintSpec.parse(json_schema=schema)
     assert "enum" not in str(refused.value)
+
+
+@pytest.mark.parametrize("schema, words, others", [
+    ({"allOf": [{"type": ["object", "string"], "additionalProperties": False}, {"properties": {"a": INT}, "required": ["a"]}]},
+     ['"x"'], ["{}", '{"a": 1}', "1"]),
+    ({"allOf": [{"additionalProperties": False}, {"required": ["a"]}]}, ["1", '"x"', "null", "[1]", "true"], ["{}", '{"a": 1}']),
+])
+def test_parts_no_object_meets_keep_their_other_types(schema, words, others):
+    """A required name that another part closes out leaves no object, but values of the parts'
+    other types are instances: the merge keeps those types, where it said no value met them."""
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    regex = re.compile(ConstraintSpec.parse(json_schema=schema).to_regex())
+    assert [word for word in words if not (validator.is_valid(json.loads(word)) and regex.fullmatch(word))] == []
+    assert [word for word in others if regex.fullmatch(word)] == []

@@ -7,7 +7,8 @@ generators emit both (``allOf: [{"$ref": Base}, {"properties": ...}]`` for inher
 (refs looked up, nested allOf flattened, ``true`` dropped) become one schema: types intersected,
 ``required`` joined, properties joined name by name (a name in several parts gets the ``allOf`` of
 its schemas, merged in turn), a part closed by ``additionalProperties: false`` keeps out the other
-parts' names, lower bounds take the highest and upper bounds the lowest, enums intersected, any
+parts' names (a required one it keeps out leaves no object, only the parts' other types), lower
+bounds take the highest and upper bounds the lowest, enums intersected, any
 other keyword equal in every part that has it. What has no exact merge (two different patterns, a
 ``prefixItems`` beside another part's ``items``, ``additionalProperties`` as a schema) raises
 MergeError with the reason and fix.
@@ -24,6 +25,8 @@ LOWER = ("minLength", "minItems", "minimum", "exclusiveMinimum", "minProperties"
 UPPER = ("maxLength", "maxItems", "maximum", "exclusiveMaximum", "maxProperties", "maxContains")
 # a $ref with only these beside it is written from the enum / const, checked against the ref
 WRITTEN_BEFORE_REF = frozenset({"enum", "const"})
+# the types of a merge with no type, but for objects (when no object meets its parts)
+OTHER_TYPES = ("string", "number", "boolean", "null", "array")
 
 
 class MergeError(ValueError):
@@ -72,11 +75,18 @@ def merged(sub: dict, root: dict) -> dict:
     if "const" in out and "enum" in out:  # the const, if the enum lists it
         if not any(json_equal(out["const"], value) for value in out.pop("enum")):
             raise MergeError("one part's const is not in another's enum, so no value meets them all; make them agree")
-    if types is not None:
+    if types is not None and not types:
+        raise MergeError("its parts share no type, so no value meets them all; make the types agree")
+    shut = _object(out, properties, closed, required)
+    if shut is not None:  # no object meets every part; the values of its other types do
+        types = [t for t in (types or OTHER_TYPES) if t != "object"]
         if not types:
-            raise MergeError("its parts share no type, so no value meets them all; make the types agree")
+            raise MergeError(f"one part requires {shut!r}, which another closes out (additionalProperties false "
+                             "without it), so no value meets them all; list it in both")
+        for key in ("properties", "required", "additionalProperties"):
+            out.pop(key, None)
+    if types is not None:
         out["type"] = types[0] if len(types) == 1 else types
-    _object(out, properties, closed, required)
     return out
 
 
@@ -174,8 +184,9 @@ def json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _object(out: dict, properties: dict[str, list], closed: list[set[str]], required: list[str]) -> None:
-    """The merged properties, required and additionalProperties into ``out``."""
+def _object(out: dict, properties: dict[str, list], closed: list[set[str]], required: list[str]) -> str | None:
+    """The merged properties, required and additionalProperties into ``out``; a required name a
+    closed part keeps out, if any (then no object is an instance)."""
     allowed = set.intersection(*closed) if closed else None
     merged_properties = {}
     for name, schemas in properties.items():
@@ -187,10 +198,10 @@ def _object(out: dict, properties: dict[str, list], closed: list[set[str]], requ
     if allowed is not None:
         shut = [name for name in required if name not in allowed]
         if shut:
-            raise MergeError(f"one part requires {shut[0]!r}, which another closes out (additionalProperties "
-                             "false without it), so no value meets them all; list it in both")
+            return shut[0]
         out["additionalProperties"] = False
     if properties:
         out["properties"] = merged_properties
     if required:
         out["required"] = required
+    return None
