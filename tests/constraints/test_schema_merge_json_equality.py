@@ -89,3 +89,24 @@ def test_parts_no_object_meets_keep_their_other_types(schema, words, others):
     regex = re.compile(ConstraintSpec.parse(json_schema=schema).to_regex())
     assert [word for word in words if not (validator.is_valid(json.loads(word)) and regex.fullmatch(word))] == []
     assert [word for word in others if regex.fullmatch(word)] == []
+
+
+@pytest.mark.parametrize("schema", [
+    {"allOf": [{"type": "array", "items": INT}, {"type": "array", "prefixItems": [STR], "items": INT}]},
+    {"allOf": [{"type": "array", "items": False}, {"type": "array", "prefixItems": [STR], "items": False}]},
+], ids=["items", "false"])
+def test_items_of_every_item_beside_another_parts_prefix_is_refused(schema):
+    """One part's items hold from the first item; merged beside another part's prefixItems they
+    would hold only after it, and the regex wrote ["x"], which the first part refuses."""
+    assert not jsonschema.validators.validator_for(schema)(schema).is_valid(["x"])
+    with pytest.raises(ValueError, match=re.escape("one part has 'prefixItems' and another 'items'")):
+        ConstraintSpec.parse(json_schema=schema)
+
+
+def test_a_prefix_alone_beside_a_prefix_with_items_merges():
+    """A part with prefixItems and no items allows any items after them: the other part's items
+    are the merge's (this order was refused). The regex writes the prefix items alone, as for one
+    schema of prefixItems."""
+    schema = {"allOf": [{"type": "array", "prefixItems": [INT], "items": STR}, {"type": "array", "prefixItems": [INT]}]}
+    regex = re.compile(ConstraintSpec.parse(json_schema=schema).to_regex())
+    assert regex.fullmatch("[1]") and not any(regex.fullmatch(word) for word in ("[1, 2]", '["a"]'))

@@ -49,8 +49,8 @@ def merged(sub: dict, root: dict) -> dict:
     properties: dict[str, list] = {}
     closed: list[set[str]] = []
     required: list[str] = []
-    items_from = prefix_from = None
-    for index, part in enumerate(parts):
+    items_of_all = False  # a part's items hold from the first item (it has no prefixItems)
+    for part in parts:
         for key, value in part.items():
             if key == "type":
                 types = _types(value) if types is None else _meet(types, _types(value))
@@ -65,11 +65,11 @@ def merged(sub: dict, root: dict) -> dict:
                     raise MergeError("one of its parts has 'additionalProperties' as a schema, which the merge "
                                      "cannot write beside the other parts' properties; list those properties")
             elif key in ("items", "prefixItems"):
-                items_from, prefix_from = (index, prefix_from) if key == "items" else (items_from, index)
+                items_of_all |= key == "items" and "prefixItems" not in part and value not in (True, {})
                 _items(out, key, value)
             else:
                 _keyword(out, key, value)
-    if items_from is not None and prefix_from is not None and items_from != prefix_from:
+    if items_of_all and "prefixItems" in out:  # merged, its items would start after the prefix
         raise MergeError("one part has 'prefixItems' and another 'items', which apply to different items once "
                          "merged; put them in one part")
     if "const" in out and "enum" in out:  # the const, if the enum lists it
