@@ -18,11 +18,14 @@ from filelock import FileLock  # a dependency of torch
 def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
     """The folder ``name``, filled by ``make(folder)`` in the first process of this run to ask.
 
-    Under xdist each worker's temporary root is a subfolder of the run's, which they share; a
+    Under xdist each worker's temporary root is a subfolder of the run's (``popen-gw0``), which
+    they share; elsewhere (no xdist, or a pytest that a worker started and that inherited its
+    environment) the run's own root is the folder, never the shared parent of every run's. A
     ``make`` that raises leaves the folder unfinished, so the next process to ask makes it again
     (and fails the same way)."""
     root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and root.name == f"popen-{worker}":  # not a run this worker's environment merely passed on
         root = root.parent
     folder, done = root / name, root / f"{name}.done"
     with FileLock(str(root / f"{name}.lock")):
