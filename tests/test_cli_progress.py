@@ -45,6 +45,16 @@ def test_bar_counts_committed_tokens_and_rows_are_generates(lm, n, max_tokens):
     assert len(set(bar.counts)) > 2 and bar.counts == sorted(bar.counts)  # it moved step by step
 
 
+
+def test_rows_that_stop_early_count_as_done(lm):
+    ids = [lm.encode("Copy: Ann Lee, Bo Kim"), lm.encode("Reverse: Cy Dunn")]
+    config = dllm.GenerationConfig(gen_length=32, block_length=8)
+    stop = lm.generate_ids(ids, config).texts[0][:3]  # row 0 stops in its first block
+    bar = Recording(total=2 * 32)
+    out = generate_batch(lm, ids, config, OutputRequest.parse(stop=[stop]), bar)
+    assert out.finish_reasons[0] == "stop"
+    assert bar.counts[-2] < 2 * 32 == bar.counts[-1]  # masks left in the stopped row, counted at the end
+
 def test_verbose_prints_the_resolved_configuration_once(capsys):
     assert main(["-v", "generate", "hi", "--max-tokens", "12", "--block-length", "8", "--cache", "dual"]) == 0
     err = capsys.readouterr().err
