@@ -60,3 +60,11 @@ def test_options_that_do_not_run_together_are_refused(options, message):
 
 def test_lopa_runs_pipelined():
     assert GenerationConfig(block_add_threshold=0.5, strategy="lopa").strategy == "lopa"
+
+
+def test_the_window_is_the_sub_block_and_the_cache_is_told_both():
+    config = GenerationConfig(gen_length=16, block_length=8, sub_block_length=4, steps=8, cache="dual",
+                              cache_args={"block_length": 2, "select": "read"})
+    assert (config.window_length, config.num_windows, config.steps_per_block) == (4, 4, 2)
+    assert config.cache_options() == {"select": "read", "block_length": 8, "sub_block_length": 4}
+    assert GenerationConfig(gen_length=16, block_length=8).cache_options() == {"block_length": 8}
