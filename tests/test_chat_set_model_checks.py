@@ -1,6 +1,9 @@
 """``dllm chat``'s /set checks a change against the model at once (not at the next turn), says
-what sets the answer's length as typed, and wraps /show at its width."""
+what sets the answer's length as typed, wraps /show at its width, and keeps a uniform-state model's canvas as
+its block over the default one."""
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 
@@ -36,3 +39,10 @@ def test_show_fills_each_line_up_to_its_width_and_no_further(width):
     for line, after in zip(lines, lines[1:]):
         assert len(line) <= width or "  " not in line  # an item longer than the width stands alone
         assert len(line) + 2 + len(after.split("  ")[0]) > width  # the next item did not fit
+
+
+def test_a_uniform_state_models_canvas_stays_the_block_over_the_default_one():
+    canvas_64 = SimpleNamespace(uniform_state=True, config=SimpleNamespace(canvas_length=64))  # not 32
+    settings = ChatSettings(GenerationConfig(gen_length=128, block_length=64), model=canvas_64, default_block=32)
+    assert settings.config().block_length == 64
+    assert ChatSettings(settings.base, max_tokens=100, model=canvas_64, default_block=32).config().block_length == 64
