@@ -6,6 +6,7 @@ this module imports nothing of theirs, so the command layer sits above the libra
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import sys
@@ -99,7 +100,8 @@ def policy_names() -> dict[str, list[str]]:
     the registering decorators in the packages' source (a few ms), since importing the registries
     imports torch (seconds), which ``dllm generate --help`` never needs; and the names in those
     registries when a program imported them already (its own rule, registered before it calls
-    ``main``). A test holds them equal to the registries' (tests/cli/test_cli_light_commands.py)."""
+    ``main``), or when no source was read (an install without its ``.py`` files). A test holds them
+    equal to the registries' (tests/cli/test_cli_light_commands.py)."""
     kind_of = {decorator: kind for kind, (_, decorator) in REGISTRIES.items()}
     names: dict[str, set[str]] = {kind: set() for kind in REGISTRIES}
     for package in sorted({package for package, _ in REGISTRIES.values()}):
@@ -108,8 +110,8 @@ def policy_names() -> dict[str, list[str]]:
                 if decorator in kind_of:
                     names[kind_of[decorator]].add(name)
     for kind, (module, table) in REGISTRY_TABLES.items():  # a program's own names, registered before main()
-        if module in sys.modules:
-            names[kind].update(getattr(sys.modules[module], table))
+        if module in sys.modules or not names[kind]:  # none read: an install without its .py sources
+            names[kind].update(getattr(importlib.import_module(module), table))
     return {kind: sorted(found) for kind, found in names.items()}
 
 

@@ -125,3 +125,20 @@ def test_submodules_of_dllm_models_are_reached_by_name_as_the_eager_package_had_
             "try:\n    dllm.models.no_such_module\nexcept AttributeError:\n    print('refused')\n")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.stdout.split("\n")[:2] == ["write_tiny_checkpoint dllm.models.loading", "refused"], done.stderr
+
+
+def test_choices_come_from_the_registries_where_no_source_is_read(tmp_path):
+    """An install that ships compiled modules without their ``.py`` sources has no decorators to
+    read: the choices are then the registries' names (imported for it: a slower --help), never
+    empty lists that would refuse every --policy and --cache. A fresh process, so that nothing
+    imported the registries before."""
+    code = ("import sys\nfrom dllm.cli import options\noptions.__file__ = sys.argv[1]\n"
+            "names = options.policy_names()\nfrom dllm.cache import CACHES\n"
+            "from dllm.samplers import RULES, STOPPERS, STRATEGIES\n"
+            "print(names == {'policy': sorted(RULES), 'strategy': sorted(STRATEGIES), 'stopper': sorted(STOPPERS),"
+            " 'cache': sorted(CACHES)}, min(map(len, names.values())) > 0)")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cli" / "options.py")], env=env,
+                          capture_output=True, text=True, timeout=300)  # a tree with no sources
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]
